@@ -1,0 +1,132 @@
+"""Events and pairs as store records: a row of ``events``, a search document, a pair row.
+
+Pure mappings used by every adapter, so ClickHouse and chDB get the same rows and the
+embedded index and OpenSearch get the same documents.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from processors.redaction import redact
+from schemas.events import Envelope
+from schemas.state import ToolPair
+
+MAX_INDEXED_CHARS = 32_000
+"""Tool outputs beyond this are indexed by head and tail; the log keeps them whole."""
+
+
+def log_row(event: Envelope, raw: bytes, partition: int, offset: int, window_id: str) -> dict[str, Any]:
+    """A row of the ``events`` table. ``raw`` is the event as received."""
+    return {
+        "event_id": event.event_id,
+        "thread_id": event.thread_id,
+        "kind": event.kind,
+        "ts": event.ts,
+        "window_id": window_id,
+        "turn_id": event.turn_id,
+        "agent_id": event.agent_id,
+        "project": event.project,
+        "source": event.effective_source,
+        "repo_commit": event.repo_commit,
+        "schema_version": event.schema_version,
+        "payload": event.payload.model_dump_json(),
+        "raw": raw.decode("utf-8"),
+        "partition": partition,
+        "offset": offset,
+    }
+
+
+def pair_row(pair: ToolPair) -> dict[str, Any]:
+    return pair.model_dump(mode="json")
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_INDEXED_CHARS:
+        return text
+    half = MAX_INDEXED_CHARS // 2
+    return text[:half] + " … " + text[-half:]
+
+
+def searchable(event: Envelope) -> tuple[str, str, str]:
+    """(text, path, error_code) of an event: what keyword search looks at."""
+    p: Any = event.payload
+    kind = event.kind
+    path = error = ""
+    if kind == "message":
+        text = p.text
+    elif kind == "tool_call":
+        args = p.arguments if isinstance(p.arguments, str) else orjson.dumps(p.arguments).decode()
+        text = f"{p.tool_name} {args}"
+        if isinstance(p.arguments, dict):
+            path = str(p.arguments.get("path") or p.arguments.get("file") or "")
+    elif kind == "tool_result":
+        text = f"{p.tool_name or ''} {p.status} {_clip(p.output)}"
+        if p.status != "ok" or p.exit_code not in (None, 0):
+            error = p.status if p.exit_code is None else f"{p.status} exit_code:{p.exit_code}"
+    elif kind in ("tool_progress", "goal"):
+        text = p.text
+    elif kind == "constraint":
+        text = f"{p.constraint_id} {p.text}"
+    elif kind == "plan":
+        text = " ".join(f"{s.step_id} {s.text or ''} {s.status}" for s in p.steps)
+    elif kind == "task":
+        text = f"{p.task_id} {p.text or ''} {p.owner or ''} {p.status}"
+    elif kind == "file_change":
+        text, path = f"{p.change} {p.path}", p.path
+    elif kind == "approval_request":
+        text = f"{p.approval_id} {p.action} {p.detail or ''}"
+    elif kind == "approval_decision":
+        text = f"{p.approval_id} {p.decision} {p.by or ''}"
+    elif kind in ("agent_spawn", "agent_exit"):
+        text = f"{p.child_agent_id} {getattr(p, 'role', None) or getattr(p, 'status', None) or ''}"
+    elif kind == "window_switch":
+        text = f"{p.new_window_id} {p.reason or ''}"
+    elif kind == "compaction":
+        text = orjson.dumps(p.summary).decode()
+    elif kind == "fact":
+        value = p.value if isinstance(p.value, str) else orjson.dumps(p.value).decode()
+        text = f"{p.key} {value}"
+    elif kind == "revoke":
+        text = f"{p.target_event_id} {p.reason or ''}"
+    elif kind == "error":
+        text = p.message
+        error = "" if p.code is None else str(p.code)
+    else:  # pragma: no cover - every kind is listed above
+        text = ""
+    return redact(text), path, error
+
+
+def search_doc(
+    event: Envelope, offset: int, window_id: str, tool_name: str | None = None
+) -> dict[str, Any]:
+    """The search document of an event (fields: ``schemas.tables.SEARCH_FIELDS``).
+
+    ``tool_name`` names the tool of a result whose payload leaves it out (from its call).
+    """
+    text, path, error = searchable(event)
+    if event.kind in ("tool_call", "tool_result", "tool_progress"):
+        tool_name = getattr(event.payload, "tool_name", None) or tool_name or ""
+    else:
+        tool_name = ""
+    return {
+        "event_id": event.event_id,
+        "thread_id": event.thread_id,
+        "window_id": window_id,
+        "kind": event.kind,
+        "tool_name": tool_name,
+        "project": event.project,
+        "agent_id": event.agent_id,
+        "repo_commit": event.repo_commit or "",
+        "error_code": error,
+        "ts": event.ts,
+        "ts_ms": int(event.epoch_ms),
+        "offset": offset,
+        "path": path,
+        "text": text,
+    }
+
+
+__all__ = ["MAX_INDEXED_CHARS", "log_row", "pair_row", "search_doc", "searchable"]

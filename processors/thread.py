@@ -1,0 +1,71 @@
+"""One thread's processing: dedup, pairing, then reduction, with a persistable snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer, PairingState
+from processors.reducer import reduce
+from schemas.events import Envelope
+from schemas.state import ToolPair, WorkingState
+
+
+@dataclass(frozen=True, slots=True)
+class PairingConfig:
+    grace_ms: float = DEFAULT_GRACE_MS
+    call_timeout_ms: float = DEFAULT_CALL_TIMEOUT_MS
+
+
+class ThreadSnapshot(BaseModel):
+    """What a state store persists for a thread: enough to resume exactly."""
+
+    state: WorkingState
+    pairing: PairingState
+
+
+@dataclass(slots=True)
+class ThreadProcessor:
+    """Applies a thread's new events in order; ``apply`` returns the pair rows that changed.
+
+    Dedup is upstream (``processors.pipeline``): this class sees each event once.
+    """
+
+    state: WorkingState
+    pairer: Pairer
+
+    @classmethod
+    def new(cls, thread_id: str, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
+        return cls(WorkingState(thread_id=thread_id), Pairer(thread_id, None, config.grace_ms, config.call_timeout_ms))
+
+    @classmethod
+    def restore(cls, snapshot: ThreadSnapshot, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
+        pairer = Pairer(snapshot.state.thread_id, snapshot.pairing, config.grace_ms, config.call_timeout_ms)
+        return cls(snapshot.state, pairer)
+
+    def snapshot(self) -> ThreadSnapshot:
+        return ThreadSnapshot(state=self.state, pairing=self.pairer.state)
+
+    def window_of(self, event: Envelope) -> str:
+        return event.window_id or self.state.window_id
+
+    def apply(self, event: Envelope) -> list[ToolPair]:
+        state = self.state
+        if state.event_count == 0:
+            state.project = event.project
+        window_id = self.window_of(event)
+        pairs = self.pairer.on_event(event, state.event_count + 1, window_id)
+        opened = event.kind == "tool_call" and self._is_open(event)
+        reduce(state, event, pairs, opened)
+        return pairs
+
+    def _is_open(self, event: Envelope) -> bool:
+        call = self.pairer.state.calls.get(event.payload.call_id)  # type: ignore[attr-defined]
+        return call is not None and call.event_id == event.event_id and call.synthetic_version is None
+
+    def is_orphan(self, result_event_id: str) -> bool:
+        return result_event_id in self.pairer.state.orphans
+
+
+__all__ = ["PairingConfig", "ThreadProcessor", "ThreadSnapshot"]

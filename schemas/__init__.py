@@ -1,0 +1,1 @@
+"""The contract's data shapes, declared once: events, working state, tables and index."""

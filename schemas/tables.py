@@ -1,0 +1,116 @@
+"""The stores' schemas, declared once: ClickHouse tables (server and chDB run the same
+DDL) and the search document, whose fields both search adapters map from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+EVENTS_COLUMNS: tuple[str, ...] = (
+    "event_id", "thread_id", "kind", "ts", "window_id", "turn_id", "agent_id", "project",
+    "source", "repo_commit", "schema_version", "payload", "raw", "partition", "offset",
+)  # fmt: skip
+
+TOOL_CALLS_COLUMNS: tuple[str, ...] = (
+    "thread_id", "call_id", "orphan_event_id", "tool_name", "status", "synthetic",
+    "latency_ms", "output_bytes", "call_event_id", "result_event_id", "call_ts", "result_ts",
+    "window_id", "turn_id", "project", "version",
+)  # fmt: skip
+
+REJECTED_COLUMNS: tuple[str, ...] = ("raw", "reason", "rejected_at", "partition", "offset")
+
+# `events` is append-only (MergeTree: nothing is updated or deleted). Its sort key serves
+# analysts (per thread, in time) and replay (per thread, in offset order); a projection
+# sorted by event_id serves `read`.
+DDL: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS events (
+        event_id String,
+        thread_id String,
+        kind LowCardinality(String),
+        ts DateTime64(6, 'UTC'),
+        window_id String,
+        turn_id Nullable(String),
+        agent_id LowCardinality(String),
+        project LowCardinality(String),
+        source LowCardinality(String),
+        repo_commit Nullable(String),
+        schema_version UInt16,
+        payload String,
+        raw String,
+        partition UInt32,
+        offset UInt64,
+        ingested_at DateTime64(6, 'UTC') DEFAULT now64(6),
+        PROJECTION by_event_id (SELECT * ORDER BY event_id)
+    ) ENGINE = MergeTree
+    ORDER BY (thread_id, partition, offset)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS tool_calls (
+        thread_id String,
+        call_id String,
+        orphan_event_id String,
+        tool_name LowCardinality(String),
+        status LowCardinality(String),
+        synthetic Bool,
+        latency_ms Nullable(Float64),
+        output_bytes UInt64,
+        call_event_id String,
+        result_event_id String,
+        call_ts Nullable(DateTime64(6, 'UTC')),
+        result_ts Nullable(DateTime64(6, 'UTC')),
+        window_id String,
+        turn_id Nullable(String),
+        project LowCardinality(String),
+        version UInt64,
+        updated_at DateTime64(6, 'UTC') DEFAULT now64(6)
+    ) ENGINE = ReplacingMergeTree(version)
+    ORDER BY (thread_id, call_id, orphan_event_id)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS rejected_events (
+        raw String,
+        reason String,
+        rejected_at DateTime64(6, 'UTC'),
+        partition UInt32,
+        offset UInt64
+    ) ENGINE = MergeTree
+    ORDER BY (rejected_at, partition, offset)
+    """,
+)
+
+FieldType = Literal["keyword", "text", "date", "long"]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexField:
+    name: str
+    type: FieldType
+    stored: bool = True
+
+
+SEARCH_FIELDS: tuple[IndexField, ...] = (
+    IndexField("event_id", "keyword"),
+    IndexField("thread_id", "keyword"),
+    IndexField("window_id", "keyword"),
+    IndexField("kind", "keyword"),
+    IndexField("tool_name", "keyword"),
+    IndexField("project", "keyword"),
+    IndexField("agent_id", "keyword"),
+    IndexField("repo_commit", "keyword"),
+    IndexField("error_code", "keyword"),
+    IndexField("ts", "date"),
+    IndexField("ts_ms", "long"),
+    IndexField("offset", "long"),
+    IndexField("path", "text"),
+    IndexField("text", "text"),
+)
+"""The search document. ``text`` holds the searchable body (message text, tool output,
+arguments, paths, error codes, tool names); keyword fields are exact-match filters."""
+
+SEARCH_INDEX_NAME = "agentlog-events"
+
+__all__ = [
+    "DDL", "EVENTS_COLUMNS", "IndexField", "REJECTED_COLUMNS", "SEARCH_FIELDS",
+    "SEARCH_INDEX_NAME", "TOOL_CALLS_COLUMNS",
+]  # fmt: skip

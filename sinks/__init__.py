@@ -1,0 +1,1 @@
+"""Adapters to the stores, one module each, behind the interfaces of ``sinks.base``."""

@@ -1,0 +1,109 @@
+"""The small interfaces the rest of agentlog sees of its stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from processors.thread import ThreadSnapshot
+
+
+class StoreError(RuntimeError):
+    """A store refused or failed an operation; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    event_id: str
+    thread_id: str
+    raw: bytes
+    partition: int
+    offset: int
+
+
+class LogStore(Protocol):
+    """The immutable log (ClickHouse or chDB): events, tool-call pairs, rejections."""
+
+    def append_events(self, rows: Sequence[dict[str, Any]]) -> None: ...
+    def upsert_pairs(self, rows: Sequence[dict[str, Any]]) -> None: ...
+    def append_rejected(self, rows: Sequence[dict[str, Any]]) -> None: ...
+    def high_water(self, table: str) -> dict[int, int]:
+        """Highest offset written per partition for ``events`` or ``rejected_events``."""
+
+    def get(self, event_id: str) -> LoggedEvent | None: ...
+    def replay(self, thread_id: str | None = None) -> Iterator[LoggedEvent]:
+        """Accepted events in processing order: per thread, by partition and offset."""
+
+    def count_events(self) -> int: ...
+    def query(self, sql: str, readonly: bool = True) -> QueryResult: ...
+    def truncate_derived(self) -> None:
+        """Empty the derived ``tool_calls`` table (``events`` is never touched)."""
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilters:
+    thread_id: str | None = None
+    window_id: str | None = None
+    kind: str | None = None
+    tool_name: str | None = None
+    project: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+
+@dataclass(slots=True)
+class Hit:
+    event_id: str
+    thread_id: str
+    window_id: str
+    kind: str
+    tool_name: str
+    ts: str
+    repo_commit: str
+    score: float
+    snippet: str
+    source: str = "index"
+    offset: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SearchIndex(Protocol):
+    """An eventually consistent full-text index: writes become visible at ``refresh``."""
+
+    def add(self, docs: Sequence[dict[str, Any]]) -> None: ...
+    def refresh(self) -> None: ...
+    def visible_offsets(self) -> dict[int, int]:
+        """Highest offset per partition that searches can see."""
+
+    def search(self, query: str, filters: SearchFilters, limit: int) -> list[Hit]: ...
+    def clear(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class StateStore(Protocol):
+    """Thread snapshots, applied event ids and consumer positions, committed together."""
+
+    def load(self, thread_id: str) -> ThreadSnapshot | None: ...
+    def threads(self) -> list[str]: ...
+    def unseen(self, ids: Sequence[str]) -> set[str]: ...
+    def offsets(self) -> dict[str, int]: ...
+    def checkpoint(
+        self, snapshots: Sequence[ThreadSnapshot], seen: Sequence[str], offsets: dict[str, int]
+    ) -> None: ...
+    def reset(self) -> None: ...
+    def close(self) -> None: ...
+
+
+__all__ = [
+    "Hit", "LogStore", "LoggedEvent", "QueryResult", "SearchFilters", "SearchIndex",
+    "StateStore", "StoreError",
+]  # fmt: skip

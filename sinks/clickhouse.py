@@ -1,0 +1,145 @@
+"""The immutable log in ClickHouse: a server over HTTP or chDB in-process, one adapter.
+
+clickhouse-connect speaks to both (``interface="chdb"`` runs the ClickHouse engine in
+this process), so the DDL, the inserts and every analyst query are the same SQL.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import clickhouse_connect
+import orjson
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from schemas.tables import DDL, REJECTED_COLUMNS
+from sinks.base import LoggedEvent, QueryResult, StoreError
+
+_INSERT_SETTINGS = {"date_time_input_format": "best_effort", "input_format_skip_unknown_fields": 1}
+
+
+class ClickHouseLogStore:
+    """``LogStore`` on ClickHouse. Thread-safe: one lock serialises the client."""
+
+    def __init__(self, client: Any, description: str) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self.description = description
+        for statement in DDL:
+            self._client.command(statement)
+
+    @classmethod
+    def open(cls, url: str | None = None, path: str | None = None, **kwargs: Any) -> ClickHouseLogStore:
+        """A server when ``url`` is given (``http[s]://user:pass@host:port/db``), else chDB at ``path``."""
+        if url:
+            try:
+                client = clickhouse_connect.get_client(dsn=url, **kwargs)
+            except Exception as error:  # noqa: BLE001 - the driver raises many kinds
+                raise StoreError(
+                    f"cannot reach ClickHouse at {url}: {error}. Check AGENTLOG_CLICKHOUSE_URL "
+                    "or unset it to use the embedded chDB log."
+                ) from error
+            return cls(client, f"ClickHouse server {url.split('@')[-1]}")
+        if path is None:
+            raise StoreError("the chDB log needs a data directory")
+        try:
+            client = clickhouse_connect.get_client(interface="chdb", path=path)
+        except Exception as error:  # noqa: BLE001
+            raise StoreError(f"cannot open the chDB log in {path}: {error}") from error
+        return cls(client, f"chDB {path}")
+
+    # -- writes -----------------------------------------------------------------------
+
+    def _insert_json(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        body = b"\n".join(orjson.dumps(r) for r in rows)
+        with self._lock:
+            self._client.raw_insert(table, None, body, settings=_INSERT_SETTINGS, fmt="JSONEachRow")
+
+    def append_events(self, rows: Sequence[dict[str, Any]]) -> None:
+        self._insert_json("events", rows)
+
+    def upsert_pairs(self, rows: Sequence[dict[str, Any]]) -> None:
+        self._insert_json("tool_calls", rows)
+
+    def append_rejected(self, rows: Sequence[dict[str, Any]]) -> None:
+        # Rejected bytes need not be UTF-8 (or JSON): insert them as binary column data.
+        if not rows:
+            return
+        data = [[r[c] for c in REJECTED_COLUMNS] for r in rows]
+        with self._lock:
+            self._client.insert("rejected_events", data, column_names=list(REJECTED_COLUMNS))
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _query(self, sql: str, parameters: dict[str, Any] | None = None, **kw: Any) -> Any:
+        with self._lock:
+            return self._client.query(sql, parameters=parameters, **kw)
+
+    def high_water(self, table: str) -> dict[int, int]:
+        if table not in ("events", "rejected_events"):
+            raise ValueError(table)
+        result = self._query(f"SELECT partition, max(offset) FROM {table} GROUP BY partition")
+        return {int(p): int(o) for p, o in result.result_rows}
+
+    def get(self, event_id: str) -> LoggedEvent | None:
+        result = self._query(
+            "SELECT event_id, thread_id, raw, partition, offset FROM events "
+            "WHERE event_id = {e:String} LIMIT 1",
+            {"e": event_id},
+            column_formats={"raw": "bytes"},
+        )
+        if not result.result_rows:
+            return None
+        return LoggedEvent(*result.result_rows[0])
+
+    def replay(self, thread_id: str | None = None) -> Iterator[LoggedEvent]:
+        where = "WHERE thread_id = {t:String}" if thread_id else ""
+        sql = (
+            f"SELECT event_id, thread_id, raw, partition, offset FROM events {where} "
+            "ORDER BY thread_id, partition, offset"
+        )
+        with self._lock:
+            with self._client.query_row_block_stream(
+                sql, parameters={"t": thread_id} if thread_id else None,
+                column_formats={"raw": "bytes"},
+            ) as stream:  # fmt: skip
+                for block in stream:
+                    for row in block:
+                        yield LoggedEvent(*row)
+
+    def count_events(self) -> int:
+        return int(self._query("SELECT count() FROM events").result_rows[0][0])
+
+    def query(self, sql: str, readonly: bool = True) -> QueryResult:
+        try:
+            result = self._query(sql, settings={"readonly": 1} if readonly else None)
+        except ClickHouseError as error:
+            raise StoreError(str(error).strip().splitlines()[0][:2000]) from error
+        return QueryResult(list(result.column_names), [tuple(r) for r in result.result_rows])
+
+    def truncate_derived(self) -> None:
+        with self._lock:
+            self._client.command("TRUNCATE TABLE tool_calls")
+
+    def close(self) -> None:
+        with self._lock:
+            self._client.close()
+
+
+def rejected_row(raw: bytes, reason: str, partition: int, offset: int, at: float) -> dict[str, Any]:
+    """A row of ``rejected_events``; ``at`` is when the record was dead-lettered (epoch s)."""
+    return {
+        "raw": raw,
+        "reason": reason,
+        "rejected_at": datetime.fromtimestamp(at, timezone.utc),
+        "partition": partition,
+        "offset": offset,
+    }
+
+
+__all__ = ["ClickHouseLogStore", "rejected_row"]

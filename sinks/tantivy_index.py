@@ -1,0 +1,156 @@
+"""The embedded search index on tantivy, with OpenSearch's refresh semantics.
+
+Documents added are invisible until ``refresh`` (commit + reader reload), exactly as an
+OpenSearch index with a refresh interval: searches are eventually consistent, and the
+read-your-writes guarantee is the caller's job (``streams.service``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import tantivy
+
+from processors.textsearch import snippet, tokenize
+from schemas.tables import SEARCH_FIELDS
+from sinks.base import Hit, SearchFilters, StoreError
+
+_TEXT_FIELDS = [f.name for f in SEARCH_FIELDS if f.type == "text"]
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    for f in SEARCH_FIELDS:
+        if f.type == "keyword":
+            builder.add_text_field(f.name, stored=f.stored, tokenizer_name="raw")
+        elif f.type == "text":
+            builder.add_text_field(f.name, stored=f.stored, tokenizer_name="default")
+        elif f.type == "long":
+            builder.add_integer_field(f.name, stored=f.stored, indexed=True, fast=True)
+        else:  # dates are kept as the producer's RFC 3339 string; ranges use ts_ms
+            builder.add_text_field(f.name, stored=f.stored, tokenizer_name="raw")
+    return builder.build()
+
+
+class TantivySearchIndex:
+    """``SearchIndex`` on a tantivy directory. One writer per process (tantivy locks it)."""
+
+    def __init__(self, path: str, heap_bytes: int = 128_000_000) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        self._schema = _schema()
+        try:
+            self._index = tantivy.Index(self._schema, path=path, reuse=True)
+            self._writer = self._index.writer(heap_size=heap_bytes, num_threads=1)
+        except ValueError as error:
+            raise StoreError(f"cannot open the search index in {path}: {error}") from error
+        self._lock = threading.Lock()
+        self._pending: dict[int, int] = {}
+        self._dirty = False
+        self._visible = self._read_visible()
+
+    def _read_visible(self) -> dict[int, int]:
+        self._index.reload()
+        searcher = self._index.searcher()
+        if searcher.num_docs == 0:
+            return {}
+        # The newest offset is recovered from the index itself (no side file to drift).
+        result = searcher.search(tantivy.Query.all_query(), 1, order_by_field="offset", order=tantivy.Order.Desc)
+        if not result.hits:
+            return {}
+        doc = searcher.doc(result.hits[0][1])
+        return {0: int(doc["offset"][0])}
+
+    def add(self, docs: Sequence[dict[str, Any]]) -> None:
+        with self._lock:
+            for d in docs:
+                # Upsert by event_id: a replay after a crash must not duplicate a hit.
+                self._writer.delete_documents("event_id", d["event_id"])
+                self._writer.add_document(tantivy.Document(**{k: v for k, v in d.items() if v is not None}))
+                part = 0
+                if d["offset"] > self._pending.get(part, -1):
+                    self._pending[part] = d["offset"]
+            self._dirty = self._dirty or bool(docs)
+
+    def refresh(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            self._writer.commit()
+            self._index.reload()
+            for part, off in self._pending.items():
+                if off > self._visible.get(part, -1):
+                    self._visible[part] = off
+            self._pending.clear()
+            self._dirty = False
+
+    def visible_offsets(self) -> dict[int, int]:
+        return dict(self._visible)
+
+    def _query(self, text: str, filters: SearchFilters) -> Any:
+        terms = tokenize(text)
+        clauses: list[tuple[Any, Any]] = []
+        if terms:
+            should = [
+                (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, term))
+                for term in terms
+                for field in _TEXT_FIELDS
+            ]
+            clauses.append((tantivy.Occur.Must, tantivy.Query.boolean_query(should)))
+        else:
+            clauses.append((tantivy.Occur.Must, tantivy.Query.all_query()))
+        for field, value in (
+            ("thread_id", filters.thread_id), ("window_id", filters.window_id),
+            ("kind", filters.kind), ("tool_name", filters.tool_name), ("project", filters.project),
+        ):  # fmt: skip
+            if value is not None:
+                clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self._schema, field, value)))
+        if filters.since_ms is not None or filters.until_ms is not None:
+            clauses.append((tantivy.Occur.Must, tantivy.Query.range_query(
+                self._schema, "ts_ms", tantivy.FieldType.Integer,
+                filters.since_ms if filters.since_ms is not None else -(2**62),
+                filters.until_ms if filters.until_ms is not None else 2**62,
+            )))  # fmt: skip
+        return tantivy.Query.boolean_query(clauses), terms
+
+    def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
+        q, terms = self._query(query, filters)
+        searcher = self._index.searcher()
+        result = searcher.search(q, limit)
+        hits = []
+        for score, address in result.hits:
+            d = searcher.doc(address).to_dict()
+            first = {k: (v[0] if v else "") for k, v in d.items()}
+            hits.append(Hit(
+                event_id=first["event_id"], thread_id=first["thread_id"],
+                window_id=first["window_id"], kind=first["kind"], tool_name=first["tool_name"],
+                ts=first["ts"], repo_commit=first["repo_commit"], score=round(float(score), 6),
+                snippet=snippet(terms, first.get("text", "")), source="index",
+                offset=int(first["offset"] or 0),
+            ))  # fmt: skip
+        return hits
+
+    def clear(self) -> None:
+        with self._lock:
+            self._writer.delete_all_documents()
+            self._writer.commit()
+            self._index.reload()
+            self._visible = {}
+            self._pending.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._dirty:
+                self._writer.commit()
+            self._writer.wait_merging_threads()
+
+
+def wipe(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+__all__ = ["TantivySearchIndex", "wipe"]

@@ -1,0 +1,136 @@
+"""The embedded event topic: a durable on-disk log in SQLite (WAL), Kafka's role on one
+machine. Two topics, as in the distributed deployment: ``agent.events`` and the
+dead-letter ``agent.events.dlq``. Records get increasing offsets; consumers keep their
+own positions (``sinks.sqlite_state``), so the log is read as Kafka is read.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from processors.pipeline import Record
+
+EVENTS_TOPIC = "agent.events"
+DLQ_TOPIC = "agent.events.dlq"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    offset INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    value BLOB NOT NULL,
+    appended_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_id ON events (event_id);
+CREATE INDEX IF NOT EXISTS events_by_thread ON events (thread_id, offset);
+CREATE TABLE IF NOT EXISTS dlq (
+    offset INTEGER PRIMARY KEY AUTOINCREMENT,
+    value BLOB NOT NULL,
+    reason TEXT NOT NULL,
+    appended_at REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    offset: int
+    value: bytes
+    reason: str
+    appended_at: float
+
+
+class SqliteEventBus:
+    """Append and read the embedded topics. Several processes may append at once."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def append(
+        self, accepted: Sequence[tuple[str, str, bytes]], rejected: Sequence[tuple[bytes, str]] = ()
+    ) -> int:
+        """Append (thread_id, event_id, bytes) records and dead letters in one transaction.
+
+        Returns the offset of the last accepted record (0 if none).
+        """
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(
+                    "INSERT INTO events (thread_id, event_id, value, appended_at) VALUES (?,?,?,?)",
+                    ((t, e, v, now) for t, e, v in accepted),
+                )
+                self._db.executemany(
+                    "INSERT INTO dlq (value, reason, appended_at) VALUES (?,?,?)",
+                    ((v, r, now) for v, r in rejected),
+                )
+                last = self._db.execute("SELECT max(offset) FROM events").fetchone()[0] or 0
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return int(last)
+
+    def read(self, after: int, limit: int) -> list[Record]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT offset, value FROM events WHERE offset > ? ORDER BY offset LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [Record(0, o, v) for o, v in rows]
+
+    def read_dlq(self, after: int, limit: int) -> list[DeadLetter]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT offset, value, reason, appended_at FROM dlq WHERE offset > ? "
+                "ORDER BY offset LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [DeadLetter(*r) for r in rows]
+
+    def end_offsets(self) -> tuple[int, int]:
+        """Highest offsets of (events, dlq)."""
+        with self._lock:
+            e = self._db.execute("SELECT max(offset) FROM events").fetchone()[0] or 0
+            d = self._db.execute("SELECT max(offset) FROM dlq").fetchone()[0] or 0
+        return int(e), int(d)
+
+    def find(self, event_id: str) -> Record | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT offset, value FROM events WHERE event_id = ? ORDER BY offset LIMIT 1",
+                (event_id,),
+            ).fetchone()
+        return None if row is None else Record(0, row[0], row[1])
+
+    def thread_tail(self, thread_id: str, after: int, limit: int = 1000) -> list[Record]:
+        """A thread's records after ``after``, oldest first (the newest ``limit`` of them)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT offset, value FROM (SELECT offset, value FROM events WHERE thread_id = ? "
+                "AND offset > ? ORDER BY offset DESC LIMIT ?) ORDER BY offset",
+                (thread_id, after, limit),
+            ).fetchall()
+        return [Record(0, o, v) for o, v in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def chunks(items: Sequence[bytes], size: int) -> Iterable[Sequence[bytes]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+__all__ = ["DLQ_TOPIC", "EVENTS_TOPIC", "DeadLetter", "SqliteEventBus", "chunks"]

@@ -1,0 +1,338 @@
+"""The ``agentlog`` command (SPEC §7). Every query command takes ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from processors.context import BudgetTooSmall
+from sinks.base import QueryResult, StoreError
+from streams.config import Settings
+from streams.service import DataDirLock, NotFound
+
+EPILOG = """Configuration (environment): AGENTLOG_DATA_DIR (default ./.agentlog),
+AGENTLOG_CLICKHOUSE_URL (a ClickHouse server; unset = chDB in the data directory),
+AGENTLOG_GRACE_SECONDS, AGENTLOG_CALL_TIMEOUT_SECONDS, AGENTLOG_MAX_EVENT_BYTES,
+AGENTLOG_HTTP_HOST / AGENTLOG_HTTP_PORT (for `agentlog run`)."""
+
+
+class UsageError(Exception):
+    pass
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+@contextmanager
+def backend(settings: Settings) -> Iterator[Any]:
+    """The running server's API if one holds the data directory, else the stores here."""
+    from streams.client import RemoteService, server_url  # noqa: PLC0415
+
+    url = server_url(settings)
+    if url:
+        remote = RemoteService(url)
+        try:
+            yield remote
+        finally:
+            remote.close()
+        return
+    lock = DataDirLock(settings)
+    if not lock.acquire(timeout=300):
+        url = server_url(settings)
+        if not url:
+            raise StoreError(f"another agentlog process is using {settings.data_dir}; wait for it to finish")
+        yield RemoteService(url)
+        return
+    from streams.service import EmbeddedService  # noqa: PLC0415
+
+    service = EmbeddedService(settings)
+    try:
+        yield service
+    finally:
+        service.close()
+        lock.release()
+
+
+def _progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A progress bar on stderr when it is a terminal; silent otherwise."""
+    if not sys.stderr.isatty():
+        return (lambda _d, _t: None), (lambda: None)
+    from rich.progress import Progress  # noqa: PLC0415
+
+    bar = Progress(transient=True)
+    bar.start()
+    task = bar.add_task(label, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    from streams.client import RemoteService, server_url  # noqa: PLC0415
+
+    url = server_url(settings)
+    if url:
+        report = RemoteService(url).publish(data)
+    else:  # the topic is a SQLite file: appending needs no lock on the other stores
+        from streams.publisher import LocalPublisher  # noqa: PLC0415
+
+        publisher = LocalPublisher(settings)
+        report = publisher.publish(data).as_dict()
+        publisher.close()
+    if args.json:
+        _print_json(report)
+    else:
+        print(f"accepted {report['accepted']}, rejected {report['rejected']}")
+        for r in report["rejections"][:10]:
+            print(f"  record {r['record']}: {r['reason']}", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.until_idle:
+        with backend(settings) as svc:
+            update, done = _progress("processing")
+            try:
+                result = svc.catch_up(update)
+            finally:
+                done()
+        if args.json:
+            _print_json(result)
+        else:
+            print(f"processed {result.get('processed', 0)} records; all sinks flushed")
+        return 0
+    from streams.server import serve  # noqa: PLC0415
+
+    return serve(settings, args.host or settings.http_host, args.port or settings.http_port)
+
+
+def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        state = svc.state(args.thread)
+    if args.json:
+        _print_json(state)
+        return 0
+    print(f"thread {state['thread_id']}  project {state['project']}  window {state['window_id']}  "
+          f"events {state['event_count']}")  # fmt: skip
+    print(f"goal: {(state['goal'] or {}).get('text', '-')}")
+    for c in state["constraints"]:
+        print(f"constraint: {c['text']}")
+    for name in ("plan", "tasks"):
+        for item in state[name]:
+            ident = item.get("step_id") or item.get("task_id")
+            print(f"{name[:-1] if name == 'tasks' else 'step'} {ident} [{item['status']}] {item.get('text') or ''}")
+    for f in state["files"]:
+        print(f"file {f['path']} {f['change']}{'' if f['confirmed'] else ' (unconfirmed)'}")
+    for a in state["pending_approvals"]:
+        print(f"pending approval {a['approval_id']}: {a['action']}")
+    for a in state["agents"]:
+        print(f"agent {a['agent_id']} {a['status']}")
+    for c in state["pending_calls"]:
+        print(f"pending call {c['call_id']} {c['tool_name']}")
+    for fl in state["failures"][-5:]:
+        print(f"failure {fl['event_id']} {fl.get('tool_name') or fl['kind']} {fl.get('status') or ''} {fl['message']}")
+    return 0
+
+
+def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        if hasattr(svc, "driver"):
+            from streams.context_api import context_for  # noqa: PLC0415
+
+            result = context_for(svc, args.thread, args.budget, args.query, args.model)
+        else:
+            result = svc.context(args.thread, args.budget, args.query)
+    if args.json:
+        _print_json(result)
+        return 0
+    meta = result["meta"]
+    print(f"{meta['used_tokens']}/{meta['budget']} tokens ({meta['encoding']})")
+    for m in result["messages"]:
+        content = m.get("content") or json.dumps(m.get("tool_calls"))
+        print(f"--- {m['role']}{' ' + m['tool_call_id'] if m.get('tool_call_id') else ''}\n{content}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        result = svc.search(args.query, thread_id=args.thread, kind=args.kind, tool_name=args.tool,
+                            window_id=args.window, project=args.project, after=args.after,
+                            limit=args.limit)  # fmt: skip
+    if args.json:
+        _print_json(result)
+        return 0
+    for h in result["hits"]:
+        print(f"{h['score']:7.3f} [{h['source']}] {h['event_id']} {h['thread_id']} {h['kind']} "
+              f"{h['tool_name']} {h['ts']}\n        {h['snippet']}")  # fmt: skip
+    if not result["hits"]:
+        print("no hits")
+    return 0
+
+
+def cmd_read(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        result = svc.read(args.event_id)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"# source: {result['source']}")
+        print(orjson.dumps(result["event"], option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def format_rows(result: QueryResult, fmt: str) -> str:
+    if fmt == "json":
+        return orjson.dumps([dict(zip(result.columns, r)) for r in result.rows], default=str,
+                            option=orjson.OPT_INDENT_2).decode()  # fmt: skip
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(result.columns)
+        writer.writerows(result.rows)
+        return buf.getvalue().rstrip("\n")
+    cells = [[str(c) for c in result.columns]] + [["" if v is None else str(v) for v in r] for r in result.rows]
+    widths = [min(60, max(len(row[i]) for row in cells)) for i in range(len(result.columns))]
+    lines = [" | ".join(v[:60].ljust(w) for v, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines) + f"\n({len(result.rows)} rows)"
+
+
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        result = svc.sql(args.query)
+    print(format_rows(result, "json" if args.json else args.format))
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        update, done = _progress("rebuilding")
+        try:
+            result = svc.rebuild(update)
+        finally:
+            done()
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"rebuilt {result['threads']} threads from {result['events']} logged events")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.demo_runner import run_demo  # noqa: PLC0415
+
+    if args.data_dir:
+        data_dir = Path(args.data_dir)
+    else:
+        data_dir = Path(tempfile.mkdtemp(prefix="agentlog-demo-"))
+    return run_demo(Settings(**{**settings.__dict__, "data_dir": data_dir}), as_json=args.json)
+
+
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.bench import run_bench  # noqa: PLC0415
+
+    return run_bench(args)
+
+
+# -- parser ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentlog",
+        description="Agent events in; working state, context, search and SQL out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens (per thread and event)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[..., int], help_text: str, json_flag: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("demo", cmd_demo, "run the whole pipeline on a built-in sample workload and show the results")
+    p.add_argument("--data-dir", help="keep the demo's data here (default: a fresh temporary directory)")
+    p = add("run", cmd_run, "run processors and sinks and serve the HTTP API (--until-idle: drain and exit)")
+    p.add_argument("--until-idle", action="store_true", help="process everything pending, flush every sink, exit")
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8787)")
+    p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected")
+    p.add_argument("file", metavar="FILE|-")
+    p = add("state", cmd_state, "show a thread's working state")
+    p.add_argument("thread", metavar="THREAD")
+    p = add("context", cmd_context, "assemble a thread's context under a token budget")
+    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("--budget", type=int, required=True, help="token budget (o200k_base tokens)")
+    p.add_argument("--query", help="also recall evidence matching this query")
+    p.add_argument("--model", help="model family, to choose the tokenizer (default o200k_base)")
+    p = add("search", cmd_search, "keyword search over events; hits say whether they came from the index or active state")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("--thread", help="only this thread (and see its not-yet-indexed events)")
+    p.add_argument("--kind", help="only this event kind")
+    p.add_argument("--tool", help="only this tool name")
+    p.add_argument("--window", help="only this window")
+    p.add_argument("--project", help="only this project")
+    p.add_argument("--after", metavar="EVENT_ID", help="read-your-writes: see this event's thread up to it")
+    p.add_argument("--limit", type=int, default=10, help="at most this many hits (default 10)")
+    p = add("read", cmd_read, "the original event, by id, from the log")
+    p.add_argument("event_id", metavar="EVENT_ID")
+    p = add("sql", cmd_sql, "read-only SQL over the log (tables: events, tool_calls, rejected_events)")
+    p.add_argument("query", metavar="SQL")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    add("rebuild", cmd_rebuild, "replay the log into state, pairs and index (with a progress bar)")
+    p = add("bench", cmd_bench, "measure throughput and latency percentiles of the hot paths", json_flag=False)
+    p.add_argument("--events", type=int, default=200_000, help="events for the pipeline benchmark")
+    p.add_argument("--threads", type=int, default=1_000, help="threads they spread over")
+    p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr,
+    )  # fmt: skip
+    try:
+        settings = Settings.from_env()
+        if settings.distributed:
+            raise UsageError(
+                "AGENTLOG_KAFKA_BOOTSTRAP is set, but this build runs the embedded deployment only; "
+                "unset it to use the on-disk event log"
+            )
+        return int(args.fn(args, settings))
+    except NotFound as error:
+        print(f"agentlog: not found: {error}", file=sys.stderr)
+        return 1
+    except BudgetTooSmall as error:
+        print(f"agentlog: {error}", file=sys.stderr)
+        return 2
+    except (StoreError, UsageError, OSError, ValueError) as error:
+        print(f"agentlog: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Talking to a running ``agentlog run`` over HTTP, with the service's method names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sinks.base import QueryResult, StoreError
+from streams.config import Settings
+from streams.service import NotFound
+
+SERVER_FILE = "server.json"
+
+
+def server_url(settings: Settings) -> str | None:
+    """The URL of the server holding this data directory, if one answers."""
+    path = Path(settings.data_dir) / SERVER_FILE
+    if not path.exists():
+        return None
+    try:
+        url = json.loads(path.read_text())["url"]
+        httpx.get(f"{url}/healthz", timeout=2.0).raise_for_status()
+    except (OSError, ValueError, KeyError, httpx.HTTPError):
+        return None
+    return str(url)
+
+
+class RemoteService:
+    """The operations of ``EmbeddedService`` through the HTTP API."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=120.0)
+
+    def _get(self, path: str, **params: Any) -> Any:
+        return self._check(self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
+
+    def _check(self, response: httpx.Response) -> Any:
+        if response.status_code == 404:
+            raise NotFound(response.json().get("error", "not found"))
+        if response.status_code >= 400:
+            raise StoreError(response.json().get("error", response.text))
+        return response.json()
+
+    def publish(self, data: bytes) -> dict[str, Any]:
+        return self._check(self.http.post("/events", content=data))
+
+    def catch_up(self, on_progress: Any = None) -> dict[str, Any]:
+        return self._check(self.http.post("/flush"))
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        return self._get(f"/threads/{thread_id}/state")
+
+    def context(self, thread_id: str, budget: int, query: str | None = None) -> dict[str, Any]:
+        return self._get(f"/threads/{thread_id}/context", budget=budget, query=query)
+
+    def read(self, event_id: str) -> dict[str, Any]:
+        return self._get(f"/events/{event_id}")
+
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               tool_name: str | None = None, window_id: str | None = None,
+               project: str | None = None, after: str | None = None, since_ms: int | None = None,
+               until_ms: int | None = None, limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        return self._get(
+            "/search", q=query, thread=thread_id, kind=kind, tool=tool_name, window=window_id,
+            project=project, after=after, since_ms=since_ms, until_ms=until_ms, limit=limit,
+        )  # fmt: skip
+
+    def sql(self, statement: str) -> QueryResult:
+        body = self._check(self.http.post("/sql", content=json.dumps({"sql": statement})))
+        return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
+
+    def rebuild(self, on_progress: Any = None) -> dict[str, Any]:
+        return self._check(self.http.post("/rebuild"))
+
+    def close(self) -> None:
+        self.http.close()
+
+
+__all__ = ["RemoteService", "SERVER_FILE", "server_url"]

@@ -1,0 +1,90 @@
+"""Configuration, from the environment (or a ``agentlog.toml`` in the data directory).
+
+This module is the one place that decides which adapters a deployment uses: the
+embedded default unless ``AGENTLOG_KAFKA_BOOTSTRAP`` / ``AGENTLOG_CLICKHOUSE_URL`` /
+``AGENTLOG_OPENSEARCH_URL`` name real servers.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from processors.thread import PairingConfig
+from schemas.events import MAX_EVENT_BYTES
+
+_ENV = {
+    "data_dir": "AGENTLOG_DATA_DIR",
+    "kafka_bootstrap": "AGENTLOG_KAFKA_BOOTSTRAP",
+    "clickhouse_url": "AGENTLOG_CLICKHOUSE_URL",
+    "opensearch_url": "AGENTLOG_OPENSEARCH_URL",
+    "http_host": "AGENTLOG_HTTP_HOST",
+    "http_port": "AGENTLOG_HTTP_PORT",
+    "grace_seconds": "AGENTLOG_GRACE_SECONDS",
+    "call_timeout_seconds": "AGENTLOG_CALL_TIMEOUT_SECONDS",
+    "max_event_bytes": "AGENTLOG_MAX_EVENT_BYTES",
+    "refresh_seconds": "AGENTLOG_REFRESH_SECONDS",
+    "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
+    "batch_size": "AGENTLOG_BATCH_SIZE",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path(".agentlog")
+    kafka_bootstrap: str | None = None
+    clickhouse_url: str | None = None
+    opensearch_url: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = 8787
+    grace_seconds: float = 30.0
+    call_timeout_seconds: float = 600.0
+    max_event_bytes: int = MAX_EVENT_BYTES
+    refresh_seconds: float = 1.0
+    checkpoint_seconds: float = 2.0
+    batch_size: int = 5000
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        data_dir = Path(env.get(_ENV["data_dir"], ".agentlog"))
+        values: dict[str, object] = {}
+        config_file = data_dir / "agentlog.toml"
+        if config_file.exists():
+            values.update(tomllib.loads(config_file.read_text()))
+        for name, var in _ENV.items():
+            if env.get(var):
+                values[name] = env[var]
+        types = {f.name: f.type for f in fields(cls)}
+        kwargs: dict[str, object] = {}
+        for name, value in values.items():
+            if name not in types:
+                continue
+            kind = types[name]
+            if name == "data_dir":
+                kwargs[name] = Path(str(value))
+            elif kind in ("int",):
+                kwargs[name] = int(value)  # type: ignore[arg-type]
+            elif kind in ("float",):
+                kwargs[name] = float(value)  # type: ignore[arg-type]
+            else:
+                kwargs[name] = str(value)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.kafka_bootstrap)
+
+    @property
+    def pairing(self) -> PairingConfig:
+        return PairingConfig(self.grace_seconds * 1000.0, self.call_timeout_seconds * 1000.0)
+
+    def path(self, name: str) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return self.data_dir / name
+
+
+__all__ = ["Settings"]

@@ -1,0 +1,167 @@
+"""The embedded driver: the same processors as the faust app, driven in-process.
+
+One step reads a batch from the topic, runs ``processors.pipeline`` and writes the
+sinks; a checkpoint (every ``checkpoint_s`` and when idle) commits thread snapshots,
+applied ids and positions together. Sinks are written before the checkpoint and are
+idempotent on replay (the log skips offsets below its high-water mark, the index upserts
+by ``event_id``, pair rows are versioned), so a crash loses and doubles nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from processors.pipeline import BatchResult, Pipeline
+from processors.records import log_row, pair_row, search_doc
+from processors.thread import PairingConfig
+from sinks.base import LogStore, SearchIndex, StateStore
+from sinks.clickhouse import rejected_row
+from streams.bus import SqliteEventBus
+from streams.metrics import METRICS
+
+log = logging.getLogger("agentlog.driver")
+
+
+class CheckpointedSeen:
+    """Applied ids: those of the last checkpoint (in the state store) plus those since."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.since_checkpoint: set[str] = set()
+
+    def unseen(self, ids: Sequence[str]) -> set[str]:
+        fresh = {i for i in ids if i not in self.since_checkpoint}
+        return self.store.unseen(list(fresh)) if fresh else fresh
+
+    def add(self, ids: Iterable[str]) -> None:
+        self.since_checkpoint.update(ids)
+
+
+@dataclass(slots=True)
+class Progress:
+    processed: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+
+
+class EmbeddedDriver:
+    def __init__(
+        self,
+        bus: SqliteEventBus,
+        log_store: LogStore,
+        index: SearchIndex,
+        states: StateStore,
+        pairing: PairingConfig = PairingConfig(),
+        batch_size: int = 5000,
+        checkpoint_s: float = 2.0,
+        refresh_s: float = 1.0,
+    ) -> None:
+        self.bus, self.log, self.index, self.states = bus, log_store, index, states
+        self.batch_size = batch_size
+        self.checkpoint_s = checkpoint_s
+        self.refresh_s = refresh_s
+        self.seen = CheckpointedSeen(states)
+        self.pipeline = Pipeline(self.seen, states.load, pairing)
+        positions = states.offsets()
+        self.events_pos = positions.get("events", 0)
+        self.dlq_pos = positions.get("dlq", 0)
+        # Offsets at or below these are already in the log (written before a crash).
+        self.log_events_hw = log_store.high_water("events").get(0, 0)
+        self.log_rejected_hw = log_store.high_water("rejected_events").get(0, 0)
+        self.dirty: set[str] = set()
+        self._last_checkpoint = self._last_refresh = time.monotonic()
+
+    # -- one step ---------------------------------------------------------------------
+
+    def step(self) -> int:
+        """Process one batch of each topic; returns how many records were read."""
+        t0 = time.perf_counter()
+        records = self.bus.read(self.events_pos, self.batch_size)
+        if records:
+            result = self.pipeline.process(records)
+            self._write(result)
+            self.events_pos = records[-1].offset
+            METRICS.batch_seconds.observe(time.perf_counter() - t0)
+        letters = self.bus.read_dlq(self.dlq_pos, self.batch_size)
+        if letters:
+            rows = [
+                rejected_row(d.value, d.reason, 0, d.offset, d.appended_at)
+                for d in letters
+                if d.offset > self.log_rejected_hw
+            ]
+            self.log.append_rejected(rows)
+            METRICS.rejected.inc(len(letters))
+            self.dlq_pos = letters[-1].offset
+        self._maybe_flush()
+        return len(records) + len(letters)
+
+    def _write(self, result: BatchResult) -> None:
+        rows, docs = [], []
+        for a in result.applied:
+            offset = a.record.offset
+            if offset > self.log_events_hw:
+                rows.append(log_row(a.event, a.record.value, 0, offset, a.window_id))
+            docs.append(search_doc(a.event, offset, a.window_id, a.tool_name))
+        self.log.append_events(rows)
+        self.log.upsert_pairs([pair_row(p) for p in result.pairs])
+        self.index.add(docs)
+        if result.rejected:  # bytes that bypassed publish-time validation: dead-letter them
+            self.bus.append((), [(r.value, why.reason) for r, why in result.rejected])
+        self.dirty |= result.touched
+        METRICS.accepted.inc(len(result.applied))
+        METRICS.duplicates.inc(len(result.duplicates))
+        for pair in result.pairs:
+            METRICS.pairs.labels(pair.status).inc()
+        for a in result.applied:
+            log.debug("applied thread=%s event=%s kind=%s", a.event.thread_id, a.event.event_id, a.event.kind)
+        for record, event in result.duplicates:
+            log.info("duplicate thread=%s event=%s offset=%d ignored", event.thread_id, event.event_id, record.offset)
+
+    def _maybe_flush(self) -> None:
+        now = time.monotonic()
+        if now - self._last_refresh >= self.refresh_s:
+            self.refresh()
+        if now - self._last_checkpoint >= self.checkpoint_s:
+            self.checkpoint()
+
+    # -- durability and visibility ----------------------------------------------------
+
+    def refresh(self) -> None:
+        self.index.refresh()
+        self._last_refresh = time.monotonic()
+        visible = self.index.visible_offsets().get(0, 0)
+        METRICS.index_lag.set(max(0, self.events_pos - visible))
+
+    def checkpoint(self) -> None:
+        snapshots = [self.pipeline.threads[t].snapshot() for t in self.dirty]
+        self.states.checkpoint(
+            snapshots, list(self.seen.since_checkpoint), {"events": self.events_pos, "dlq": self.dlq_pos}
+        )
+        self.seen.since_checkpoint.clear()
+        self.dirty.clear()
+        self._last_checkpoint = time.monotonic()
+
+    def pending(self) -> int:
+        end_events, end_dlq = self.bus.end_offsets()
+        return max(0, end_events - self.events_pos) + max(0, end_dlq - self.dlq_pos)
+
+    def run_until_idle(self, on_progress: Callable[[int, int], None] | None = None) -> Progress:
+        """Drain everything pending, flush every sink and the index, checkpoint, return."""
+        progress = Progress()
+        total = self.pending()
+        while True:
+            n = self.step()
+            if n == 0:
+                break
+            progress.processed += n
+            if on_progress:
+                on_progress(progress.processed, max(total, progress.processed))
+        self.refresh()
+        self.checkpoint()
+        return progress
+
+
+__all__ = ["CheckpointedSeen", "EmbeddedDriver", "Progress"]

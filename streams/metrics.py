@@ -1,0 +1,28 @@
+"""Prometheus metrics of the pipeline, in one registry served at ``GET /metrics``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.published = Counter("agentlog_published_total", "Records offered to publish", registry=r)
+        self.accepted = Counter("agentlog_events_applied_total", "Events applied by the processors", registry=r)
+        self.rejected = Counter("agentlog_events_rejected_total", "Records dead-lettered", registry=r)
+        self.duplicates = Counter("agentlog_events_duplicate_total", "Duplicate events ignored", registry=r)
+        self.pairs = Counter("agentlog_tool_pairs_total", "Tool-call pair rows written", ["status"], registry=r)
+        self.batch_seconds = Histogram("agentlog_batch_seconds", "Time to process one batch", registry=r)
+        self.index_lag = Gauge("agentlog_index_lag_events", "Events processed but not yet searchable", registry=r)
+        self.requests = Histogram("agentlog_http_request_seconds", "HTTP request latency", ["route"], registry=r)
+
+
+METRICS = Metrics()
+
+__all__ = ["METRICS", "Metrics"]

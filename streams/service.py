@@ -1,0 +1,367 @@
+"""What the CLI and the HTTP API do, on the embedded deployment, in one facade.
+
+``EmbeddedService`` owns the stores of a data directory. chDB and tantivy lock their
+files to one process, so a process takes ``agentlog.lock`` before opening them;
+``agentlog run`` keeps it while serving, and other commands then go through its HTTP
+API (``streams.client``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from processors.pipeline import MemorySeen, Pipeline, Record
+from processors.records import pair_row, search_doc
+from processors.textsearch import score, snippet, tokenize
+from processors.validation import Rejection, validate
+from schemas.events import Envelope
+from sinks.base import Hit, QueryResult, SearchFilters, StoreError
+from sinks.clickhouse import ClickHouseLogStore
+from sinks.sqlite_state import SqliteStateStore
+from sinks.tantivy_index import TantivySearchIndex, wipe
+from streams.bus import SqliteEventBus
+from streams.config import Settings
+from streams.driver import EmbeddedDriver
+from streams.metrics import METRICS
+
+log = logging.getLogger("agentlog.service")
+
+
+class NotFound(LookupError):
+    """The thread or event does not exist (and is not pending either)."""
+
+
+class Busy(RuntimeError):
+    """Another process holds the data directory and does not serve HTTP."""
+
+
+def split_records(data: bytes) -> list[bytes]:
+    """JSON lines (blank lines skipped); a body that is one JSON array gives its items."""
+    stripped = data.strip()
+    if stripped.startswith(b"[") and stripped.endswith(b"]"):
+        try:
+            items = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            items = None
+        if isinstance(items, list):
+            return [orjson.dumps(item) for item in items]
+    lines = data.split(b"\n")
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines if line.strip()]
+
+
+@dataclass
+class PublishReport:
+    accepted: int = 0
+    rejected: int = 0
+    last_event_id: str | None = None
+    last_offset: int = 0
+    rejections: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_records(records: list[bytes], max_bytes: int) -> tuple[list[tuple[str, str, bytes]], list[tuple[bytes, str]], PublishReport]:
+    """Validate before send: accepted (thread, id, bytes), dead letters (bytes, reason)."""
+    accepted: list[tuple[str, str, bytes]] = []
+    rejected: list[tuple[bytes, str]] = []
+    report = PublishReport()
+    for n, raw in enumerate(records, start=1):
+        result = validate(raw, max_bytes)
+        if isinstance(result, Rejection):
+            rejected.append((raw, result.reason))
+            if len(report.rejections) < 100:
+                report.rejections.append({"record": n, "reason": result.reason})
+        else:
+            accepted.append((result.thread_id, result.event_id, raw))
+            report.last_event_id = result.event_id
+    report.accepted, report.rejected = len(accepted), len(rejected)
+    return accepted, rejected, report
+
+
+def publish_to(bus: SqliteEventBus, data: bytes, max_bytes: int) -> PublishReport:
+    """Validate before send, then append accepted records and dead letters to the topic."""
+    records = split_records(data)
+    METRICS.published.inc(len(records))
+    accepted, rejected, report = check_records(records, max_bytes)
+    report.last_offset = bus.append(accepted, rejected)
+    for raw, reason in rejected[:20]:
+        log.warning("rejected record: %s (%d bytes)", reason, len(raw))
+    return report
+
+
+class DataDirLock:
+    """An exclusive ``flock`` on the data directory's stores."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.path = settings.path("agentlog.lock")
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._fd = fd
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class EmbeddedService:
+    """The embedded deployment's stores and the operations on them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.bus = SqliteEventBus(str(settings.path("topic.db")))
+        self.log = ClickHouseLogStore.open(settings.clickhouse_url, str(settings.path("log")))
+        self.index = TantivySearchIndex(str(settings.path("index")))
+        self.states = SqliteStateStore(str(settings.path("state.db")))
+        self.driver = self._new_driver()
+        # Serialises the driver and readers of its in-memory state (the HTTP server
+        # runs the driver in a background thread).
+        self.lock = threading.RLock()
+        self.serving = False
+
+    def _new_driver(self) -> EmbeddedDriver:
+        s = self.settings
+        return EmbeddedDriver(
+            self.bus, self.log, self.index, self.states, s.pairing,
+            batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, refresh_s=s.refresh_seconds,
+        )  # fmt: skip
+
+    # -- writes -----------------------------------------------------------------------
+
+    def publish(self, data: bytes) -> PublishReport:
+        return publish_to(self.bus, data, self.settings.max_event_bytes)
+
+    def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint."""
+        with self.lock:
+            progress = self.driver.run_until_idle(on_progress)
+        return {"processed": progress.processed}
+
+    def wait_processed(self, offset: int, timeout: float = 10.0) -> None:
+        """Read-your-writes for the live driver: wait until it has applied ``offset``."""
+        if not self.serving:
+            self.catch_up()
+            return
+        deadline = time.monotonic() + timeout
+        while self.driver.events_pos < offset and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def _settle(self) -> None:
+        self.wait_processed(self.bus.end_offsets()[0])
+
+    # -- reads ------------------------------------------------------------------------
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        self._settle()
+        with self.lock:
+            tp = self.driver.pipeline.threads.get(thread_id)
+            if tp is None and self.states.load(thread_id) is not None:
+                tp = self.driver.pipeline.thread(thread_id)
+            if tp is None:
+                raise NotFound(f"no events for thread {thread_id!r}")
+            return tp.state.public()
+
+    def threads(self) -> list[str]:
+        self._settle()
+        with self.lock:
+            return sorted(set(self.states.threads()) | set(self.driver.pipeline.threads))
+
+    def read(self, event_id: str) -> dict[str, Any]:
+        logged = self.log.get(event_id)
+        if logged is not None:
+            return {"event": orjson.loads(logged.raw), "source": "log", "offset": logged.offset}
+        pending = self.bus.find(event_id)
+        if pending is not None:
+            return {"event": orjson.loads(pending.value), "source": "active", "offset": pending.offset}
+        raise NotFound(
+            f"event {event_id!r} is neither in the log nor pending: it was never accepted "
+            "(check `agentlog sql \"SELECT reason FROM rejected_events\"` for rejections)"
+        )
+
+    def search(
+        self,
+        query: str,
+        thread_id: str | None = None,
+        kind: str | None = None,
+        tool_name: str | None = None,
+        window_id: str | None = None,
+        project: str | None = None,
+        after: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        limit: int = 10,
+    ) -> dict[str, Any]:
+        filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
+        if not self.serving:
+            self.catch_up()
+        hits = self.index.search(query, filters, limit)
+        own_thread = thread_id
+        if after is not None:
+            named = self.bus.find(after)
+            if named is not None:
+                event = validate(named.value)
+                if isinstance(event, Envelope):
+                    own_thread = own_thread or event.thread_id
+        active: list[Hit] = []
+        if own_thread is not None:
+            active = self._active_hits(query, own_thread, filters, {h.event_id for h in hits})
+        merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
+        return {
+            "query": query,
+            "hits": [_hit_dict(h) for h in merged],
+            "index_visible_offset": self.index.visible_offsets().get(0, 0),
+        }
+
+    def _active_hits(
+        self, query: str, thread_id: str, filters: SearchFilters, known: set[str]
+    ) -> list[Hit]:
+        """The thread's accepted events the index cannot see yet (read-your-writes)."""
+        visible = self.index.visible_offsets().get(0, 0)
+        terms = tokenize(query)
+        out: list[Hit] = []
+        for record in self.bus.thread_tail(thread_id, visible):
+            event = validate(record.value)
+            if not isinstance(event, Envelope) or event.event_id in known:
+                continue
+            doc = search_doc(event, record.offset, event.window_id or "")
+            if not _matches(doc, filters):
+                continue
+            text = doc["text"] + " " + doc["path"]
+            s = score(terms, text) if terms else 1.0
+            if terms and s == 0.0:
+                continue
+            known.add(event.event_id)
+            out.append(Hit(
+                event_id=event.event_id, thread_id=event.thread_id, window_id=doc["window_id"],
+                kind=event.kind, tool_name=doc["tool_name"], ts=event.ts,
+                repo_commit=event.repo_commit or "", score=s, snippet=snippet(terms, doc["text"]),
+                source="active", offset=record.offset,
+            ))  # fmt: skip
+        return out
+
+    def sql(self, statement: str) -> QueryResult:
+        self._settle()
+        return self.log.query(statement, readonly=True)
+
+    # -- maintenance ------------------------------------------------------------------
+
+    def rebuild(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Replay the immutable log into fresh state, pairs and index."""
+        with self.lock:
+            self.driver.run_until_idle()
+            positions = {"events": self.driver.events_pos, "dlq": self.driver.dlq_pos}
+            total = self.log.count_events()
+            self.states.reset()
+            self.index.clear()
+            self.log.truncate_derived()
+            pipeline = Pipeline(MemorySeen(), lambda _t: None, self.settings.pairing)
+            done = 0
+            batch: list[Record] = []
+
+            def flush() -> None:
+                result = pipeline.process(batch)
+                self.log.upsert_pairs([pair_row(p) for p in result.pairs])
+                self.index.add([search_doc(a.event, a.record.offset, a.window_id, a.tool_name) for a in result.applied])
+                batch.clear()
+
+            for logged in self.log.replay():
+                batch.append(Record(logged.partition, logged.offset, logged.raw))
+                if len(batch) >= 5000:
+                    done += len(batch)
+                    flush()
+                    if on_progress:
+                        on_progress(done, total)
+            done += len(batch)
+            flush()
+            if on_progress:
+                on_progress(done, total)
+            self.index.refresh()
+            self.states.checkpoint(
+                [tp.snapshot() for tp in pipeline.threads.values()], list(pipeline.seen.ids), positions  # type: ignore[attr-defined]
+            )
+            self.driver = self._new_driver()
+        return {"events": done, "threads": len(pipeline.threads)}
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "deployment": "embedded",
+            "log": self.log.description,
+            "pending": self.driver.pending(),
+            "processed_offset": self.driver.events_pos,
+            "index_visible_offset": self.index.visible_offsets().get(0, 0),
+        }
+
+    # -- serving ----------------------------------------------------------------------
+
+    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.02) -> None:
+        """The live driver loop of ``agentlog run`` (a background thread of the server)."""
+        self.serving = True
+        while not stop.is_set():
+            try:
+                with self.lock:
+                    n = self.driver.step()
+                if n == 0:
+                    with self.lock:
+                        self.driver._maybe_flush()
+                    stop.wait(idle_sleep)
+            except StoreError:
+                log.exception("a store failed; retrying in 1 s")
+                stop.wait(1.0)
+        with self.lock:
+            self.driver.run_until_idle()
+
+    def close(self) -> None:
+        with self.lock:
+            self.driver.refresh()
+            self.driver.checkpoint()
+            self.index.close()
+            self.states.close()
+            self.bus.close()
+            self.log.close()
+
+
+def _matches(doc: dict[str, Any], f: SearchFilters) -> bool:
+    return (
+        (f.kind is None or doc["kind"] == f.kind)
+        and (f.tool_name is None or doc["tool_name"] == f.tool_name)
+        and (f.window_id is None or doc["window_id"] == f.window_id)
+        and (f.project is None or doc["project"] == f.project)
+        and (f.since_ms is None or doc["ts_ms"] >= f.since_ms)
+        and (f.until_ms is None or doc["ts_ms"] <= f.until_ms)
+    )
+
+
+def _hit_dict(h: Hit) -> dict[str, Any]:
+    d = asdict(h)
+    d.pop("extra", None)
+    return d
+
+
+__all__ = [
+    "Busy", "DataDirLock", "EmbeddedService", "NotFound", "PublishReport", "check_records",
+    "publish_to", "split_records",
+]  # fmt: skip
