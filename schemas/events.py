@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -33,18 +34,27 @@ RFC3339_PATTERN = r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+
 
 # Kept as the producer's string (validated in pydantic-core, which is several times
 # faster than a Python validator) and parsed once, on demand, by ``parse_ts``.
-RFC3339 = Annotated[str, StringConstraints(pattern=RFC3339_PATTERN)]
-
 _FRACTION = re.compile(r"\.(\d{7,9})")
 
 
 def parse_ts(value: str) -> datetime:
     """An RFC 3339 string (already validated) as an aware datetime, in microseconds."""
+    try:  # the common shape (upper-case T and Z, at most microseconds) parses directly
+        return datetime.fromisoformat(value)
+    except ValueError:
+        pass
     value = value.replace("z", "Z").replace("t", "T")
     if "." in value:  # Python keeps microseconds: drop nanosecond digits beyond them
         value = _FRACTION.sub(lambda m: "." + m.group(1)[:6], value)
-    parsed = datetime.fromisoformat(value)
-    return parsed
+    return datetime.fromisoformat(value)
+
+
+def _real_date(value: str) -> str:
+    parse_ts(value)  # the pattern admits month 13 or February 30; the calendar does not
+    return value
+
+
+RFC3339 = Annotated[str, StringConstraints(pattern=RFC3339_PATTERN), AfterValidator(_real_date)]
 
 
 Role = Literal["user", "assistant", "system", "developer"]

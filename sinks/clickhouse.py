@@ -112,6 +112,14 @@ class ClickHouseLogStore:
                     for row in block:
                         yield LoggedEvent(*row)
 
+    def rejected(self) -> list[tuple[bytes, str]]:
+        """Every dead-lettered record, its original bytes and its reason, oldest first."""
+        result = self._query(
+            "SELECT raw, reason FROM rejected_events ORDER BY partition, offset",
+            column_formats={"raw": "bytes"},
+        )
+        return [(bytes(r), str(why)) for r, why in result.result_rows]
+
     def count_events(self) -> int:
         return int(self._query("SELECT count() FROM events").result_rows[0][0])
 

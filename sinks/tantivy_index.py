@@ -69,7 +69,7 @@ class TantivySearchIndex:
         with self._lock:
             for d in docs:
                 # Upsert by event_id: a replay after a crash must not duplicate a hit.
-                self._writer.delete_documents("event_id", d["event_id"])
+                self._writer.delete_documents_by_term("event_id", d["event_id"])
                 self._writer.add_document(tantivy.Document(**{k: v for k, v in d.items() if v is not None}))
                 part = 0
                 if d["offset"] > self._pending.get(part, -1):

@@ -1,0 +1,114 @@
+"""``agentlog bench``: throughput and latency percentiles of the hot paths, in one run.
+
+1. processors alone (validate + dedup + pair + reduce), one core;
+2. the whole embedded pipeline: publish to the on-disk topic, then processors, chDB log,
+   tantivy index and state checkpoints until idle;
+3. ``state`` and ``read`` latency on the resulting data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from processors.pipeline import MemorySeen, Pipeline, Record
+from streams.config import Settings
+from streams.demo import synthetic_events
+from streams.service import EmbeddedService
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))] * 1000.0  # noqa: E731
+    return {"p50_ms": round(pick(0.50), 3), "p99_ms": round(pick(0.99), 3), "max_ms": round(s[-1] * 1000, 3)}
+
+
+def bench_processors(records: list[bytes], batch: int = 1000) -> dict[str, Any]:
+    pipeline = Pipeline(MemorySeen())
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(0, len(records), batch):
+        b0 = time.perf_counter()
+        pipeline.process([Record(0, i + j, r) for j, r in enumerate(records[i : i + batch])])
+        lat.append(time.perf_counter() - b0)
+    elapsed = time.perf_counter() - t0
+    return {"events": len(records), "seconds": round(elapsed, 2),
+            "events_per_s": round(len(records) / elapsed), "batch_of_1000": percentiles(lat)}  # fmt: skip
+
+
+def bench_pipeline(records: list[bytes], data_dir: Path) -> tuple[dict[str, Any], EmbeddedService]:
+    service = EmbeddedService(Settings(data_dir=data_dir))
+    t0 = time.perf_counter()
+    chunk = 20_000
+    for i in range(0, len(records), chunk):
+        service.publish(b"\n".join(records[i : i + chunk]))
+    published = time.perf_counter() - t0
+    lat: list[float] = []
+    driver = service.driver
+    t1 = time.perf_counter()
+    while True:
+        b0 = time.perf_counter()
+        n = driver.step()
+        if n == 0:
+            break
+        lat.append(time.perf_counter() - b0)
+    driver.refresh()
+    driver.checkpoint()
+    elapsed = time.perf_counter() - t0
+    return {
+        "events": len(records),
+        "publish_seconds": round(published, 2),
+        "process_seconds": round(time.perf_counter() - t1, 2),
+        "seconds": round(elapsed, 2),
+        "events_per_s": round(len(records) / elapsed),
+        "batch_of_5000": percentiles(lat),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "log_rows": service.log.count_events(),
+    }, service
+
+
+def bench_reads(service: EmbeddedService, threads: list[str], event_ids: list[str], n: int = 2000) -> dict[str, Any]:
+    rng = random.Random(3)
+    state_lat, read_lat = [], []
+    for _ in range(n):
+        t = rng.choice(threads)
+        s0 = time.perf_counter()
+        service.state(t)
+        state_lat.append(time.perf_counter() - s0)
+    for _ in range(min(n, 1000)):
+        e = rng.choice(event_ids)
+        s0 = time.perf_counter()
+        service.read(e)
+        read_lat.append(time.perf_counter() - s0)
+    return {"state": percentiles(state_lat), "read": percentiles(read_lat)}
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    print(f"generating {max(args.events, args.processor_events):,} events over {args.threads:,} threads …", flush=True)
+    records = synthetic_events(max(args.events, args.processor_events), args.threads)
+    proc = bench_processors(records[: args.processor_events])
+    print(f"processors alone (validate+dedup+pair+reduce, 1 core): {proc['events_per_s']:,} events/s; "
+          f"batch of 1000 p50 {proc['batch_of_1000']['p50_ms']} ms p99 {proc['batch_of_1000']['p99_ms']} ms", flush=True)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-") as tmp:
+        pipe, service = bench_pipeline(records[: args.events], Path(tmp))
+        print(f"embedded pipeline (topic append, processors, chDB, tantivy, state): {pipe['events_per_s']:,} events/s "
+              f"over {pipe['events']:,} events ({pipe['seconds']} s; publish {pipe['publish_seconds']} s); "
+              f"batch of 5000 p50 {pipe['batch_of_5000']['p50_ms']} ms p99 {pipe['batch_of_5000']['p99_ms']} ms; "
+              f"peak RSS {pipe['peak_rss_mib']} MiB; log rows {pipe['log_rows']:,}", flush=True)  # fmt: skip
+        threads = sorted(service.driver.pipeline.threads)
+        ids = [f"{t}.{n:05d}" for t in threads[:200] for n in (1, 2, 3)]
+        reads = bench_reads(service, threads, ids)
+        service.close()
+    print(f"state: p50 {reads['state']['p50_ms']} ms p99 {reads['state']['p99_ms']} ms; "
+          f"read: p50 {reads['read']['p50_ms']} ms p99 {reads['read']['p99_ms']} ms", flush=True)  # fmt: skip
+    ratio = proc["events_per_s"] / max(pipe["events_per_s"], 1)
+    print(f"ratio processors-alone / whole pipeline: {ratio:.2f}x (same run)")
+    return 0
+
+
+__all__ = ["run_bench"]

@@ -1,0 +1,51 @@
+"""SPEC §4 basics: the assembled context fits the budget, keeps pairs whole and pinned items."""
+
+from __future__ import annotations
+
+import pytest
+
+from processors.context import BudgetTooSmall, message_tokens
+from processors.tokens import counter
+from streams.context_api import context_for
+from streams.service import EmbeddedService
+from tests.helpers import raw
+
+
+def publish_session(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "make the build green"}, 0),
+             raw("k", "constraint", {"constraint_id": "k", "text": "never touch prod"}, 1)]  # fmt: skip
+    for i in range(40):
+        lines.append(raw(f"u{i}", "message", {"role": "user", "text": f"request number {i} about the build"}, 10 + 3 * i))
+        lines.append(raw(f"c{i}", "tool_call", {"call_id": f"c{i}", "tool_name": "bash", "arguments": {"cmd": "make"}}, 11 + 3 * i))
+        lines.append(raw(f"r{i}", "tool_result", {"call_id": f"c{i}", "output": "log line\n" * (5 + i * 20)}, 12 + 3 * i))
+    service.publish(b"\n".join(lines))
+    service.catch_up()
+
+
+@pytest.mark.parametrize("budget", [120, 300, 800, 2000, 8000])
+def test_the_context_never_exceeds_the_budget_and_never_splits_a_pair(service: EmbeddedService, budget: int) -> None:
+    publish_session(service)
+    ctx = context_for(service, "t1", budget)
+    tokens = counter()
+    assert sum(message_tokens(tokens, m) for m in ctx["messages"]) <= budget
+    assert ctx["meta"]["used_tokens"] <= budget
+    calls = [c["id"] for m in ctx["messages"] for c in m.get("tool_calls", [])]
+    results = [m["tool_call_id"] for m in ctx["messages"] if m["role"] == "tool"]
+    assert calls == results
+    text = "\n".join(m.get("content") or "" for m in ctx["messages"])
+    assert "make the build green" in text and "never touch prod" in text
+    assert "request number 39 about the build" in text
+
+
+def test_a_budget_that_cannot_hold_the_pinned_items_fails_saying_how_many_tokens_they_need(service: EmbeddedService) -> None:
+    publish_session(service)
+    with pytest.raises(BudgetTooSmall) as err:
+        context_for(service, "t1", 10)
+    assert err.value.needed > 10 and str(err.value.needed) in str(err.value)
+
+
+def test_large_outputs_are_shown_head_and_tail_with_the_event_id_that_holds_them(service: EmbeddedService) -> None:
+    publish_session(service)
+    ctx = context_for(service, "t1", 8000)
+    tool_texts = [m["content"] for m in ctx["messages"] if m["role"] == "tool"]
+    assert any("cut; full output: read r39" in t for t in tool_texts)

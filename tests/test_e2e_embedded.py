@@ -1,0 +1,151 @@
+"""End to end on the embedded default, through the `agentlog` command as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import raw
+
+
+def agentlog(env: dict[str, str], *args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin,
+                          capture_output=True, timeout=300)  # fmt: skip
+    if check and proc.returncode != 0:
+        raise AssertionError(f"agentlog {args} failed: {proc.stderr.decode()}")
+    return proc
+
+
+def session() -> list[bytes]:
+    return [
+        raw("e1", "goal", {"text": "fix the flaky login test"}, 0),
+        raw("e2", "constraint", {"constraint_id": "ro", "text": "read-only database"}, 1),
+        raw("e3", "message", {"role": "user", "text": "please look at the login failure"}, 2),
+        raw("e4", "tool_call", {"call_id": "c1", "tool_name": "pytest", "arguments": {"k": "login"}}, 3, turn_id="T1"),
+        raw("e5", "tool_result", {"call_id": "c1", "output": "AssertionError in test_login_redirect", "status": "error"}, 5, turn_id="T1"),
+        raw("e5", "tool_result", {"call_id": "c1", "output": "AssertionError in test_login_redirect", "status": "error"}, 5, turn_id="T1"),
+        raw("e6", "tool_result", {"call_id": "ghost", "output": "who called me"}, 6, turn_id="T1"),
+        raw("e7", "tool_call", {"call_id": "c2", "tool_name": "grep", "arguments": {"path": "src/auth.py"}}, 7, turn_id="T1"),
+        raw("e8", "turn_end", {}, 8, turn_id="T1"),
+        raw("e9", "tool_result", {"call_id": "c2", "output": "src/auth.py:12 redirect_url"}, 9, turn_id="T1"),
+        raw("e10", "file_change", {"path": "src/auth.py", "change": "modified"}, 10),
+        b"{this is not json",
+        raw("e11", "message", {"role": "user", "text": "x"}, 11, kind_extra=1)[:-1] + b',"payload":5}',
+    ]
+
+
+def test_publish_run_then_state_search_read_and_sql_give_the_right_answers(cli_env: dict[str, str], tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(session()) + b"\n")
+    report = json.loads(agentlog(cli_env, "publish", str(path), "--json").stdout)
+    assert (report["accepted"], report["rejected"]) == (11, 2)
+    agentlog(cli_env, "run", "--until-idle")
+
+    state = json.loads(agentlog(cli_env, "state", "t1", "--json").stdout)
+    assert state["goal"]["text"] == "fix the flaky login test"
+    assert [c["text"] for c in state["constraints"]] == ["read-only database"]
+    assert state["files"][0]["path"] == "src/auth.py" and state["pending_calls"] == []
+    assert state["event_count"] == 10
+
+    rows = json.loads(agentlog(cli_env, "sql", "SELECT call_id, status, synthetic, result_event_id FROM tool_calls FINAL "
+                                              "ORDER BY call_id, orphan_event_id", "--format", "json").stdout)  # fmt: skip
+    assert [(r["call_id"], r["status"], r["synthetic"], r["result_event_id"]) for r in rows] == [
+        ("c1", "error", False, "e5"), ("c2", "ok", False, "e9"), ("ghost", "orphan", False, "e6")]
+    counts = json.loads(agentlog(cli_env, "sql", "SELECT count() AS n, uniqExact(event_id) AS d FROM events", "--json").stdout)
+    assert counts == [{"n": 10, "d": 10}]
+    rejected = json.loads(agentlog(cli_env, "sql", "SELECT reason FROM rejected_events", "--json").stdout)
+    assert len(rejected) == 2
+
+    hits = json.loads(agentlog(cli_env, "search", "AssertionError login", "--json").stdout)["hits"]
+    assert hits[0]["event_id"] == "e5" and hits[0]["source"] == "index"
+    assert all(h["thread_id"] == "t1" for h in hits)
+    tool_hits = json.loads(agentlog(cli_env, "search", "src", "--tool", "grep", "--json").stdout)["hits"]
+    assert {h["event_id"] for h in tool_hits} == {"e7", "e9"}
+
+    read = json.loads(agentlog(cli_env, "read", "e5", "--json").stdout)
+    assert read["event"]["payload"]["output"] == "AssertionError in test_login_redirect"
+    assert read["source"] == "log"
+    missing = agentlog(cli_env, "read", "nope", check=False)
+    assert missing.returncode == 1 and b"never accepted" in missing.stderr
+
+    rebuilt = json.loads(agentlog(cli_env, "rebuild", "--json").stdout)
+    assert rebuilt["events"] == 10
+    assert json.loads(agentlog(cli_env, "state", "t1", "--json").stdout) == state
+
+
+def test_sql_is_read_only(cli_env: dict[str, str]) -> None:
+    agentlog(cli_env, "publish", "-", stdin=raw("e1", "goal", {"text": "g"}))
+    proc = agentlog(cli_env, "sql", "DROP TABLE events", check=False)
+    assert proc.returncode == 1 and b"readonly" in proc.stderr.lower()
+    assert json.loads(agentlog(cli_env, "sql", "SELECT count() AS n FROM events", "--json").stdout) == [{"n": 1}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(cli_env: dict[str, str]):
+    port = _free_port()
+    env = {**cli_env, "AGENTLOG_HTTP_PORT": str(port), "AGENTLOG_REFRESH_SECONDS": "30"}
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise AssertionError(f"agentlog run did not start: {proc.stderr.read().decode()}")
+    yield url, env
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+def test_while_run_serves_other_commands_go_through_its_http_api_without_lock_errors(server) -> None:
+    url, env = server
+    agentlog(env, "publish", "-", stdin=raw("s1", "goal", {"text": "served goal"}, thread="srv"))
+    state = json.loads(agentlog(env, "state", "srv", "--json").stdout)
+    assert state["goal"]["text"] == "served goal"
+    rows = json.loads(agentlog(env, "sql", "SELECT count() AS n FROM events", "--json").stdout)
+    assert rows == [{"n": 1}]
+    assert httpx.get(f"{url}/metrics").text.count("agentlog_events_applied_total") >= 1
+
+
+def test_read_your_writes_a_search_naming_the_last_event_never_misses_it(server) -> None:
+    url, _env = server
+    # The index refreshes every 30 s here, so each fresh write must come from active state.
+    sources = set()
+    for i in range(25):
+        eid = f"w{i}"
+        body = raw(eid, "message", {"role": "assistant", "text": f"kiwi observation {i}"}, i, thread="ryw")
+        report = httpx.post(f"{url}/events", content=body).json()
+        assert report["accepted"] == 1
+        hits = httpx.get(f"{url}/search", params={"q": "kiwi", "after": eid, "limit": 50}).json()["hits"]
+        found = {h["event_id"]: h["source"] for h in hits}
+        assert eid in found, f"search after {eid} missed it"
+        sources.add(found[eid])
+        read = httpx.get(f"{url}/events/{eid}").json()
+        assert read["event"]["event_id"] == eid
+    assert "active" in sources
+
+
+def test_health_and_state_routes(server) -> None:
+    url, _env = server
+    httpx.post(f"{url}/events", content=raw("h1", "task", {"task_id": "t", "status": "running"}, thread="h"))
+    assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
+    assert httpx.get(f"{url}/threads/h/state").json()["tasks"][0]["status"] == "running"
+    assert httpx.get(f"{url}/threads/nobody/state").status_code == 404
