@@ -95,7 +95,7 @@ class EmbeddedDriver:
             self.log.append_rejected(rows)
             METRICS.rejected.inc(len(letters))
             self.dlq_pos = letters[-1].offset
-        self._maybe_flush()
+        self.maybe_flush()
         return len(records) + len(letters)
 
     def _write(self, result: BatchResult) -> None:
@@ -120,7 +120,7 @@ class EmbeddedDriver:
         for record, event in result.duplicates:
             log.info("duplicate thread=%s event=%s offset=%d ignored", event.thread_id, event.event_id, record.offset)
 
-    def _maybe_flush(self) -> None:
+    def maybe_flush(self) -> None:
         now = time.monotonic()
         if now - self._last_refresh >= self.refresh_s:
             self.refresh()

@@ -326,7 +326,7 @@ class EmbeddedService:
                     n = self.driver.step()
                 if n == 0:
                     with self.lock:
-                        self.driver._maybe_flush()
+                        self.driver.maybe_flush()
                     stop.wait(idle_sleep)
             except StoreError:
                 log.exception("a store failed; retrying in 1 s")
