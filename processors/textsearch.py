@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
+
+from schemas.search import Hit, SearchFilters
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 SNIPPET_CHARS = 160
@@ -43,4 +46,31 @@ def snippet(query_terms: list[str], text: str, width: int = SNIPPET_CHARS) -> st
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
 
 
-__all__ = ["SNIPPET_CHARS", "score", "snippet", "tokenize"]
+def filters_match(doc: dict[str, Any], f: SearchFilters) -> bool:
+    """Whether a search document passes the filters (as the index's term filters would)."""
+    return (
+        (f.thread_id is None or doc["thread_id"] == f.thread_id)
+        and (f.kind is None or doc["kind"] == f.kind)
+        and (f.tool_name is None or doc["tool_name"] == f.tool_name)
+        and (f.window_id is None or doc["window_id"] == f.window_id)
+        and (f.project is None or doc["project"] == f.project)
+        and (f.since_ms is None or doc["ts_ms"] >= f.since_ms)
+        and (f.until_ms is None or doc["ts_ms"] <= f.until_ms)
+    )
+
+
+def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters) -> Hit | None:
+    """A hit for a document the index cannot see yet, or ``None`` if it does not match."""
+    if not filters_match(doc, filters):
+        return None
+    s = score(terms, doc["text"] + " " + doc["path"]) if terms else 1.0
+    if s == 0.0:
+        return None
+    return Hit(
+        event_id=doc["event_id"], thread_id=doc["thread_id"], window_id=doc["window_id"],
+        kind=doc["kind"], tool_name=doc["tool_name"], ts=doc["ts"], repo_commit=doc["repo_commit"],
+        score=s, snippet=snippet(terms, doc["text"]), source="active", offset=doc["offset"],
+    )  # fmt: skip
+
+
+__all__ = ["SNIPPET_CHARS", "active_hit", "filters_match", "score", "snippet", "tokenize"]

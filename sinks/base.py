@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from processors.thread import ThreadSnapshot
+from schemas.search import Hit, SearchFilters
 
 
 class StoreError(RuntimeError):
@@ -49,33 +50,6 @@ class LogStore(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class SearchFilters:
-    thread_id: str | None = None
-    window_id: str | None = None
-    kind: str | None = None
-    tool_name: str | None = None
-    project: str | None = None
-    since_ms: int | None = None
-    until_ms: int | None = None
-
-
-@dataclass(slots=True)
-class Hit:
-    event_id: str
-    thread_id: str
-    window_id: str
-    kind: str
-    tool_name: str
-    ts: str
-    repo_commit: str
-    score: float
-    snippet: str
-    source: str = "index"
-    offset: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 class SearchIndex(Protocol):
     """An eventually consistent full-text index: writes become visible at ``refresh``."""
 
@@ -104,6 +78,5 @@ class StateStore(Protocol):
 
 
 __all__ = [
-    "Hit", "LogStore", "LoggedEvent", "QueryResult", "SearchFilters", "SearchIndex",
-    "StateStore", "StoreError",
+    "LogStore", "LoggedEvent", "QueryResult", "SearchIndex", "StateStore", "StoreError",
 ]  # fmt: skip

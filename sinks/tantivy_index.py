@@ -8,7 +8,6 @@ read-your-writes guarantee is the caller's job (``streams.service``).
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +16,8 @@ import tantivy
 
 from processors.textsearch import snippet, tokenize
 from schemas.tables import SEARCH_FIELDS
-from sinks.base import Hit, SearchFilters, StoreError
+from schemas.search import Hit, SearchFilters
+from sinks.base import StoreError
 
 _TEXT_FIELDS = [f.name for f in SEARCH_FIELDS if f.type == "text"]
 
@@ -149,8 +149,4 @@ class TantivySearchIndex:
             self._writer.wait_merging_threads()
 
 
-def wipe(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-__all__ = ["TantivySearchIndex", "wipe"]
+__all__ = ["TantivySearchIndex"]

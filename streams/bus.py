@@ -1,6 +1,6 @@
 """The embedded event topic: a durable on-disk log in SQLite (WAL), Kafka's role on one
-machine. Two topics, as in the distributed deployment: ``agent.events`` and the
-dead-letter ``agent.events.dlq``. Records get increasing offsets; consumers keep their
+machine. Two topics, as in the distributed deployment: ``events`` (Kafka
+``agent.events``) and the dead letters ``dlq`` (``agent.events.dlq``). Records get increasing offsets; consumers keep their
 own positions (``sinks.sqlite_state``), so the log is read as Kafka is read.
 """
 
@@ -9,13 +9,10 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from processors.pipeline import Record
-
-EVENTS_TOPIC = "agent.events"
-DLQ_TOPIC = "agent.events.dlq"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -128,9 +125,4 @@ class SqliteEventBus:
             self._db.close()
 
 
-def chunks(items: Sequence[bytes], size: int) -> Iterable[Sequence[bytes]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-__all__ = ["DLQ_TOPIC", "EVENTS_TOPIC", "DeadLetter", "SqliteEventBus", "chunks"]
+__all__ = ["DeadLetter", "SqliteEventBus"]

@@ -43,8 +43,6 @@ class CheckpointedSeen:
 @dataclass(slots=True)
 class Progress:
     processed: int = 0
-    rejected: int = 0
-    duplicates: int = 0
 
 
 class EmbeddedDriver:
@@ -68,6 +66,7 @@ class EmbeddedDriver:
         positions = states.offsets()
         self.events_pos = positions.get("events", 0)
         self.dlq_pos = positions.get("dlq", 0)
+        self._checkpointed = {"events": self.events_pos, "dlq": self.dlq_pos}
         # Offsets at or below these are already in the log (written before a crash).
         self.log_events_hw = log_store.high_water("events").get(0, 0)
         self.log_rejected_hw = log_store.high_water("rejected_events").get(0, 0)
@@ -136,10 +135,13 @@ class EmbeddedDriver:
         METRICS.index_lag.set(max(0, self.events_pos - visible))
 
     def checkpoint(self) -> None:
+        positions = {"events": self.events_pos, "dlq": self.dlq_pos}
+        if not self.dirty and not self.seen.since_checkpoint and positions == self._checkpointed:
+            self._last_checkpoint = time.monotonic()
+            return  # nothing new: queries that catch up first cost no write
         snapshots = [self.pipeline.threads[t].snapshot() for t in self.dirty]
-        self.states.checkpoint(
-            snapshots, list(self.seen.since_checkpoint), {"events": self.events_pos, "dlq": self.dlq_pos}
-        )
+        self.states.checkpoint(snapshots, list(self.seen.since_checkpoint), positions)
+        self._checkpointed = positions
         self.seen.since_checkpoint.clear()
         self.dirty.clear()
         self._last_checkpoint = time.monotonic()

@@ -21,13 +21,15 @@ import orjson
 
 from processors.pipeline import MemorySeen, Pipeline, Record
 from processors.records import pair_row, search_doc
-from processors.textsearch import score, snippet, tokenize
+from processors.textsearch import active_hit, tokenize
 from processors.validation import Rejection, validate
 from schemas.events import Envelope
-from sinks.base import Hit, QueryResult, SearchFilters, StoreError
+from schemas.search import Hit, SearchFilters
+from schemas.state import DEFAULT_WINDOW
+from sinks.base import QueryResult, StoreError
 from sinks.clickhouse import ClickHouseLogStore
 from sinks.sqlite_state import SqliteStateStore
-from sinks.tantivy_index import TantivySearchIndex, wipe
+from sinks.tantivy_index import TantivySearchIndex
 from streams.bus import SqliteEventBus
 from streams.config import Settings
 from streams.driver import EmbeddedDriver
@@ -38,10 +40,6 @@ log = logging.getLogger("agentlog.service")
 
 class NotFound(LookupError):
     """The thread or event does not exist (and is not pending either)."""
-
-
-class Busy(RuntimeError):
-    """Another process holds the data directory and does not serve HTTP."""
 
 
 def split_records(data: bytes) -> list[bytes]:
@@ -231,7 +229,7 @@ class EmbeddedService:
         merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
         return {
             "query": query,
-            "hits": [_hit_dict(h) for h in merged],
+            "hits": [asdict(h) for h in merged],
             "index_visible_offset": self.index.visible_offsets().get(0, 0),
         }
 
@@ -241,25 +239,18 @@ class EmbeddedService:
         """The thread's accepted events the index cannot see yet (read-your-writes)."""
         visible = self.index.visible_offsets().get(0, 0)
         terms = tokenize(query)
+        with self.lock:
+            tp = self.driver.pipeline.threads.get(thread_id)
+            current_window = tp.state.window_id if tp is not None else DEFAULT_WINDOW
         out: list[Hit] = []
         for record in self.bus.thread_tail(thread_id, visible):
             event = validate(record.value)
             if not isinstance(event, Envelope) or event.event_id in known:
                 continue
-            doc = search_doc(event, record.offset, event.window_id or "")
-            if not _matches(doc, filters):
-                continue
-            text = doc["text"] + " " + doc["path"]
-            s = score(terms, text) if terms else 1.0
-            if terms and s == 0.0:
-                continue
-            known.add(event.event_id)
-            out.append(Hit(
-                event_id=event.event_id, thread_id=event.thread_id, window_id=doc["window_id"],
-                kind=event.kind, tool_name=doc["tool_name"], ts=event.ts,
-                repo_commit=event.repo_commit or "", score=s, snippet=snippet(terms, doc["text"]),
-                source="active", offset=record.offset,
-            ))  # fmt: skip
+            hit = active_hit(search_doc(event, record.offset, event.window_id or current_window), terms, filters)
+            if hit is not None:
+                known.add(event.event_id)
+                out.append(hit)
         return out
 
     def sql(self, statement: str) -> QueryResult:
@@ -344,24 +335,7 @@ class EmbeddedService:
             self.log.close()
 
 
-def _matches(doc: dict[str, Any], f: SearchFilters) -> bool:
-    return (
-        (f.kind is None or doc["kind"] == f.kind)
-        and (f.tool_name is None or doc["tool_name"] == f.tool_name)
-        and (f.window_id is None or doc["window_id"] == f.window_id)
-        and (f.project is None or doc["project"] == f.project)
-        and (f.since_ms is None or doc["ts_ms"] >= f.since_ms)
-        and (f.until_ms is None or doc["ts_ms"] <= f.until_ms)
-    )
-
-
-def _hit_dict(h: Hit) -> dict[str, Any]:
-    d = asdict(h)
-    d.pop("extra", None)
-    return d
-
-
 __all__ = [
-    "Busy", "DataDirLock", "EmbeddedService", "NotFound", "PublishReport", "check_records",
+    "DataDirLock", "EmbeddedService", "NotFound", "PublishReport", "check_records",
     "publish_to", "split_records",
 ]  # fmt: skip
