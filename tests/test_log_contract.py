@@ -1,0 +1,94 @@
+"""SPEC §3, immutable log: stored once as received, never updated, the source of truth."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from processors.pipeline import MemorySeen, Pipeline, Record
+from streams.config import Settings
+from streams.demo import synthetic_events
+from streams.service import EmbeddedService
+from tests.helpers import raw
+
+
+def test_every_accepted_event_is_stored_once_as_received_byte_for_byte(service: EmbeddedService) -> None:
+    original = b'{"event_id":"e1","thread_id":"t1","kind":"goal","ts":"2026-01-01T00:00:00.000000001+01:00",' \
+               b'"payload":{"text":"g","extra_in_payload":[1,2]},"custom":{"kept":true}}'  # fmt: skip
+    service.publish(original + b"\n" + original)
+    service.catch_up()
+    assert service.log.count_events() == 1
+    logged = service.log.get("e1")
+    assert logged is not None and logged.raw == original
+    assert service.read("e1")["event"] == orjson.loads(original)
+
+
+def test_nothing_in_the_log_is_updated_or_deleted_by_a_rebuild(service: EmbeddedService) -> None:
+    service.publish(b"\n".join(synthetic_events(3000, 20)))
+    service.catch_up()
+    before = service.sql("SELECT event_id, raw, offset, ingested_at FROM events ORDER BY event_id").rows
+    service.rebuild()
+    after = service.sql("SELECT event_id, raw, offset, ingested_at FROM events ORDER BY event_id").rows
+    assert before == after
+
+
+def test_the_state_rebuilt_from_the_log_equals_the_live_state(service: EmbeddedService) -> None:
+    service.publish(b"\n".join(synthetic_events(4000, 30)))
+    service.catch_up()
+    live = {t: service.state(t) for t in service.threads()}
+    replay = Pipeline(MemorySeen())
+    replay.process([Record(e.partition, e.offset, e.raw) for e in service.log.replay()])
+    assert {t: tp.state.public() for t, tp in replay.threads.items()} == live
+
+
+def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env.update(AGENTLOG_DATA_DIR=str(tmp_path / "d"), AGENTLOG_BATCH_SIZE="500", AGENTLOG_CHECKPOINT_SECONDS="0.3")
+    records = synthetic_events(30_000, 50)
+    duplicates = records[:2000:7]  # re-delivered copies must collapse too
+    publish = subprocess.run([sys.executable, "-m", "streams.cli", "publish", "-"], env=env,
+                             input=b"\n".join(records + duplicates), capture_output=True, timeout=300)  # fmt: skip
+    assert publish.returncode == 0, publish.stderr
+    worker = subprocess.Popen([sys.executable, "-m", "streams.cli", "run", "--until-idle"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    settings = Settings(data_dir=tmp_path / "d")
+    state_db = settings.data_dir / "state.db"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and worker.poll() is None:  # wait until it has checkpointed some
+        time.sleep(0.2)
+        if state_db.exists() and state_db.stat().st_size > 200_000:
+            break
+    assert worker.poll() is None, "the worker finished before it could be killed; make the stream longer"
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+
+    service = EmbeddedService(settings)
+    try:
+        partial = service.log.count_events()
+        assert 0 < partial  # the kill came mid-stream, after some sink writes
+        service.catch_up()
+        counts = service.sql("SELECT count(), uniqExact(event_id) FROM events").rows[0]
+        assert counts == (len(records), len(records))
+        live = {t: service.state(t) for t in service.threads()}
+        replay = Pipeline(MemorySeen())
+        replay.process([Record(e.partition, e.offset, e.raw) for e in service.log.replay()])
+        assert {t: tp.state.public() for t, tp in replay.threads.items()} == live
+        pairs = service.sql("SELECT count() FROM tool_calls FINAL").rows[0][0]
+        expected = sum(1 for r in records if b'"kind":"tool_call"' in r)
+        assert pairs == expected
+        hits = service.search("failing check", limit=100_000)["hits"]
+        assert len({h["event_id"] for h in hits}) == len(hits)
+    finally:
+        service.close()
+
+
+def test_a_valid_event_after_a_rejected_one_is_still_processed(service: EmbeddedService) -> None:
+    service.publish(b"{broken\n" + raw("e2", "goal", {"text": "after the bad one"}))
+    service.catch_up()
+    assert service.state("t1")["goal"]["text"] == "after the bad one"
