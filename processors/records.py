@@ -19,21 +19,13 @@ MAX_INDEXED_CHARS = 32_000
 
 
 def log_row(event: Envelope, raw: bytes, partition: int, offset: int, window_id: str) -> dict[str, Any]:
-    """A row of the ``events`` table. ``raw`` is the event as received."""
+    """What is sent for a row of ``events`` (``schemas.tables.EVENTS_INSERT_COLUMNS``):
+    ``raw`` as received plus what only the pipeline knows; the store derives the rest."""
     return {
-        "event_id": event.event_id,
-        "thread_id": event.thread_id,
-        "kind": event.kind,
-        "ts": event.ts,
-        "window_id": window_id,
-        "turn_id": event.turn_id,
-        "agent_id": event.agent_id,
-        "project": event.project,
-        "source": event.effective_source,
-        "repo_commit": event.repo_commit,
-        "schema_version": event.schema_version,
-        "payload": event.payload.model_dump_json(),
         "raw": raw.decode("utf-8"),
+        "ts": event.ts.upper(),  # ClickHouse's parser wants the upper-case T and Z
+        "window_id": window_id,
+        "source": event.effective_source,
         "partition": partition,
         "offset": offset,
     }

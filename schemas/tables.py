@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-EVENTS_COLUMNS: tuple[str, ...] = (
-    "event_id", "thread_id", "kind", "ts", "window_id", "turn_id", "agent_id", "project",
-    "source", "repo_commit", "schema_version", "payload", "raw", "partition", "offset",
-)  # fmt: skip
+EVENTS_INSERT_COLUMNS: tuple[str, ...] = ("raw", "ts", "window_id", "source", "partition", "offset")
+"""What a writer sends for an event; the envelope columns are derived from ``raw`` by
+ClickHouse itself (DEFAULT expressions), which parses JSON far faster than Python."""
 
 TOOL_CALLS_COLUMNS: tuple[str, ...] = (
     "thread_id", "call_id", "orphan_event_id", "tool_name", "status", "synthetic",
@@ -21,22 +20,23 @@ REJECTED_COLUMNS: tuple[str, ...] = ("raw", "reason", "rejected_at", "partition"
 
 # `events` is append-only (MergeTree: nothing is updated or deleted). Its sort key serves
 # analysts (per thread, in time) and replay (per thread, in offset order); a projection
-# sorted by event_id serves `read`.
+# sorted by event_id serves `read`. `raw` is the event as received; the envelope columns
+# and `payload` (as received) are extracted from it on insert.
 DDL: tuple[str, ...] = (
     """
     CREATE TABLE IF NOT EXISTS events (
-        event_id String,
-        thread_id String,
-        kind LowCardinality(String),
+        event_id String DEFAULT JSONExtractString(raw, 'event_id'),
+        thread_id String DEFAULT JSONExtractString(raw, 'thread_id'),
+        kind LowCardinality(String) DEFAULT JSONExtractString(raw, 'kind'),
         ts DateTime64(6, 'UTC'),
         window_id String,
-        turn_id Nullable(String),
-        agent_id LowCardinality(String),
-        project LowCardinality(String),
+        turn_id Nullable(String) DEFAULT JSONExtract(raw, 'turn_id', 'Nullable(String)'),
+        agent_id LowCardinality(String) DEFAULT ifNull(JSONExtract(raw, 'agent_id', 'Nullable(String)'), 'main'),
+        project LowCardinality(String) DEFAULT ifNull(JSONExtract(raw, 'project', 'Nullable(String)'), 'default'),
         source LowCardinality(String),
-        repo_commit Nullable(String),
-        schema_version UInt16,
-        payload String,
+        repo_commit Nullable(String) DEFAULT JSONExtract(raw, 'repo_commit', 'Nullable(String)'),
+        schema_version UInt16 DEFAULT ifNull(JSONExtract(raw, 'schema_version', 'Nullable(UInt16)'), 1),
+        payload String DEFAULT JSONExtractRaw(raw, 'payload'),
         raw String,
         partition UInt32,
         offset UInt64,
@@ -111,6 +111,6 @@ arguments, paths, error codes, tool names); keyword fields are exact-match filte
 SEARCH_INDEX_NAME = "agentlog-events"
 
 __all__ = [
-    "DDL", "EVENTS_COLUMNS", "IndexField", "REJECTED_COLUMNS", "SEARCH_FIELDS",
+    "DDL", "EVENTS_INSERT_COLUMNS", "IndexField", "REJECTED_COLUMNS", "SEARCH_FIELDS",
     "SEARCH_INDEX_NAME", "TOOL_CALLS_COLUMNS",
 ]  # fmt: skip

@@ -92,3 +92,22 @@ def test_a_valid_event_after_a_rejected_one_is_still_processed(service: Embedded
     service.publish(b"{broken\n" + raw("e2", "goal", {"text": "after the bad one"}))
     service.catch_up()
     assert service.state("t1")["goal"]["text"] == "after the bad one"
+
+
+def test_the_events_table_holds_the_envelope_fields_and_payload_of_each_event(service: EmbeddedService) -> None:
+    service.publish(b"\n".join([
+        raw("e1", "message", {"role": "user", "text": "hi"}, 0, turn_id="T1", repo_commit="abc123"),
+        raw("e2", "tool_result", {"call_id": "c", "output": "o"}, 1, agent_id="sub", project="p2",
+            schema_version=2, window_id="w7"),
+    ]))  # fmt: skip
+    service.catch_up()
+    rows = service.sql(
+        "SELECT event_id, thread_id, kind, toString(ts), window_id, turn_id, agent_id, project, source, "
+        "repo_commit, schema_version, payload FROM events ORDER BY event_id"
+    ).rows
+    assert rows == [
+        ("e1", "t1", "message", "2026-01-01 12:00:00.000000", "w0", "T1", "main", "default", "user",
+         "abc123", 1, '{"role":"user","text":"hi"}'),
+        ("e2", "t1", "tool_result", "2026-01-01 12:00:01.000000", "w7", None, "sub", "p2", "tool",
+         None, 2, '{"call_id":"c","output":"o"}'),
+    ]  # fmt: skip
