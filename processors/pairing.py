@@ -11,7 +11,7 @@ Invariants, each a test in ``tests/test_pairing.py``:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import dataclass, field
 
 from schemas.events import Envelope, ToolCallPayload, ToolResultPayload
 from schemas.state import DEFAULT_WINDOW, ToolPair
@@ -20,11 +20,8 @@ DEFAULT_GRACE_MS = 30_000.0
 DEFAULT_CALL_TIMEOUT_MS = 600_000.0
 
 
-class _Rec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class OpenCall(_Rec):
+@dataclass(slots=True, kw_only=True)
+class OpenCall:
     call_id: str
     tool_name: str
     event_id: str
@@ -37,7 +34,8 @@ class OpenCall(_Rec):
     """Set once a synthetic result closed the call; a real result may still replace it."""
 
 
-class EarlyResult(_Rec):
+@dataclass(slots=True, kw_only=True)
+class EarlyResult:
     call_id: str
     event_id: str
     ts: str
@@ -50,13 +48,14 @@ class EarlyResult(_Rec):
     project: str = "default"
 
 
-class PairingState(_Rec):
-    calls: dict[str, OpenCall] = Field(default_factory=dict)
+@dataclass(slots=True, kw_only=True)
+class PairingState:
+    calls: dict[str, OpenCall] = field(default_factory=dict)
     """Calls without a real result yet: open ones, and synthetic-closed ones."""
-    done: dict[str, str] = Field(default_factory=dict)
+    done: dict[str, str] = field(default_factory=dict)
     """call_id -> event_id of the terminal real result that won."""
-    early: dict[str, EarlyResult] = Field(default_factory=dict)
-    orphans: dict[str, str] = Field(default_factory=dict)
+    early: dict[str, EarlyResult] = field(default_factory=dict)
+    orphans: dict[str, str] = field(default_factory=dict)
     """result event_id -> call_id of results flagged as orphans."""
     watermark_ms: float = 0.0
 

@@ -45,7 +45,7 @@ class Record:
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Applied:
     event: Envelope
     record: Record
@@ -113,7 +113,7 @@ class Pipeline:
             tp = self.thread(event.thread_id)
             window_id = tp.window_of(event)
             tool_name = self._tool_name(tp, event)
-            pairs = tp.apply(event)
+            pairs = tp.apply(event, window_id)
             out.applied.append(Applied(event, record, window_id, tool_name))
             out.pairs.extend(pairs)
             out.touched.add(event.thread_id)

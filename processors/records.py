@@ -12,7 +12,6 @@ import orjson
 
 from processors.redaction import redact
 from schemas.events import Envelope
-from schemas.state import ToolPair
 
 MAX_INDEXED_CHARS = 32_000
 """Tool outputs beyond this are indexed by head and tail; the log keeps them whole."""
@@ -29,10 +28,6 @@ def log_row(event: Envelope, raw: bytes, partition: int, offset: int, window_id:
         "partition": partition,
         "offset": offset,
     }
-
-
-def pair_row(pair: ToolPair) -> dict[str, Any]:
-    return pair.model_dump(mode="json")
 
 
 def _clip(text: str) -> str:
@@ -121,4 +116,4 @@ def search_doc(
     }
 
 
-__all__ = ["MAX_INDEXED_CHARS", "log_row", "pair_row", "search_doc", "searchable"]
+__all__ = ["MAX_INDEXED_CHARS", "log_row", "search_doc", "searchable"]

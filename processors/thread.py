@@ -50,11 +50,12 @@ class ThreadProcessor:
     def window_of(self, event: Envelope) -> str:
         return event.window_id or self.state.window_id
 
-    def apply(self, event: Envelope) -> list[ToolPair]:
+    def apply(self, event: Envelope, window_id: str | None = None) -> list[ToolPair]:
+        """Apply one new event; ``window_id`` is ``window_of(event)`` if the caller has it."""
         state = self.state
         if state.event_count == 0:
             state.project = event.project
-        window_id = self.window_of(event)
+        window_id = window_id or self.window_of(event)
         pairs = self.pairer.on_event(event, state.event_count + 1, window_id)
         opened = event.kind == "tool_call" and self._is_open(event)
         reduce(state, event, pairs, opened)

@@ -1,14 +1,20 @@
 """The per-thread working state (SPEC §3) and the tool-call pair rows it produces.
 
+These are slotted dataclasses, not ``BaseModel``s: the reducer mutates them once per
+event, and pydantic's validated ``__setattr__`` and constructors cost more than the
+reduction itself. pydantic still owns their schema at the edges: ``STATE_ADAPTER``
+validates a loaded snapshot and renders JSON.
+
 Collections are dicts keyed by their natural id (insertion-ordered) so the reducer
 updates in O(1); ``WorkingState.public()`` renders them as lists for users.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import TypeAdapter
 
 PairStatus = Literal["ok", "error", "timeout", "cancelled", "missing", "orphan"]
 
@@ -16,29 +22,29 @@ DEFAULT_WINDOW = "w0"
 MAX_FAILURES = 20
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Pinned(_Model):
+@dataclass(slots=True, kw_only=True)
+class Pinned:
     text: str
     event_id: str
 
 
-class ConstraintItem(_Model):
+@dataclass(slots=True, kw_only=True)
+class ConstraintItem:
     constraint_id: str
     text: str
     event_id: str
 
 
-class StepItem(_Model):
+@dataclass(slots=True, kw_only=True)
+class StepItem:
     step_id: str
     text: str | None = None
     status: str = "pending"
     event_id: str
 
 
-class TaskItem(_Model):
+@dataclass(slots=True, kw_only=True)
+class TaskItem:
     task_id: str
     text: str | None = None
     owner: str | None = None
@@ -46,7 +52,8 @@ class TaskItem(_Model):
     event_id: str
 
 
-class FileItem(_Model):
+@dataclass(slots=True, kw_only=True)
+class FileItem:
     path: str
     change: str
     confirmed: bool
@@ -54,7 +61,8 @@ class FileItem(_Model):
     ts: str
 
 
-class ApprovalItem(_Model):
+@dataclass(slots=True, kw_only=True)
+class ApprovalItem:
     approval_id: str
     action: str | None = None
     detail: str | None = None
@@ -63,7 +71,8 @@ class ApprovalItem(_Model):
     decided_by: str | None = None
 
 
-class AgentItem(_Model):
+@dataclass(slots=True, kw_only=True)
+class AgentItem:
     agent_id: str
     role: str | None = None
     status: Literal["active", "finished"] = "active"
@@ -71,7 +80,8 @@ class AgentItem(_Model):
     event_id: str
 
 
-class PendingCall(_Model):
+@dataclass(slots=True, kw_only=True)
+class PendingCall:
     call_id: str
     tool_name: str
     event_id: str
@@ -79,7 +89,8 @@ class PendingCall(_Model):
     turn_id: str | None = None
 
 
-class Failure(_Model):
+@dataclass(slots=True, kw_only=True)
+class Failure:
     event_id: str
     kind: str
     ts: str
@@ -89,19 +100,20 @@ class Failure(_Model):
     message: str = ""
 
 
-class WorkingState(_Model):
+@dataclass(slots=True, kw_only=True)
+class WorkingState:
     thread_id: str
     project: str = "default"
     window_id: str = DEFAULT_WINDOW
     goal: Pinned | None = None
-    constraints: dict[str, ConstraintItem] = Field(default_factory=dict)
-    plan: dict[str, StepItem] = Field(default_factory=dict)
-    tasks: dict[str, TaskItem] = Field(default_factory=dict)
-    files: dict[str, FileItem] = Field(default_factory=dict)
-    approvals: dict[str, ApprovalItem] = Field(default_factory=dict)
-    agents: dict[str, AgentItem] = Field(default_factory=dict)
-    pending_calls: dict[str, PendingCall] = Field(default_factory=dict)
-    failures: list[Failure] = Field(default_factory=list)
+    constraints: dict[str, ConstraintItem] = field(default_factory=dict)
+    plan: dict[str, StepItem] = field(default_factory=dict)
+    tasks: dict[str, TaskItem] = field(default_factory=dict)
+    files: dict[str, FileItem] = field(default_factory=dict)
+    approvals: dict[str, ApprovalItem] = field(default_factory=dict)
+    agents: dict[str, AgentItem] = field(default_factory=dict)
+    pending_calls: dict[str, PendingCall] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     summary_covers_through: str | None = None
     summary_event_id: str | None = None
@@ -112,21 +124,21 @@ class WorkingState(_Model):
 
     def public(self) -> dict[str, Any]:
         """The state as users see it (SPEC §3 field names, lists instead of keyed maps)."""
-        d = self.model_dump(mode="json", exclude={"approvals"})
+        d = STATE_ADAPTER.dump_python(self, mode="json")
+        approvals = d.pop("approvals").values()
         for name in ("constraints", "plan", "tasks", "files", "agents", "pending_calls"):
             d[name] = list(d[name].values())
         d["pending_approvals"] = [
-            a.model_dump(mode="json", exclude={"decision", "decided_by"})
-            for a in self.approvals.values()
-            if a.decision is None and a.action is not None
+            {k: v for k, v in a.items() if k not in ("decision", "decided_by")}
+            for a in approvals
+            if a["decision"] is None and a["action"] is not None
         ]
-        d["decided_approvals"] = [
-            a.model_dump(mode="json") for a in self.approvals.values() if a.decision is not None
-        ]
+        d["decided_approvals"] = [a for a in approvals if a["decision"] is not None]
         return d
 
 
-class ToolPair(_Model):
+@dataclass(slots=True, kw_only=True)
+class ToolPair:
     """One row of the ``tool_calls`` table; a newer ``version`` supersedes an older row."""
 
     thread_id: str
@@ -146,9 +158,17 @@ class ToolPair(_Model):
     project: str = "default"
     version: int = 0
 
+    def row(self) -> dict[str, Any]:
+        """The pair as a ``tool_calls`` row (``schemas.tables.TOOL_CALLS_COLUMNS``)."""
+        return asdict(self)
+
+
+STATE_ADAPTER: TypeAdapter[WorkingState] = TypeAdapter(WorkingState)
+"""pydantic's schema of the working state: validates snapshots, renders JSON."""
+
 
 __all__ = [
     "AgentItem", "ApprovalItem", "ConstraintItem", "DEFAULT_WINDOW", "Failure", "FileItem",
-    "MAX_FAILURES", "PairStatus", "PendingCall", "Pinned", "StepItem", "TaskItem", "ToolPair",
-    "WorkingState",
+    "MAX_FAILURES", "PairStatus", "PendingCall", "Pinned", "STATE_ADAPTER", "StepItem", "TaskItem",
+    "ToolPair", "WorkingState",
 ]  # fmt: skip

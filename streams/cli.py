@@ -19,6 +19,7 @@ import orjson
 from processors.context import BudgetTooSmall
 from sinks.base import QueryResult, StoreError
 from streams.config import Settings
+from streams.runtime import tune_gc
 from streams.service import DataDirLock, NotFound
 
 EPILOG = """Configuration (environment): AGENTLOG_DATA_DIR (default ./.agentlog),
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr,
     )  # fmt: skip
+    tune_gc()
     try:
         settings = Settings.from_env()
         if settings.distributed:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from processors.pipeline import BatchResult, Pipeline
-from processors.records import log_row, pair_row, search_doc
+from processors.records import log_row, search_doc
 from processors.thread import PairingConfig
 from sinks.base import LogStore, SearchIndex, StateStore
 from sinks.clickhouse import rejected_row
@@ -105,7 +105,7 @@ class EmbeddedDriver:
                 rows.append(log_row(a.event, a.record.value, 0, offset, a.window_id))
             docs.append(search_doc(a.event, offset, a.window_id, a.tool_name))
         self.log.append_events(rows)
-        self.log.upsert_pairs([pair_row(p) for p in result.pairs])
+        self.log.upsert_pairs([p.row() for p in result.pairs])
         self.index.add(docs)
         if result.rejected:  # bytes that bypassed publish-time validation: dead-letter them
             self.bus.append((), [(r.value, why.reason) for r, why in result.rejected])

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from processors.pipeline import MemorySeen, Pipeline, Record
-from processors.records import pair_row, search_doc
+from processors.records import search_doc
 from processors.textsearch import active_hit, tokenize
 from processors.validation import Rejection, validate
 from schemas.events import Envelope
@@ -274,7 +274,7 @@ class EmbeddedService:
 
             def flush() -> None:
                 result = pipeline.process(batch)
-                self.log.upsert_pairs([pair_row(p) for p in result.pairs])
+                self.log.upsert_pairs([p.row() for p in result.pairs])
                 self.index.add([search_doc(a.event, a.record.offset, a.window_id, a.tool_name) for a in result.applied])
                 batch.clear()
 

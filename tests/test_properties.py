@@ -61,13 +61,6 @@ def process(records: list[bytes]) -> Pipeline:
     return pipeline
 
 
-def final_pairs(pipeline: Pipeline, records: list[bytes]) -> dict:
-    out: dict = {}
-    for p in Pipeline(MemorySeen()).process([Record(0, i, r) for i, r in enumerate(records)]).pairs:
-        out[(p.call_id, p.orphan_event_id)] = p.model_dump(exclude={"version"})
-    return out
-
-
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
