@@ -114,8 +114,9 @@ class EmbeddedDriver:
         METRICS.duplicates.inc(len(result.duplicates))
         for pair in result.pairs:
             METRICS.pairs.labels(pair.status).inc()
-        for a in result.applied:
-            log.debug("applied thread=%s event=%s kind=%s", a.event.thread_id, a.event.event_id, a.event.kind)
+        if log.isEnabledFor(logging.DEBUG):
+            for a in result.applied:
+                log.debug("applied thread=%s event=%s kind=%s", a.event.thread_id, a.event.event_id, a.event.kind)
         for record, event in result.duplicates:
             log.info("duplicate thread=%s event=%s offset=%d ignored", event.thread_id, event.event_id, record.offset)
 

@@ -319,9 +319,13 @@ class EmbeddedService:
                     with self.lock:
                         self.driver.maybe_flush()
                     stop.wait(idle_sleep)
-            except StoreError:
-                log.exception("a store failed; retrying in 1 s")
+            except Exception:  # noqa: BLE001 - a store failed: resume from the checkpoint
+                log.exception("a store failed; resuming from the last checkpoint in 1 s")
                 stop.wait(1.0)
+                with self.lock:
+                    # The failed batch is applied in memory but maybe not written: start
+                    # again from the checkpoint, replaying into the idempotent sinks.
+                    self.driver = self._new_driver()
         with self.lock:
             self.driver.run_until_idle()
 

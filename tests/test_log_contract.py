@@ -111,3 +111,36 @@ def test_the_events_table_holds_the_envelope_fields_and_payload_of_each_event(se
         ("e2", "t1", "tool_result", "2026-01-01 12:00:01.000000", "w7", None, "sub", "p2", "tool",
          None, 2, '{"call_id":"c","output":"o"}'),
     ]  # fmt: skip
+
+
+def test_a_failing_sink_write_is_retried_from_the_checkpoint_and_nothing_is_lost(settings: Settings) -> None:
+    import threading
+
+    service = EmbeddedService(settings)
+    real_append = service.log.append_events
+    failures = {"left": 1}
+
+    def flaky_append(rows):  # the real chDB write, failing once as a full disk or a restart would
+        if failures["left"] and rows:
+            failures["left"] -= 1
+            raise OSError("simulated write failure")
+        real_append(rows)
+
+    service.log.append_events = flaky_append  # type: ignore[method-assign]
+    stop = threading.Event()
+    worker = threading.Thread(target=service.run_forever, args=(stop,))
+    worker.start()
+    try:
+        records = synthetic_events(2000, 10)
+        service.publish(b"\n".join(records))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and service.log.count_events() < len(records):
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        worker.join()
+    try:
+        assert failures["left"] == 0
+        assert service.sql("SELECT count(), uniqExact(event_id) FROM events").rows[0] == (2000, 2000)
+    finally:
+        service.close()
