@@ -13,12 +13,13 @@ import random
 import resource
 import tempfile
 import time
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from processors.pipeline import MemorySeen, Pipeline, Record
 from streams.config import Settings
-from streams.demo import synthetic_events
+from streams.demo import iter_synthetic_events, synthetic_events
 from streams.service import EmbeddedService
 
 
@@ -41,12 +42,13 @@ def bench_processors(records: list[bytes], batch: int = 1000) -> dict[str, Any]:
             "events_per_s": round(len(records) / elapsed), "batch_of_1000": percentiles(lat)}  # fmt: skip
 
 
-def bench_pipeline(records: list[bytes], data_dir: Path) -> tuple[dict[str, Any], EmbeddedService]:
+def bench_pipeline(n_events: int, n_threads: int, data_dir: Path) -> tuple[dict[str, Any], EmbeddedService]:
+    """Publish a generated stream (not held in memory), then drain it through every sink."""
     service = EmbeddedService(Settings(data_dir=data_dir))
+    stream = iter_synthetic_events(n_events, n_threads)
     t0 = time.perf_counter()
-    chunk = 20_000
-    for i in range(0, len(records), chunk):
-        service.publish(b"\n".join(records[i : i + chunk]))
+    while chunk := list(islice(stream, 20_000)):
+        service.publish(b"\n".join(chunk))
     published = time.perf_counter() - t0
     lat: list[float] = []
     driver = service.driver
@@ -61,11 +63,11 @@ def bench_pipeline(records: list[bytes], data_dir: Path) -> tuple[dict[str, Any]
     driver.checkpoint()
     elapsed = time.perf_counter() - t0
     return {
-        "events": len(records),
+        "events": n_events,
         "publish_seconds": round(published, 2),
         "process_seconds": round(time.perf_counter() - t1, 2),
         "seconds": round(elapsed, 2),
-        "events_per_s": round(len(records) / elapsed),
+        "events_per_s": round(n_events / elapsed),
         "batch_of_5000": percentiles(lat),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "log_rows": service.log.count_events(),
@@ -89,13 +91,12 @@ def bench_reads(service: EmbeddedService, threads: list[str], event_ids: list[st
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    print(f"generating {max(args.events, args.processor_events):,} events over {args.threads:,} threads …", flush=True)
-    records = synthetic_events(max(args.events, args.processor_events), args.threads)
-    proc = bench_processors(records[: args.processor_events])
+    print(f"generating {args.processor_events:,} events over {args.threads:,} threads …", flush=True)
+    proc = bench_processors(synthetic_events(args.processor_events, args.threads))
     print(f"processors alone (validate+dedup+pair+reduce, 1 core): {proc['events_per_s']:,} events/s; "
           f"batch of 1000 p50 {proc['batch_of_1000']['p50_ms']} ms p99 {proc['batch_of_1000']['p99_ms']} ms", flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-") as tmp:
-        pipe, service = bench_pipeline(records[: args.events], Path(tmp))
+        pipe, service = bench_pipeline(args.events, args.threads, Path(tmp))
         print(f"embedded pipeline (topic append, processors, chDB, tantivy, state): {pipe['events_per_s']:,} events/s "
               f"over {pipe['events']:,} events ({pipe['seconds']} s; publish {pipe['publish_seconds']} s); "
               f"batch of 5000 p50 {pipe['batch_of_5000']['p50_ms']} ms p99 {pipe['batch_of_5000']['p99_ms']} ms; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -137,11 +138,23 @@ def sample_session() -> tuple[list[bytes], dict[str, Any]]:
 
 def synthetic_events(n_events: int, n_threads: int, seed: int = 7) -> list[bytes]:
     """A large mixed workload for benchmarks: messages, tool pairs, plans, files."""
+    return list(iter_synthetic_events(n_events, n_threads, seed))
+
+
+def iter_synthetic_events(n_events: int, n_threads: int, seed: int = 7) -> Iterator[bytes]:
+    """``synthetic_events`` as a stream, so a million events need not sit in memory."""
     rng = random.Random(seed)
     writers = [SessionWriter(f"bench-{t:05d}", start=BASE_TIME) for t in range(n_threads)]
     out: list[bytes] = []
     calls = [0] * n_threads
-    while len(out) < n_events:
+    produced = 0
+    while produced < n_events:
+        if out:
+            take = out[: n_events - produced]
+            produced += len(take)
+            yield from take
+            out.clear()
+            continue
         t = rng.randrange(n_threads)
         w = writers[t]
         r = rng.random()
@@ -169,7 +182,7 @@ def synthetic_events(n_events: int, n_threads: int, seed: int = 7) -> list[bytes
             e = w.emit("turn_end", {})
             w.turn += 1
             out.append(orjson.dumps(e))
-    return out[:n_events]
+        w.events.clear()  # the writer only needs its counters
 
 
 __all__ = ["SessionWriter", "sample_session", "synthetic_events"]
