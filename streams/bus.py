@@ -120,6 +120,21 @@ class SqliteEventBus:
             ).fetchall()
         return [Record(0, o, v) for o, v in rows]
 
+    def thread_ends(self) -> dict[str, int]:
+        """Every thread with the offset of its newest record."""
+        with self._lock:
+            return dict(self._db.execute("SELECT thread_id, max(offset) FROM events GROUP BY thread_id"))
+
+    def thread_records(self, thread_id: str, after: int, upto: int) -> list[Record]:
+        """A thread's records with ``after < offset <= upto``, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT offset, value FROM events WHERE thread_id = ? AND offset > ? AND offset <= ? "
+                "ORDER BY offset",
+                (thread_id, after, upto),
+            ).fetchall()
+        return [Record(0, o, v) for o, v in rows]
+
     def close(self) -> None:
         with self._lock:
             self._db.close()

@@ -247,6 +247,49 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo(Settings(**{**settings.__dict__, "data_dir": data_dir}), as_json=args.json)
 
 
+def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.memory_jobs import Memory, extract_parallel  # noqa: PLC0415
+
+    if args.action == "extract":
+        reports = extract_parallel(settings, args.workers, args.lease_seconds)
+        result: Any = {
+            "extracted_threads": sorted(t for r in reports for t in r["extracted_threads"]),
+            "candidates": sum(r["candidates"] for r in reports),
+            "failed": {t: e for r in reports for t, e in r["failed"].items()},
+            "workers": len(reports),
+        }
+    else:
+        job = Memory(settings)
+        try:
+            if args.action == "consolidate":
+                result = job.consolidate(args.owner, args.lease_seconds, args.high_risk or None,
+                                         args.pause_before_publish)  # fmt: skip
+            elif args.action == "show":
+                result = job.show(args.project, args.key)
+            elif args.action == "revoke":
+                if not args.event_id:
+                    raise UsageError("memory revoke needs the EVENT_ID of the source to withdraw")
+                try:
+                    result = job.revoke(args.event_id, args.reason)
+                except LookupError as error:
+                    raise NotFound(str(error)) from error
+            else:
+                result = job.status()
+        finally:
+            job.close()
+    if args.json:
+        _print_json(result)
+    elif args.action == "show":
+        print(f"memory view version {result['version']}")
+        for f in result["facts"]:
+            flags = f" [{', '.join(f['flags'])}]" if f["flags"] else ""
+            print(f"{f['project']}/{f['key']} = {f['value']!r} ({f['status']}, {f['evidence_type']}, "
+                  f"source {f['source_event_id']}){flags}{' — ' + f['note'] if f['note'] else ''}")  # fmt: skip
+    else:
+        print(orjson.dumps(result, default=str, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from streams.bench import run_bench  # noqa: PLC0415
 
@@ -302,6 +345,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sql", cmd_sql, "read-only SQL over the log (tables: events, tool_calls, rejected_events)")
     p.add_argument("query", metavar="SQL")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p = add("memory", cmd_memory, "long-term memory: extract, consolidate, show, revoke, status")
+    p.add_argument("action", choices=["extract", "consolidate", "show", "revoke", "status"])
+    p.add_argument("event_id", nargs="?", metavar="EVENT_ID", help="for revoke: the source event to withdraw")
+    p.add_argument("--reason", help="for revoke: why the source is withdrawn")
+    p.add_argument("--project", help="for show: only this project's facts")
+    p.add_argument("--key", help="for show: only this key")
+    p.add_argument("--workers", type=int, default=1, help="for extract: parallel worker processes")
+    p.add_argument("--owner", help="for consolidate: the lease owner name (default: unique per process)")
+    p.add_argument("--lease-seconds", type=float, default=60.0, help="lease length (default 60)")
+    p.add_argument("--high-risk", action="append", metavar="KEY_GLOB",
+                   help="for consolidate: keys whose fallback value becomes 'unknown, needs check'")
+    p.add_argument("--pause-before-publish", type=float, default=0.0, help=argparse.SUPPRESS)
     add("rebuild", cmd_rebuild, "replay the log into state, pairs and index (with a progress bar)")
     p = add("bench", cmd_bench, "measure throughput and latency percentiles of the hot paths", json_flag=False)
     p.add_argument("--events", type=int, default=200_000, help="events for the pipeline benchmark")

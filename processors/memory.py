@@ -1,0 +1,212 @@
+"""Long-term memory logic (SPEC §6), pure: extraction of candidates, and consolidation of
+candidates into a view. Claims, leases, fencing and storage are the adapters' business.
+
+- Only confirmed ``fact`` events become candidates, redacted, one per source event.
+- Conflicts on a key go to the strongest evidence, then the latest *observed* time.
+- A revoked source is left out; a fact that falls back to an older value is marked
+  ``needs_refresh`` (``unknown`` for high-risk keys); ``recheck_when`` conditions that
+  fire mark ``needs_refresh`` too.
+- ``external_content`` is never promoted to a preference or instruction.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from processors.redaction import redact
+from schemas.events import Envelope
+
+STRENGTH: dict[str, int] = {
+    "user_confirmed": 4,
+    "tool_observed": 3,
+    "model_inferred": 2,
+    "external_content": 1,
+}
+PRIVILEGED_PREFIXES = ("preference", "instruction", "policy", "rule")
+"""Key namespaces that steer an agent: only non-external evidence may fill them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A fact extracted from one ``fact`` event: the unit of provenance."""
+
+    source_event_id: str
+    source_thread_id: str
+    project: str
+    scope: str
+    key: str
+    value: str
+    evidence_type: str
+    observed_at: str
+    observed_ms: float
+    recheck_when: str | None = None
+
+    @property
+    def strength(self) -> int:
+        return STRENGTH[self.evidence_type]
+
+
+@dataclass(frozen=True, slots=True)
+class Revocation:
+    target_event_id: str
+    revoke_event_id: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FileTouch:
+    """A file change seen after a fact: may fire a ``recheck_when`` path condition."""
+
+    project: str
+    path: str
+    at_ms: float
+
+
+@dataclass(slots=True)
+class Extraction:
+    candidates: list[Candidate] = field(default_factory=list)
+    revocations: list[Revocation] = field(default_factory=list)
+    file_touches: list[FileTouch] = field(default_factory=list)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def extract(events: Iterable[Envelope]) -> Extraction:
+    """Phase 1 for one thread's new events: candidates, revocations and file touches."""
+    out = Extraction()
+    for e in events:
+        p: Any = e.payload
+        if e.kind == "fact" and p.confirmed:
+            out.candidates.append(Candidate(
+                source_event_id=e.event_id, source_thread_id=e.thread_id, project=e.project,
+                scope=p.scope or "", key=redact(p.key), value=redact(_text(p.value)),
+                evidence_type=p.evidence_type, observed_at=e.ts, observed_ms=e.epoch_ms,
+                recheck_when=None if p.recheck_when is None else _text(p.recheck_when),
+            ))  # fmt: skip
+        elif e.kind == "revoke":
+            out.revocations.append(Revocation(p.target_event_id, e.event_id, p.reason))
+        elif e.kind == "file_change" and p.confirmed:
+            out.file_touches.append(FileTouch(e.project, p.path, e.epoch_ms))
+    return out
+
+
+@dataclass(slots=True)
+class Fact:
+    """One key of the memory view, with the chain of sources behind it."""
+
+    project: str
+    scope: str
+    key: str
+    value: str | None
+    status: str  # "ok" | "needs_refresh" | "unknown"
+    evidence_type: str
+    observed_at: str
+    source_event_id: str
+    source_thread_id: str
+    supporting: list[str] = field(default_factory=list)
+    contradicting: list[str] = field(default_factory=list)
+    revoked: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _recheck_fires(condition: str | None, c: Candidate, touches: Sequence[FileTouch], now_ms: float) -> str | None:
+    """Why a fact's ``recheck_when`` fired, or ``None``. Conditions: ``{"path": glob}`` (a
+    confirmed change to a matching path after the fact) and ``{"max_age_s": n}``."""
+    if not condition:
+        return None
+    try:
+        spec = orjson.loads(condition)
+    except orjson.JSONDecodeError:
+        spec = {"path": condition}
+    if not isinstance(spec, dict):
+        return None
+    pattern = spec.get("path")
+    if isinstance(pattern, str):
+        for t in touches:
+            if t.project == c.project and t.at_ms > c.observed_ms and fnmatch.fnmatch(t.path, pattern):
+                return f"recheck: {t.path} changed after the fact was observed"
+    max_age = spec.get("max_age_s")
+    if isinstance(max_age, (int, float)) and now_ms - c.observed_ms > max_age * 1000:
+        return f"recheck: older than {max_age} s"
+    return None
+
+
+def _rank(c: Candidate) -> tuple[int, float, str]:
+    # Strength first, then observed time; the event id only breaks exact ties, stably.
+    return (c.strength, c.observed_ms, c.source_event_id)
+
+
+def consolidate(
+    candidates: Iterable[Candidate],
+    revocations: Iterable[Revocation],
+    touches: Sequence[FileTouch] = (),
+    now_ms: float = 0.0,
+    high_risk_keys: Iterable[str] = (),
+) -> dict[str, Fact]:
+    """Phase 2: the memory view, keyed by ``project/scope/key``. Deterministic."""
+    revoked = {r.target_event_id for r in revocations}
+    risky = list(high_risk_keys)
+    groups: dict[tuple[str, str, str], list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.project, c.scope, c.key), []).append(c)
+    view: dict[str, Fact] = {}
+    for (project, scope, key), group in sorted(groups.items()):
+        ranked = sorted(group, key=_rank, reverse=True)
+        live = [c for c in ranked if c.source_event_id not in revoked]
+        gone = [c.source_event_id for c in ranked if c.source_event_id in revoked]
+        ident = f"{project}/{scope}/{key}" if scope else f"{project}/{key}"
+        if not live:
+            continue  # every source withdrawn: the fact is gone from memory
+        best = live[0]
+        status, note, flags = "ok", "", []
+        if ranked[0].source_event_id in revoked and ranked[0].value != best.value:
+            # The winning source was withdrawn and an older value resurfaces: never trust it silently.
+            status, note = "needs_refresh", f"fell back after revoking {ranked[0].source_event_id}"
+            if any(fnmatch.fnmatch(key, pattern) for pattern in risky):
+                status, note = "unknown", f"unknown, needs check (high-risk key; {note})"
+        fired = _recheck_fires(best.recheck_when, best, touches, now_ms)
+        if fired and status == "ok":
+            status, note = "needs_refresh", fired
+        if best.evidence_type == "external_content":
+            flags.append("external_content")
+            if key.split(".")[0].lower() in PRIVILEGED_PREFIXES:
+                # Content from outside may be remembered as an observation, never as
+                # something that steers the agent.
+                flags.append("not_promoted")
+        view[ident] = Fact(
+            project=project, scope=scope, key=key,
+            value=None if status == "unknown" else best.value, status=status,
+            evidence_type=best.evidence_type, observed_at=best.observed_at,
+            source_event_id=best.source_event_id, source_thread_id=best.source_thread_id,
+            supporting=[c.source_event_id for c in live if c.value == best.value],
+            contradicting=[c.source_event_id for c in live if c.value != best.value],
+            revoked=gone, flags=flags, note=note,
+        )  # fmt: skip
+    return view
+
+
+def is_instruction(fact: Fact) -> bool:
+    """Whether a fact may steer the agent (a preference or instruction it should follow)."""
+    return fact.key.split(".")[0].lower() in PRIVILEGED_PREFIXES and "not_promoted" not in fact.flags
+
+
+def visible(view: dict[str, Fact], project: str, key: str | None = None) -> list[Fact]:
+    """The facts a reader in ``project`` may see: scope isolation on every read path."""
+    return [f for f in view.values() if f.project == project and (key is None or f.key == key)]
+
+
+__all__ = [
+    "Candidate", "Extraction", "Fact", "FileTouch", "PRIVILEGED_PREFIXES", "Revocation",
+    "STRENGTH", "consolidate", "extract", "is_instruction", "visible",
+]  # fmt: skip
