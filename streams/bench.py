@@ -13,13 +13,18 @@ import random
 import resource
 import tempfile
 import time
+from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from processors.pipeline import MemorySeen, Pipeline, Record
 from streams.config import Settings
 from streams.demo import iter_synthetic_events, synthetic_events
+from streams.memory_jobs import Memory
+from streams.publisher import LocalPublisher
 from streams.service import EmbeddedService
 
 
@@ -90,6 +95,40 @@ def bench_reads(service: EmbeddedService, threads: list[str], event_ids: list[st
     return {"state": percentiles(state_lat), "read": percentiles(read_lat)}
 
 
+def fact_events(n_facts: int, n_threads: int, seed: int = 11) -> Iterator[bytes]:
+    rng = random.Random(seed)
+    for i in range(n_facts):
+        yield orjson.dumps({
+            "event_id": f"fact-{i}", "thread_id": f"mem-{i % n_threads:05d}", "kind": "fact",
+            "ts": f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:00:00Z", "project": f"p{i % 10}",
+            "payload": {"key": f"k{rng.randrange(20_000)}", "value": f"value {rng.randrange(5)}",
+                        "evidence_type": rng.choice(["user_confirmed", "tool_observed", "model_inferred",
+                                                     "external_content"]), "confirmed": True},
+        })  # fmt: skip
+
+
+def bench_memory(n_facts: int, n_threads: int, data_dir: Path) -> dict[str, Any]:
+    settings = Settings(data_dir=data_dir)
+    publisher = LocalPublisher(settings)
+    stream = fact_events(n_facts, n_threads)
+    while chunk := list(islice(stream, 20_000)):
+        publisher.publish(b"\n".join(chunk))
+    publisher.close()
+    job = Memory(settings)
+    try:
+        t0 = time.perf_counter()
+        report = job.extract()
+        extract_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        result = job.consolidate()
+        consolidate_s = time.perf_counter() - t1
+    finally:
+        job.close()
+    return {"facts": n_facts, "threads": len(report.extracted_threads),
+            "extract_facts_per_s": round(report.candidates / extract_s),
+            "consolidate_seconds": round(consolidate_s, 2), "view_facts": result.get("facts")}  # fmt: skip
+
+
 def run_bench(args: argparse.Namespace) -> int:
     print(f"generating {args.processor_events:,} events over {args.threads:,} threads …", flush=True)
     proc = bench_processors(synthetic_events(args.processor_events, args.threads))
@@ -102,13 +141,19 @@ def run_bench(args: argparse.Namespace) -> int:
               f"batch of 5000 p50 {pipe['batch_of_5000']['p50_ms']} ms p99 {pipe['batch_of_5000']['p99_ms']} ms; "
               f"peak RSS {pipe['peak_rss_mib']} MiB; log rows {pipe['log_rows']:,}", flush=True)  # fmt: skip
         threads = sorted(service.driver.pipeline.threads)
-        ids = [f"{t}.{n:05d}" for t in threads[:200] for n in (1, 2, 3)]
+        ids = [r[0] for r in service.sql("SELECT event_id FROM events ORDER BY cityHash64(event_id) LIMIT 1000").rows]
         reads = bench_reads(service, threads, ids)
         service.close()
     print(f"state: p50 {reads['state']['p50_ms']} ms p99 {reads['state']['p99_ms']} ms; "
           f"read: p50 {reads['read']['p50_ms']} ms p99 {reads['read']['p99_ms']} ms", flush=True)  # fmt: skip
     ratio = proc["events_per_s"] / max(pipe["events_per_s"], 1)
     print(f"ratio processors-alone / whole pipeline: {ratio:.2f}x (same run)")
+    if args.memory_facts:
+        with tempfile.TemporaryDirectory(prefix="agentlog-bench-memory-") as tmp:
+            mem = bench_memory(args.memory_facts, args.threads, Path(tmp))
+        print(f"memory: extraction {mem['extract_facts_per_s']:,} facts/s over {mem['threads']:,} threads; "
+              f"consolidation of {mem['facts']:,} candidates into {mem['view_facts']:,} facts in "
+              f"{mem['consolidate_seconds']} s", flush=True)  # fmt: skip
     return 0
 
 
