@@ -47,6 +47,11 @@ class ContextResult:
         return {"sections": self.sections, "messages": self.messages, "meta": self.meta}
 
 
+def output_budget(budget: int) -> int:
+    """Characters one tool output may take: roughly a quarter of the token budget."""
+    return max(200, min(4000, budget))
+
+
 def message_tokens(counter: TokenCounter, message: dict[str, Any]) -> int:
     n = MESSAGE_OVERHEAD + counter.count(message.get("content") or "")
     for call in message.get("tool_calls", ()):
@@ -96,6 +101,45 @@ def build_units(
     return units
 
 
+SUMMARY_SHARE = 0.4
+"""At most this share of what the pinned items leave goes to the rolling summary."""
+
+
+def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int) -> str:
+    """The handoff record as text, most actionable first, newest evidence first, cut to
+    ``max_tokens``. Observations and hypotheses stay under separate headings."""
+    head = ["Summary of earlier work (handoff record):"]
+    if summary.get("next_action"):
+        head.append(f"Next action: {summary['next_action']}")
+    head += [f"Pending: {p}" for p in summary.get("pending_jobs", [])]
+    head += [f"Unknown: {u}" for u in summary.get("unknowns", [])]
+    if summary.get("modified_files"):
+        head.append("Modified files: " + ", ".join(summary["modified_files"]))
+    lines, used = [], 0
+    for line in head:
+        cost = counter.count(line) + 1
+        if used + cost > max_tokens:
+            break
+        lines.append(line)
+        used += cost
+    for title, items in (("Observations (with source events):", summary.get("observations", [])),
+                         ("Hypotheses (unverified):", summary.get("hypotheses", []))):  # fmt: skip
+        chosen: list[str] = []
+        title_cost = counter.count(title) + 1
+        for item in reversed(items):
+            line = f"- {item['text']} [{item['source_event_id']}]"
+            cost = counter.count(line) + 1
+            if used + title_cost + cost > max_tokens:
+                break
+            chosen.append(line)
+            used += cost
+        if chosen:
+            lines.append(title)
+            used += title_cost
+            lines += reversed(chosen)
+    return "\n".join(lines)
+
+
 def _render_state(state: dict[str, Any]) -> str:
     lines: list[str] = []
     if state.get("plan"):
@@ -138,8 +182,8 @@ def assemble(
         pinned_lines.append("Constraints:")
         pinned_lines += [f"- {c['text']}" for c in state["constraints"]]
     pinned = {"role": "system", "content": "\n".join(pinned_lines) or "(no goal set)"}
-    if output_budget_chars is None:  # one output may take roughly a quarter of the budget
-        output_budget_chars = max(200, min(4000, budget))
+    if output_budget_chars is None:
+        output_budget_chars = output_budget(budget)
     units = build_units(window, orphans or set(), output_budget_chars)
     latest_id = state.get("latest_user_message_id")
     latest_unit = next((u for u in units if latest_id in u.event_ids), None)
@@ -159,8 +203,8 @@ def assemble(
     if state_text:
         extra_system.append(("state", {"role": "system", "content": "Working state:\n" + state_text}))
     if state.get("summary"):
-        extra_system.append(("summary", {"role": "system", "content": "Summary of earlier work:\n"
-                                         + orjson.dumps(state["summary"]).decode()}))  # fmt: skip
+        text = render_summary(state["summary"], counter, int(remaining * SUMMARY_SHARE))
+        extra_system.append(("summary", {"role": "system", "content": text}))
     kept_system: list[dict[str, Any]] = []
     dropped: dict[str, list[str]] = {"sections": [], "units": [], "recall": []}
     for name, msg in extra_system:
@@ -210,4 +254,7 @@ def assemble(
     })  # fmt: skip
 
 
-__all__ = ["BudgetTooSmall", "ContextResult", "Unit", "assemble", "build_units", "message_tokens"]
+__all__ = [
+    "BudgetTooSmall", "ContextResult", "SUMMARY_SHARE", "Unit", "assemble", "build_units", "message_tokens",
+    "output_budget", "render_summary",
+]

@@ -28,6 +28,9 @@ _ENV = {
     "refresh_seconds": "AGENTLOG_REFRESH_SECONDS",
     "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
     "batch_size": "AGENTLOG_BATCH_SIZE",
+    "auto_compact": "AGENTLOG_AUTO_COMPACT",
+    "summary_url": "AGENTLOG_SUMMARY_URL",
+    "summary_model": "AGENTLOG_SUMMARY_MODEL",
 }
 
 
@@ -45,6 +48,9 @@ class Settings:
     refresh_seconds: float = 1.0
     checkpoint_seconds: float = 2.0
     batch_size: int = 5000
+    auto_compact: bool = True
+    summary_url: str | None = None
+    summary_model: str = "gpt-4o-mini"
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -70,6 +76,8 @@ class Settings:
                 kwargs[name] = int(value)  # type: ignore[arg-type]
             elif kind in ("float",):
                 kwargs[name] = float(value)  # type: ignore[arg-type]
+            elif kind in ("bool",):
+                kwargs[name] = str(value).lower() not in ("0", "false", "no", "off")
             else:
                 kwargs[name] = str(value)
         return cls(**kwargs)  # type: ignore[arg-type]

@@ -1,19 +1,25 @@
-"""``context(thread_id, budget, query)`` on a service: state + bounded window + recall."""
+"""``context(thread_id, budget, query)`` on a service: state, a bounded recent window,
+recall, and compaction of the window when it outgrows its share of the budget."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from processors.context import assemble
-from processors.tokens import counter, encoding_for
+from processors.compaction import compaction_event, fold_count, safe_cut, summarise
+from processors.context import assemble, build_units, message_tokens, output_budget
+from processors.tokens import TokenCounter, counter, encoding_for
 from processors.validation import validate
 from schemas.events import Envelope
+from schemas.handoff import HandoffRecord
 
 WINDOW_RECORDS = 400
 """How many of a thread's newest records assembly looks at: its cost is bounded by this,
 not by the thread's length."""
+WINDOW_SHARE = 0.6
+"""Share of the budget the raw window may fill before its oldest part is compacted."""
 
 
 def context_for(service: Any, thread_id: str, budget: int, query: str | None = None,
@@ -30,6 +36,10 @@ def context_for(service: Any, thread_id: str, budget: int, query: str | None = N
         if e.kind == "window_switch" or e.event_id == state.get("summary_covers_through"):
             start = i + 1
     window = events[start:]
+    tokens = counter(encoding_for(model))
+    compacted = None
+    if service.settings.auto_compact:
+        window, compacted = _compact(service, state, window, orphans, tokens, budget)
     latest = None
     latest_id = state.get("latest_user_message_id")
     if latest_id and all(e.event_id != latest_id for e in window):
@@ -41,10 +51,38 @@ def context_for(service: Any, thread_id: str, budget: int, query: str | None = N
         recall = service.search(query, thread_id=thread_id, limit=8)["hits"]
         in_window = {e.event_id for e in window}
         recall = [h for h in recall if h["event_id"] not in in_window]
-    result = assemble(state, window, counter(encoding_for(model)), budget, latest, orphans, recall)
+    result = assemble(state, window, tokens, budget, latest, orphans, recall)
     out = result.as_dict()
     out["thread_id"] = thread_id
+    out["meta"]["compaction"] = compacted
     return out
 
 
-__all__ = ["WINDOW_RECORDS", "context_for"]
+def _compact(service: Any, state: dict[str, Any], window: list[Envelope], orphans: set[str],
+             tokens: TokenCounter, budget: int) -> tuple[list[Envelope], dict[str, Any] | None]:  # fmt: skip
+    """Fold the window's oldest safe prefix into the summary if the window is too big;
+    publishes the ``compaction`` event and returns the remaining window."""
+    units = build_units(window, orphans, output_budget(budget))
+    for u in units:
+        u.tokens = sum(message_tokens(tokens, m) for m in u.messages)
+    pending = {c["call_id"] for c in state.get("pending_calls", [])}
+    cut = safe_cut(window, units, fold_count(units, int(budget * WINDOW_SHARE), pending))
+    if cut == 0:
+        return window, None
+    folded, rest = window[:cut], window[cut:]
+    previous = None
+    if state.get("summary"):
+        try:
+            previous = HandoffRecord.model_validate(state["summary"])
+        except ValidationError:
+            previous = None
+    record, summariser = summarise(state, folded, previous, service.summariser)
+    event = compaction_event(state["thread_id"], state["project"], record, folded[-1], state["window_id"], summariser)
+    service.publish(orjson.dumps(event))
+    state["summary"] = record.model_dump(mode="json")
+    state["summary_covers_through"] = folded[-1].event_id
+    return rest, {"event_id": event["event_id"], "covers_through": folded[-1].event_id,
+                  "folded_events": len(folded), "summariser": summariser}  # fmt: skip
+
+
+__all__ = ["WINDOW_RECORDS", "WINDOW_SHARE", "context_for"]

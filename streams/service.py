@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from processors.compaction import Summariser
 from processors.pipeline import MemorySeen, Pipeline, Record
 from processors.records import search_doc
 from processors.textsearch import active_hit, tokenize
@@ -139,6 +140,11 @@ class EmbeddedService:
         # runs the driver in a background thread).
         self.lock = threading.RLock()
         self.serving = False
+        self.summariser: Summariser | None = None
+        if settings.summary_url:
+            from streams.llm_summary import LlmSummariser  # noqa: PLC0415 - optional
+
+            self.summariser = LlmSummariser(settings.summary_url, settings.summary_model)
 
     def _new_driver(self) -> EmbeddedDriver:
         s = self.settings

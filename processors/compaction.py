@@ -1,0 +1,169 @@
+"""Compaction (SPEC §5): fold the oldest safe prefix of the raw window into the rolling
+summary, a structured handoff record. Pure: the caller publishes the ``compaction`` event.
+
+Safe prefix: whole interaction units only (a tool call never leaves without its result),
+and it stops before any unit that holds a pending call, so open work stays in view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from processors.context import Unit
+from schemas.events import Envelope
+from schemas.handoff import HandoffRecord, Sourced
+
+MAX_OBSERVATIONS = 60
+MAX_HYPOTHESES = 30
+FIRST_LINE_CHARS = 200
+
+Summariser = Callable[[dict[str, Any], Sequence[Envelope], HandoffRecord | None], HandoffRecord]
+
+
+def fold_count(units: Sequence[Unit], window_budget: int, pending_call_ids: set[str]) -> int:
+    """How many of the oldest units to fold so the rest fits in half the window budget
+    (hysteresis: one compaction buys room for many turns). 0: nothing to fold."""
+    total = sum(u.tokens for u in units)
+    if total <= window_budget:
+        return 0
+    target = window_budget // 2
+    folded = 0
+    for n, unit in enumerate(units):
+        calls = {c["id"] for m in unit.messages for c in m.get("tool_calls", ())}
+        if calls & pending_call_ids or n == len(units) - 1:
+            break  # open work and the newest unit stay in the raw window
+        total -= unit.tokens
+        folded = n + 1
+        if total <= target:
+            break
+    return folded
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:FIRST_LINE_CHARS]
+
+
+def deterministic_summary(
+    state: dict[str, Any], folded: Sequence[Envelope], previous: HandoffRecord | None
+) -> HandoffRecord:
+    """The default summariser: from the state and the folded events, no model involved."""
+    observations = list(previous.observations) if previous else []
+    hypotheses = list(previous.hypotheses) if previous else []
+    unknowns = list(previous.unknowns) if previous else []
+    for e in folded:
+        p: Any = e.payload
+        if e.kind == "tool_result":
+            observations.append(Sourced(
+                text=f"{p.tool_name or p.call_id} -> {p.status}: {_first_line(p.output)}",
+                source_event_id=e.event_id,
+            ))  # fmt: skip
+        elif e.kind == "message" and p.role == "user":
+            observations.append(Sourced(text=f"user said: {_first_line(p.text)}", source_event_id=e.event_id))
+        elif e.kind == "message" and p.role == "assistant":
+            # What the model said is its reading of the situation: a hypothesis, not a fact.
+            hypotheses.append(Sourced(text=_first_line(p.text), source_event_id=e.event_id))
+        elif e.kind == "error":
+            observations.append(Sourced(text=f"error {p.code or ''}: {_first_line(p.message)}".strip(),
+                                        source_event_id=e.event_id))  # fmt: skip
+    for failure in state.get("failures", []):
+        if failure.get("status") == "missing":
+            note = f"result of {failure.get('tool_name') or 'tool'} call {failure.get('call_id')} unknown (no result)"
+            if note not in unknowns:
+                unknowns.append(note)
+    plan = state.get("plan", [])
+    next_step = next((s for s in plan if s["status"] == "running"), None) or next(
+        (s for s in plan if s["status"] == "pending"), None
+    )
+    pending = [f"call {c['call_id']} ({c['tool_name']})" for c in state.get("pending_calls", [])]
+    pending += [f"task {t['task_id']}: {t.get('text') or ''}".strip() for t in state.get("tasks", [])
+                if t["status"] in ("pending", "running")]  # fmt: skip
+    pending += [f"approval {a['approval_id']}: {a['action']}" for a in state.get("pending_approvals", [])]
+    return HandoffRecord(
+        goal=(state.get("goal") or {}).get("text"),
+        constraints=[c["text"] for c in state.get("constraints", [])],
+        observations=observations[-MAX_OBSERVATIONS:],
+        hypotheses=hypotheses[-MAX_HYPOTHESES:],
+        pending_jobs=pending,
+        next_action=None if next_step is None else (next_step.get("text") or next_step["step_id"]),
+        unknowns=unknowns[-MAX_OBSERVATIONS:],
+        modified_files=[f["path"] for f in state.get("files", []) if f["confirmed"]],
+    )
+
+
+def acceptable(record: Any, state: dict[str, Any]) -> HandoffRecord | None:
+    """A summary that validates as a handoff record and loses no pinned constraint and no
+    confirmed file; ``None`` otherwise (the caller then uses the deterministic one)."""
+    try:
+        parsed = record if isinstance(record, HandoffRecord) else HandoffRecord.model_validate(record)
+    except ValidationError:
+        return None
+    if any(c["text"] not in parsed.constraints for c in state.get("constraints", [])):
+        return None
+    if any(f["path"] not in parsed.modified_files for f in state.get("files", []) if f["confirmed"]):
+        return None
+    goal = (state.get("goal") or {}).get("text")
+    if goal is not None and parsed.goal != goal:
+        return None
+    return parsed
+
+
+def summarise(
+    state: dict[str, Any],
+    folded: Sequence[Envelope],
+    previous: HandoffRecord | None,
+    summariser: Summariser | None = None,
+) -> tuple[HandoffRecord, str]:
+    """(record, which summariser produced it). A configured summariser's output is
+    checked; one that fails or drops pinned facts gives way to the deterministic one."""
+    if summariser is not None:
+        try:
+            candidate = acceptable(summariser(state, folded, previous), state)
+        except Exception:  # noqa: BLE001 - a remote summariser may fail in any way
+            candidate = None
+        if candidate is not None:
+            return candidate, "custom"
+    return deterministic_summary(state, folded, previous), "deterministic"
+
+
+def compaction_event(thread_id: str, project: str, record: HandoffRecord, covers_through: Envelope,
+                     window_id: str, summariser: str) -> dict[str, Any]:  # fmt: skip
+    """The ``compaction`` event. Its id and time derive from what it covers, so the same
+    compaction computed twice is one event (a duplicate collapses)."""
+    return {
+        "event_id": f"compaction.{covers_through.event_id}"[:128],
+        "thread_id": thread_id,
+        "kind": "compaction",
+        "ts": covers_through.ts,
+        "window_id": window_id,
+        "project": project,
+        "source": "system",
+        "agent_id": "agentlog",
+        "payload": {"summary": record.model_dump(mode="json"), "covers_through": covers_through.event_id,
+                    "summariser": summariser},  # fmt: skip
+    }
+
+
+
+
+def safe_cut(events: Sequence[Envelope], units: Sequence[Unit], n: int) -> int:
+    """How many of ``events`` (stream order) a compaction folding the first ``n`` units
+    covers: a prefix holding every event of the folded units and none of the others'.
+    Fewer units are folded when interleaving would otherwise split one."""
+    position = {e.event_id: i for i, e in enumerate(events)}
+    while n > 0:
+        rest = [position[i] for u in units[n:] for i in u.event_ids if i in position]
+        cut = min(rest) if rest else len(events)
+        if all(position.get(i, -1) < cut for u in units[:n] for i in u.event_ids):
+            return cut
+        n -= 1
+    return 0
+
+
+__all__ = [
+    "Summariser", "acceptable", "compaction_event", "deterministic_summary", "fold_count", "safe_cut",
+    "summarise",
+]  # fmt: skip

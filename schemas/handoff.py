@@ -1,0 +1,31 @@
+"""The structured handoff record a compaction writes (SPEC §5)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Sourced(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    source_event_id: str
+
+
+class HandoffRecord(BaseModel):
+    """What a fresh window needs to carry on. Observations (seen in tool output, said by
+    the user) and hypotheses (the model's guesses) are separate lists, never merged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str | None = None
+    constraints: list[str] = Field(default_factory=list)
+    observations: list[Sourced] = Field(default_factory=list)
+    hypotheses: list[Sourced] = Field(default_factory=list)
+    pending_jobs: list[str] = Field(default_factory=list)
+    next_action: str | None = None
+    unknowns: list[str] = Field(default_factory=list)
+    modified_files: list[str] = Field(default_factory=list)
+
+
+__all__ = ["HandoffRecord", "Sourced"]

@@ -1,0 +1,52 @@
+"""An LLM summariser behind the ``processors.compaction.Summariser`` interface: any
+OpenAI-compatible ``/chat/completions`` endpoint. Off unless ``AGENTLOG_SUMMARY_URL``
+is set; its answer is validated (``processors.compaction.acceptable``) before use."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import orjson
+
+from processors.records import searchable
+from schemas.events import Envelope
+from schemas.handoff import HandoffRecord
+
+PROMPT = """You write handoff records for a coding agent whose old context is being folded.
+Answer with one JSON object with exactly these keys: goal, constraints, observations,
+hypotheses, pending_jobs, next_action, unknowns, modified_files. observations and
+hypotheses are lists of {"text", "source_event_id"}; keep every constraint and every
+modified file given; put guesses in hypotheses, never in observations."""
+
+
+class LlmSummariser:
+    def __init__(self, url: str, model: str, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        headers = {}
+        if os.environ.get("AGENTLOG_SUMMARY_API_KEY"):
+            headers["Authorization"] = f"Bearer {os.environ['AGENTLOG_SUMMARY_API_KEY']}"
+        self.http = httpx.Client(timeout=timeout, headers=headers)
+
+    def __call__(self, state: dict[str, Any], folded: Sequence[Envelope],
+                 previous: HandoffRecord | None) -> dict[str, Any]:  # fmt: skip
+        material = {
+            "state": {k: state.get(k) for k in ("goal", "constraints", "plan", "tasks", "files",
+                                                 "pending_approvals", "pending_calls", "failures")},
+            "previous_summary": previous.model_dump(mode="json") if previous else None,
+            "events": [{"event_id": e.event_id, "kind": e.kind, "text": searchable(e)[0][:2000]} for e in folded],
+        }  # fmt: skip
+        response = self.http.post(f"{self.url}/chat/completions", json={
+            "model": self.model,
+            "response_format": {"type": "json_object"},
+            "messages": [{"role": "system", "content": PROMPT},
+                         {"role": "user", "content": orjson.dumps(material).decode()}],
+        })  # fmt: skip
+        response.raise_for_status()
+        return orjson.loads(response.json()["choices"][0]["message"]["content"])
+
+
+__all__ = ["LlmSummariser", "PROMPT"]
