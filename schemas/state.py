@@ -105,6 +105,8 @@ class WorkingState:
     thread_id: str
     project: str = "default"
     window_id: str = DEFAULT_WINDOW
+    window_started_by: str | None = None
+    """The ``window_switch`` event that opened the current window."""
     goal: Pinned | None = None
     constraints: dict[str, ConstraintItem] = field(default_factory=dict)
     plan: dict[str, StepItem] = field(default_factory=dict)

@@ -129,7 +129,7 @@ def bench_memory(n_facts: int, n_threads: int, data_dir: Path) -> dict[str, Any]
             "consolidate_seconds": round(consolidate_s, 2), "view_facts": result.get("facts")}  # fmt: skip
 
 
-def run_bench(args: argparse.Namespace) -> int:
+def run_pipeline_section(args: argparse.Namespace) -> None:
     print(f"generating {args.processor_events:,} events over {args.threads:,} threads …", flush=True)
     proc = bench_processors(synthetic_events(args.processor_events, args.threads))
     print(f"processors alone (validate+dedup+pair+reduce, 1 core): {proc['events_per_s']:,} events/s; "
@@ -147,13 +147,24 @@ def run_bench(args: argparse.Namespace) -> int:
     print(f"state: p50 {reads['state']['p50_ms']} ms p99 {reads['state']['p99_ms']} ms; "
           f"read: p50 {reads['read']['p50_ms']} ms p99 {reads['read']['p99_ms']} ms", flush=True)  # fmt: skip
     ratio = proc["events_per_s"] / max(pipe["events_per_s"], 1)
-    print(f"ratio processors-alone / whole pipeline: {ratio:.2f}x (same run)")
-    if args.memory_facts:
-        with tempfile.TemporaryDirectory(prefix="agentlog-bench-memory-") as tmp:
-            mem = bench_memory(args.memory_facts, args.threads, Path(tmp))
-        print(f"memory: extraction {mem['extract_facts_per_s']:,} facts/s over {mem['threads']:,} threads; "
-              f"consolidation of {mem['facts']:,} candidates into {mem['view_facts']:,} facts in "
-              f"{mem['consolidate_seconds']} s", flush=True)  # fmt: skip
+    print(f"ratio processors-alone / whole pipeline: {ratio:.2f}x (same run)", flush=True)
+
+
+def run_memory_section(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-memory-") as tmp:
+        mem = bench_memory(args.memory_facts, args.threads, Path(tmp))
+    print(f"memory: extraction {mem['extract_facts_per_s']:,} facts/s over {mem['threads']:,} threads; "
+          f"consolidation of {mem['facts']:,} candidates into {mem['view_facts']:,} facts in "
+          f"{mem['consolidate_seconds']} s", flush=True)  # fmt: skip
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from streams import bench_context  # noqa: PLC0415
+
+    sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
+                "context": lambda _args: bench_context.run()}  # fmt: skip
+    for name in sections if args.only == "all" else [args.only]:
+        sections[name](args)
     return 0
 
 

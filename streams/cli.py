@@ -362,7 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=int, default=200_000, help="events for the pipeline benchmark")
     p.add_argument("--threads", type=int, default=1_000, help="threads they spread over")
     p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
-    p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark (0: skip)")
+    p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context"], default="all",
+                   help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
+                        "context (assembly vs thread length, naive baseline, search, retention table)")
     return parser
 
 

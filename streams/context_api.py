@@ -28,14 +28,14 @@ def context_for(service: Any, thread_id: str, budget: int, query: str | None = N
     with service.lock:
         tp = service.driver.pipeline.thread(thread_id)
         orphans = set(tp.pairer.state.orphans)
-    records = service.bus.thread_tail(thread_id, 0, WINDOW_RECORDS)
-    events = [e for e in (validate(r.value) for r in records) if isinstance(e, Envelope)]
-    # The raw window starts after the last window switch and after what the summary covers.
-    start = 0
-    for i, e in enumerate(events):
-        if e.kind == "window_switch" or e.event_id == state.get("summary_covers_through"):
-            start = i + 1
-    window = events[start:]
+    # The raw window starts after the window switch and after what the summary covers:
+    # only those records are read (at most WINDOW_RECORDS), however long the thread is.
+    after = 0
+    for marker in (state.get("window_started_by"), state.get("summary_covers_through")):
+        record = service.bus.find(marker) if marker else None
+        after = max(after, record.offset if record is not None else 0)
+    records = service.bus.thread_tail(thread_id, after, WINDOW_RECORDS)
+    window = [e for e in (validate(r.value) for r in records) if isinstance(e, Envelope)]
     tokens = counter(encoding_for(model))
     compacted = None
     if service.settings.auto_compact:
