@@ -51,7 +51,8 @@ def context_for(service: Any, thread_id: str, budget: int, query: str | None = N
         recall = service.search(query, thread_id=thread_id, limit=8)["hits"]
         in_window = {e.event_id for e in window}
         recall = [h for h in recall if h["event_id"] not in in_window]
-    result = assemble(state, window, tokens, budget, latest, orphans, recall)
+    facts = service.memory_facts(state["project"])
+    result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts)
     out = result.as_dict()
     out["thread_id"] = thread_id
     out["meta"]["compaction"] = compacted

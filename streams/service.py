@@ -29,6 +29,7 @@ from schemas.search import Hit, SearchFilters
 from schemas.state import DEFAULT_WINDOW
 from sinks.base import QueryResult, StoreError
 from sinks.clickhouse import ClickHouseLogStore
+from sinks.memory_sqlite import MemoryStore
 from sinks.sqlite_state import SqliteStateStore
 from sinks.tantivy_index import TantivySearchIndex
 from streams.bus import SqliteEventBus
@@ -140,6 +141,7 @@ class EmbeddedService:
         # runs the driver in a background thread).
         self.lock = threading.RLock()
         self.serving = False
+        self._memory: MemoryStore | None = None
         self.summariser: Summariser | None = None
         if settings.summary_url:
             from streams.llm_summary import LlmSummariser  # noqa: PLC0415 - optional
@@ -302,6 +304,13 @@ class EmbeddedService:
             self.driver = self._new_driver()
         return {"events": done, "threads": len(pipeline.threads)}
 
+    def memory_facts(self, project: str) -> list[dict[str, Any]]:
+        """The published long-term memory of ``project`` (never another project's)."""
+        if self._memory is None:
+            self._memory = MemoryStore(str(self.settings.path("memory.db")))
+        _version, facts = self._memory.published()
+        return [f for f in facts.values() if f["project"] == project]
+
     def health(self) -> dict[str, Any]:
         return {
             "status": "ok",
@@ -340,6 +349,8 @@ class EmbeddedService:
             self.driver.refresh()
             self.driver.checkpoint()
             self.index.close()
+            if self._memory is not None:
+                self._memory.close()
             self.states.close()
             self.bus.close()
             self.log.close()
