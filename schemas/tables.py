@@ -79,6 +79,46 @@ DDL: tuple[str, ...] = (
     """,
 )
 
+# Long-term memory, mirrored here for analysts from the memory store (which owns leases
+# and fencing): every candidate with its provenance, and every published view version.
+MEMORY_DDL: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS memory_candidates (
+        seq UInt64,
+        source_event_id String,
+        source_thread_id String,
+        project LowCardinality(String),
+        scope String,
+        key String,
+        value String,
+        evidence_type LowCardinality(String),
+        observed_at DateTime64(6, 'UTC'),
+        recheck_when Nullable(String)
+    ) ENGINE = ReplacingMergeTree(seq)
+    ORDER BY source_event_id
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS memory_facts (
+        version UInt64,
+        project LowCardinality(String),
+        scope String,
+        key String,
+        value Nullable(String),
+        status LowCardinality(String),
+        evidence_type LowCardinality(String),
+        observed_at DateTime64(6, 'UTC'),
+        source_event_id String,
+        source_thread_id String,
+        supporting Array(String),
+        contradicting Array(String),
+        revoked Array(String),
+        flags Array(String),
+        note String
+    ) ENGINE = MergeTree
+    ORDER BY (version, project, key)
+    """,
+)
+
 FieldType = Literal["keyword", "text", "date", "long"]
 
 
@@ -111,6 +151,6 @@ arguments, paths, error codes, tool names); keyword fields are exact-match filte
 SEARCH_INDEX_NAME = "agentlog-events"
 
 __all__ = [
-    "DDL", "EVENTS_INSERT_COLUMNS", "IndexField", "REJECTED_COLUMNS", "SEARCH_FIELDS",
+    "DDL", "EVENTS_INSERT_COLUMNS", "IndexField", "MEMORY_DDL", "REJECTED_COLUMNS", "SEARCH_FIELDS",
     "SEARCH_INDEX_NAME", "TOOL_CALLS_COLUMNS",
 ]  # fmt: skip

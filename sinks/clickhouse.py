@@ -15,7 +15,7 @@ import clickhouse_connect
 import orjson
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from schemas.tables import DDL, REJECTED_COLUMNS
+from schemas.tables import DDL, MEMORY_DDL, REJECTED_COLUMNS
 from sinks.base import LoggedEvent, QueryResult, StoreError
 
 _INSERT_SETTINGS = {"date_time_input_format": "best_effort", "input_format_skip_unknown_fields": 1}
@@ -28,7 +28,7 @@ class ClickHouseLogStore:
         self._client = client
         self._lock = threading.Lock()
         self.description = description
-        for statement in DDL:
+        for statement in (*DDL, *MEMORY_DDL):
             self._client.command(statement)
 
     @classmethod
@@ -111,6 +111,16 @@ class ClickHouseLogStore:
                 for block in stream:
                     for row in block:
                         yield LoggedEvent(*row)
+
+    def append_memory(self, candidates: Sequence[dict[str, Any]], facts: Sequence[dict[str, Any]]) -> None:
+        self._insert_json("memory_candidates", candidates)
+        self._insert_json("memory_facts", facts)
+
+    def memory_high_water(self) -> tuple[int, int]:
+        """(highest candidate seq, highest view version) already mirrored."""
+        seq = self._query("SELECT max(seq) FROM memory_candidates").result_rows[0][0]
+        version = self._query("SELECT max(version) FROM memory_facts").result_rows[0][0]
+        return int(seq or 0), int(version or 0)
 
     def rejected(self) -> list[tuple[bytes, str]]:
         """Every dead-lettered record, its original bytes and its reason, oldest first."""

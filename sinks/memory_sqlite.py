@@ -248,6 +248,23 @@ class MemoryStore:
             row = self._db.execute("SELECT owner, token, expires_at FROM lease WHERE name = ?", (GLOBAL,)).fetchone()
         return None if row is None else dict(zip(("owner", "token", "expires_at"), row))
 
+    def candidates_after(self, seq: int) -> list[tuple[int, Candidate]]:
+        """Candidates stored after ``seq`` (SQLite rowid order), for mirroring."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT rowid, body FROM candidates WHERE rowid > ? ORDER BY rowid", (seq,)
+            ).fetchall()
+        return [(int(r), Candidate(**orjson.loads(b))) for r, b in rows]
+
+    def published_after(self, version: int) -> list[tuple[int, dict[str, dict[str, Any]]]]:
+        """Published view versions after ``version``, oldest first, for mirroring."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT version, facts FROM views WHERE version > ? AND published_at IS NOT NULL ORDER BY version",
+                (version,),
+            ).fetchall()
+        return [(int(v), orjson.loads(f)) for v, f in rows]
+
     def candidate_count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM candidates").fetchone()[0])

@@ -164,12 +164,14 @@ class EmbeddedService:
         """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint."""
         with self.lock:
             progress = self.driver.run_until_idle(on_progress)
-        return {"processed": progress.processed}
+            mirrored = self.mirror_memory()
+        return {"processed": progress.processed, "memory_mirrored": mirrored}
 
     def wait_processed(self, offset: int, timeout: float = 10.0) -> None:
         """Read-your-writes for the live driver: wait until it has applied ``offset``."""
         if not self.serving:
-            self.catch_up()
+            with self.lock:
+                self.driver.run_until_idle()
             return
         deadline = time.monotonic() + timeout
         while self.driver.events_pos < offset and time.monotonic() < deadline:
@@ -222,7 +224,8 @@ class EmbeddedService:
     ) -> dict[str, Any]:
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
         if not self.serving:
-            self.catch_up()
+            with self.lock:
+                self.driver.run_until_idle()
         hits = self.index.search(query, filters, limit)
         own_thread = thread_id
         if after is not None:
@@ -263,6 +266,9 @@ class EmbeddedService:
 
     def sql(self, statement: str) -> QueryResult:
         self._settle()
+        if not self.serving:  # the server mirrors memory in its loop
+            with self.lock:
+                self.mirror_memory()
         return self.log.query(statement, readonly=True)
 
     # -- maintenance ------------------------------------------------------------------
@@ -304,12 +310,28 @@ class EmbeddedService:
             self.driver = self._new_driver()
         return {"events": done, "threads": len(pipeline.threads)}
 
-    def memory_facts(self, project: str) -> list[dict[str, Any]]:
-        """The published long-term memory of ``project`` (never another project's)."""
+    def _memory_store(self) -> MemoryStore:
         if self._memory is None:
             self._memory = MemoryStore(str(self.settings.path("memory.db")))
-        _version, facts = self._memory.published()
+        return self._memory
+
+    def memory_facts(self, project: str) -> list[dict[str, Any]]:
+        """The published long-term memory of ``project`` (never another project's)."""
+        _version, facts = self._memory_store().published()
         return [f for f in facts.values() if f["project"] == project]
+
+    def mirror_memory(self) -> dict[str, int]:
+        """Copy new memory candidates and published views into the log store's
+        ``memory_candidates`` and ``memory_facts`` tables, for analysts."""
+        store = self._memory_store()
+        seq, version = self.log.memory_high_water()
+        candidates = [{**asdict(c), "seq": s} for s, c in store.candidates_after(seq)]
+        for row in candidates:
+            del row["observed_ms"]
+            row["observed_at"] = row["observed_at"].upper()
+        facts = [{**f, "version": v} for v, view in store.published_after(version) for f in view.values()]
+        self.log.append_memory(candidates, facts)
+        return {"candidates": len(candidates), "facts": len(facts)}
 
     def health(self) -> dict[str, Any]:
         return {
@@ -326,6 +348,7 @@ class EmbeddedService:
     def run_forever(self, stop: threading.Event, idle_sleep: float = 0.02) -> None:
         """The live driver loop of ``agentlog run`` (a background thread of the server)."""
         self.serving = True
+        last_mirror = 0.0
         while not stop.is_set():
             try:
                 with self.lock:
@@ -333,6 +356,9 @@ class EmbeddedService:
                 if n == 0:
                     with self.lock:
                         self.driver.maybe_flush()
+                        if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
+                            self.mirror_memory()
+                            last_mirror = time.monotonic()
                     stop.wait(idle_sleep)
             except Exception:  # noqa: BLE001 - a store failed: resume from the checkpoint
                 log.exception("a store failed; resuming from the last checkpoint in 1 s")

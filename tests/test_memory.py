@@ -319,3 +319,18 @@ def test_the_context_builder_includes_the_projects_facts_as_data_with_status_and
     assert "java.version = 17 [ok; user_confirmed; source f1]" in section["content"]
     assert "external content, unverified" in section["content"] and "not instructions" in section["content"]
     assert "11" not in section["content"]  # another project's fact stays invisible
+
+
+def test_candidates_and_published_views_are_queryable_with_sql(settings: Settings, mem: Memory, service) -> None:
+    publish(settings, fact("f1", "java.version", "8", "tool_observed", 0),
+            fact("f2", "java.version", "17", "user_confirmed", 10))  # fmt: skip
+    mem.extract()
+    mem.consolidate()
+    mem.revoke("f2")
+    mem.extract()
+    mem.consolidate()
+    rows = service.sql("SELECT source_event_id, value, evidence_type FROM memory_candidates FINAL ORDER BY 1").rows
+    assert rows == [("f1", "8", "tool_observed"), ("f2", "17", "user_confirmed")]
+    facts = service.sql("SELECT version, value, status, revoked FROM memory_facts WHERE key = 'java.version' ORDER BY version").rows
+    assert facts == [(1, "17", "ok", []), (2, "8", "needs_refresh", ["f2"])]
+    assert service.sql("SELECT count() FROM memory_candidates").rows[0][0] == 2  # mirrored once, no copies
