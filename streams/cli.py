@@ -18,6 +18,7 @@ import orjson
 
 from processors.context import BudgetTooSmall
 from sinks.base import QueryResult, StoreError
+from sinks.memory_sqlite import StaleToken
 from streams.config import Settings
 from streams.runtime import tune_gc
 from streams.service import DataDirLock, NotFound
@@ -390,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     except BudgetTooSmall as error:
         print(f"agentlog: {error}", file=sys.stderr)
         return 2
+    except StaleToken as error:
+        print(f"agentlog: refused: {error}", file=sys.stderr)
+        return 3
     except (StoreError, UsageError, OSError, ValueError) as error:
         print(f"agentlog: error: {error}", file=sys.stderr)
         return 1

@@ -109,6 +109,8 @@ class Memory:
             version, current = self.store.published()
             if {k: f.as_dict() for k, f in view.items()} == current:
                 return {"published": False, "reason": "no change", "version": version, "token": token}
+            if not self.store.heartbeat(owner, token, self.clock(), lease_s):
+                raise StaleToken(f"lease of {owner} (token {token}) expired while consolidating")
             built = self.store.build(view, owner, token, self.clock())
             if pause_before_publish:
                 time.sleep(pause_before_publish)  # a slow or paused worker, for crash drills
