@@ -56,7 +56,12 @@ class SearchIndex(Protocol):
     """An eventually consistent full-text index: writes become visible at ``refresh``."""
 
     def add(self, docs: Sequence[dict[str, Any]]) -> None: ...
-    def refresh(self) -> None: ...
+    def tick(self) -> None:
+        """Called every refresh interval; an engine with its own refresh does nothing."""
+
+    def refresh(self) -> None:
+        """Make everything added so far searchable now (when draining or closing)."""
+
     def visible_offsets(self) -> dict[int, int]:
         """Highest offset per partition that searches can see."""
 

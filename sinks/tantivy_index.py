@@ -76,6 +76,9 @@ class TantivySearchIndex:
                     self._pending[part] = d["offset"]
             self._dirty = self._dirty or bool(docs)
 
+    def tick(self) -> None:
+        self.refresh()  # tantivy has no refresh of its own: the driver's interval is it
+
     def refresh(self) -> None:
         with self._lock:
             if not self._dirty:

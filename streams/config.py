@@ -20,6 +20,7 @@ _ENV = {
     "kafka_bootstrap": "AGENTLOG_KAFKA_BOOTSTRAP",
     "clickhouse_url": "AGENTLOG_CLICKHOUSE_URL",
     "opensearch_url": "AGENTLOG_OPENSEARCH_URL",
+    "opensearch_index": "AGENTLOG_OPENSEARCH_INDEX",
     "http_host": "AGENTLOG_HTTP_HOST",
     "http_port": "AGENTLOG_HTTP_PORT",
     "grace_seconds": "AGENTLOG_GRACE_SECONDS",
@@ -40,6 +41,7 @@ class Settings:
     kafka_bootstrap: str | None = None
     clickhouse_url: str | None = None
     opensearch_url: str | None = None
+    opensearch_index: str = "agentlog-events"
     http_host: str = "127.0.0.1"
     http_port: int = 8787
     grace_seconds: float = 30.0

@@ -123,7 +123,8 @@ class EmbeddedDriver:
     def maybe_flush(self) -> None:
         now = time.monotonic()
         if now - self._last_refresh >= self.refresh_s:
-            self.refresh()
+            self.index.tick()
+            self._observe_refresh()
         if now - self._last_checkpoint >= self.checkpoint_s:
             self.checkpoint()
 
@@ -131,6 +132,9 @@ class EmbeddedDriver:
 
     def refresh(self) -> None:
         self.index.refresh()
+        self._observe_refresh()
+
+    def _observe_refresh(self) -> None:
         self._last_refresh = time.monotonic()
         visible = self.index.visible_offsets().get(0, 0)
         METRICS.index_lag.set(max(0, self.events_pos - visible))

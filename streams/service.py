@@ -28,13 +28,12 @@ from schemas.events import Envelope
 from schemas.search import Hit, SearchFilters
 from schemas.state import DEFAULT_WINDOW
 from sinks.base import QueryResult, StoreError
-from sinks.clickhouse import ClickHouseLogStore
 from sinks.memory_sqlite import MemoryStore
 from sinks.sqlite_state import SqliteStateStore
-from sinks.tantivy_index import TantivySearchIndex
 from streams.bus import SqliteEventBus
 from streams.config import Settings
 from streams.driver import EmbeddedDriver
+from streams.wiring import open_log_store, open_search_index
 from streams.metrics import METRICS
 
 log = logging.getLogger("agentlog.service")
@@ -133,8 +132,8 @@ class EmbeddedService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.bus = SqliteEventBus(str(settings.path("topic.db")))
-        self.log = ClickHouseLogStore.open(settings.clickhouse_url, str(settings.path("log")))
-        self.index = TantivySearchIndex(str(settings.path("index")))
+        self.log = open_log_store(settings)
+        self.index = open_search_index(settings)
         self.states = SqliteStateStore(str(settings.path("state.db")))
         self.driver = self._new_driver()
         # Serialises the driver and readers of its in-memory state (the HTTP server

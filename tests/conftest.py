@@ -27,3 +27,23 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
     env["AGENTLOG_DATA_DIR"] = str(tmp_path / "cli-data")
     return env
+
+
+@pytest.fixture(scope="session")
+def opensearch_url() -> str:
+    """A real OpenSearch: the one named by AGENTLOG_OPENSEARCH_URL (CI starts it with
+    infra/up), else started here with the same launcher. Never skipped: a test that
+    needs it fails loudly when it cannot be had."""
+    import subprocess
+    import sys
+
+    url = os.environ.get("AGENTLOG_OPENSEARCH_URL")
+    if url:
+        return url
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", "opensearch"],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    for line in proc.stdout.splitlines():
+        if line.startswith("export AGENTLOG_OPENSEARCH_URL="):
+            return line.split("=", 1)[1]
+    pytest.fail(f"OpenSearch could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")

@@ -1,0 +1,134 @@
+"""The search index on OpenSearch (opensearch-py), the production twin of tantivy.
+
+Documents are bulk-indexed with ``_id = event_id`` (a replay overwrites, never
+duplicates) into an index created from ``schemas.tables.SEARCH_FIELDS`` with explicit
+mappings, one primary shard (so refreshes expose offsets in order) and OpenSearch's own
+refresh interval: searches really are eventually consistent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from opensearchpy import OpenSearch, helpers
+from opensearchpy.exceptions import ConnectionError as OSConnectionError
+from opensearchpy.exceptions import OpenSearchException
+
+from processors.textsearch import snippet, tokenize
+from schemas.search import Hit, SearchFilters
+from schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
+from sinks.base import StoreError
+
+_TYPES = {"keyword": {"type": "keyword"}, "text": {"type": "text", "analyzer": "agentlog"},
+          "date": {"type": "date", "format": "strict_date_optional_time||epoch_millis"},
+          "long": {"type": "long"}}  # fmt: skip
+
+
+# Tokenise as tantivy's default analyzer and ``processors.textsearch.tokenize`` do (split
+# on anything not a letter or digit, lowercase, drop tokens over 40 chars), so both
+# engines, and the read-your-writes fallback, find the same events for the same query.
+ANALYSIS = {
+    "tokenizer": {"agentlog_words": {"type": "pattern", "pattern": "[^\\p{L}\\p{N}]+"}},
+    "filter": {"agentlog_length": {"type": "length", "max": 40}},
+    "analyzer": {"agentlog": {"type": "custom", "tokenizer": "agentlog_words",
+                              "filter": ["lowercase", "agentlog_length"]}},
+}  # fmt: skip
+
+
+def index_body(refresh_interval: str = "1s") -> dict[str, Any]:
+    return {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": refresh_interval,
+                     "analysis": ANALYSIS},
+        "mappings": {"dynamic": "strict", "properties": {f.name: _TYPES[f.type] for f in SEARCH_FIELDS}},
+    }
+
+
+class OpenSearchIndex:
+    """``SearchIndex`` on an OpenSearch cluster."""
+
+    def __init__(self, url: str, index: str = SEARCH_INDEX_NAME, refresh_interval: str = "1s",
+                 **client_options: Any) -> None:  # fmt: skip
+        self.index = index
+        self._client = OpenSearch(hosts=[url], timeout=30, **client_options)
+        self._lock = threading.Lock()
+        try:
+            if not self._client.indices.exists(index=index):
+                self._client.indices.create(index=index, body=index_body(refresh_interval))
+        except OSConnectionError as error:
+            raise StoreError(
+                f"cannot reach OpenSearch at {url}: start it (`eval \"$(infra/up)\"`) or unset "
+                "AGENTLOG_OPENSEARCH_URL to use the embedded index"
+            ) from error
+        except OpenSearchException as error:
+            if "resource_already_exists" not in str(error):
+                raise StoreError(f"OpenSearch refused the index {index}: {error}") from error
+
+    def add(self, docs: Sequence[dict[str, Any]]) -> None:
+        if not docs:
+            return
+        actions = ({"_index": self.index, "_id": d["event_id"], "_source": d} for d in docs)
+        try:
+            with self._lock:
+                helpers.bulk(self._client, actions, refresh=False, chunk_size=2000, max_retries=3)
+        except (OpenSearchException, helpers.BulkIndexError) as error:
+            raise StoreError(f"bulk indexing into {self.index} failed: {error}") from error
+
+    def tick(self) -> None:
+        """OpenSearch refreshes on its own interval; nothing to do here."""
+
+    def refresh(self) -> None:
+        """Make everything indexed so far searchable now (``run --until-idle``)."""
+        with self._lock:
+            self._client.indices.refresh(index=self.index)
+
+    def visible_offsets(self) -> dict[int, int]:
+        result = self._client.search(index=self.index, body={
+            "size": 0, "aggs": {"top": {"max": {"field": "offset"}}}})  # fmt: skip
+        value = result["aggregations"]["top"]["value"]
+        return {} if value is None else {0: int(value)}
+
+    def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
+        terms = tokenize(query)
+        must: list[dict[str, Any]] = (
+            [{"multi_match": {"query": " ".join(terms), "fields": ["text", "path"], "operator": "or"}}]
+            if terms else [{"match_all": {}}]
+        )  # fmt: skip
+        flt: list[dict[str, Any]] = [
+            {"term": {field: value}}
+            for field, value in (("thread_id", filters.thread_id), ("window_id", filters.window_id),
+                                 ("kind", filters.kind), ("tool_name", filters.tool_name),
+                                 ("project", filters.project))
+            if value is not None
+        ]  # fmt: skip
+        if filters.since_ms is not None or filters.until_ms is not None:
+            bounds = {k: v for k, v in (("gte", filters.since_ms), ("lte", filters.until_ms)) if v is not None}
+            flt.append({"range": {"ts_ms": bounds}})
+        body = {"size": limit, "query": {"bool": {"must": must, "filter": flt}},
+                "sort": ["_score", {"offset": "desc"}]}  # fmt: skip
+        try:
+            result = self._client.search(index=self.index, body=body)
+        except OpenSearchException as error:
+            raise StoreError(f"search failed: {error}") from error
+        hits = []
+        for h in result["hits"]["hits"]:
+            d = h["_source"]
+            hits.append(Hit(
+                event_id=d["event_id"], thread_id=d["thread_id"], window_id=d["window_id"], kind=d["kind"],
+                tool_name=d["tool_name"], ts=d["ts"], repo_commit=d["repo_commit"],
+                score=round(float(h["_score"] or 0.0), 6), snippet=snippet(terms, d.get("text", "")),
+                source="index", offset=int(d["offset"]),
+            ))  # fmt: skip
+        return hits
+
+    def clear(self) -> None:
+        with self._lock:
+            self._client.delete_by_query(index=self.index, body={"query": {"match_all": {}}},
+                                         refresh=True, conflicts="proceed")  # fmt: skip
+
+    def close(self) -> None:
+        self._client.close()
+
+
+__all__ = ["OpenSearchIndex", "index_body"]

@@ -1,0 +1,26 @@
+"""Which adapter plays which role: the one place a deployment is chosen."""
+
+from __future__ import annotations
+
+from sinks.base import LogStore, SearchIndex
+from sinks.clickhouse import ClickHouseLogStore
+from streams.config import Settings
+
+
+def open_log_store(settings: Settings) -> LogStore:
+    """A ClickHouse server if ``AGENTLOG_CLICKHOUSE_URL`` names one, else chDB in the data directory."""
+    return ClickHouseLogStore.open(settings.clickhouse_url, str(settings.path("log")))
+
+
+def open_search_index(settings: Settings) -> SearchIndex:
+    """OpenSearch if ``AGENTLOG_OPENSEARCH_URL`` names it, else tantivy in the data directory."""
+    if settings.opensearch_url:
+        from sinks.opensearch_index import OpenSearchIndex  # noqa: PLC0415 - optional dependency
+
+        return OpenSearchIndex(settings.opensearch_url, settings.opensearch_index)
+    from sinks.tantivy_index import TantivySearchIndex  # noqa: PLC0415
+
+    return TantivySearchIndex(str(settings.path("index")))
+
+
+__all__ = ["open_log_store", "open_search_index"]
