@@ -20,12 +20,8 @@ from schemas.events import Envelope
 from streams.config import Settings
 from streams.context_api import context_for
 from streams.demo import BASE_TIME
+from streams.bench import percentiles
 from streams.service import EmbeddedService
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    s = sorted(samples)
-    return {"p50_ms": round(s[len(s) // 2] * 1000, 3), "p99_ms": round(s[min(len(s) - 1, int(len(s) * 0.99))] * 1000, 3)}
 
 
 def long_thread(thread_id: str, n: int, seed: int = 5) -> Iterator[bytes]:
