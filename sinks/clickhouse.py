@@ -122,6 +122,13 @@ class ClickHouseLogStore:
         version = self._query("SELECT max(version) FROM memory_facts").result_rows[0][0]
         return int(seq or 0), int(version or 0)
 
+    def existing(self, event_ids: Sequence[str]) -> list[str]:
+        """Which of ``event_ids`` the log already holds (idempotent writers skip them)."""
+        result = self._query(
+            "SELECT DISTINCT event_id FROM events WHERE event_id IN {ids:Array(String)}", {"ids": list(event_ids)}
+        )
+        return [r[0] for r in result.result_rows]
+
     def rejected(self) -> list[tuple[bytes, str]]:
         """Every dead-lettered record, its original bytes and its reason, oldest first."""
         result = self._query(

@@ -91,7 +91,13 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     from streams.client import RemoteService, server_url  # noqa: PLC0415
 
     url = server_url(settings)
-    if url:
+    if settings.distributed:
+        from streams.kafka_bus import KafkaPublisher  # noqa: PLC0415
+
+        kafka = KafkaPublisher(settings)
+        report = kafka.publish(data).as_dict()
+        kafka.close()
+    elif url:
         report = RemoteService(url).publish(data)
     else:  # the topic is a SQLite file: appending needs no lock on the other stores
         from streams.publisher import LocalPublisher  # noqa: PLC0415
@@ -109,6 +115,12 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.distributed:
+        if args.until_idle:
+            raise UsageError("--until-idle drains the embedded topic; a Kafka worker runs until stopped")
+        from streams.faust_app import run_worker  # noqa: PLC0415
+
+        return run_worker(settings, "info" if args.verbose else "warn")
     if args.until_idle:
         with backend(settings) as svc:
             update, done = _progress("processing")
@@ -127,8 +139,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
-    with backend(settings) as svc:
-        state = svc.state(args.thread)
+    if settings.distributed:
+        state = worker_state(settings, args.thread)
+    else:
+        with backend(settings) as svc:
+            state = svc.state(args.thread)
     if args.json:
         _print_json(state)
         return 0
@@ -198,6 +213,21 @@ def cmd_read(args: argparse.Namespace, settings: Settings) -> int:
         print(f"# source: {result['source']}")
         print(orjson.dumps(result["event"], option=orjson.OPT_INDENT_2).decode())
     return 0
+
+
+def worker_state(settings: Settings, thread_id: str) -> dict[str, Any]:
+    """A thread's state from the faust worker that owns it (its route redirects there)."""
+    import httpx  # noqa: PLC0415
+
+    url = f"http://{settings.http_host}:{settings.worker_port}/threads/{thread_id}/state"
+    try:
+        response = httpx.get(url, timeout=30, follow_redirects=True)
+    except httpx.HTTPError as error:
+        raise StoreError(f"no agentlog worker answers at {url} ({error}); start one with `agentlog run`") from error
+    if response.status_code == 404:
+        raise NotFound(response.json().get("error", thread_id))
+    response.raise_for_status()
+    return response.json()
 
 
 def format_rows(result: QueryResult, fmt: str) -> str:
@@ -379,10 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()
     try:
         settings = Settings.from_env()
-        if settings.distributed:
+        if settings.distributed and args.command not in ("publish", "run", "state", "demo", "bench", "memory"):
             raise UsageError(
-                "AGENTLOG_KAFKA_BOOTSTRAP is set, but this build runs the embedded deployment only; "
-                "unset it to use the on-disk event log"
+                f"`agentlog {args.command}` is not available on the Kafka deployment in this build yet "
+                "(publish, run and state are); unset AGENTLOG_KAFKA_BOOTSTRAP to use the embedded one"
             )
         return int(args.fn(args, settings))
     except NotFound as error:

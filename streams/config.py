@@ -30,6 +30,10 @@ _ENV = {
     "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
     "batch_size": "AGENTLOG_BATCH_SIZE",
     "auto_compact": "AGENTLOG_AUTO_COMPACT",
+    "partitions": "AGENTLOG_PARTITIONS",
+    "kafka_namespace": "AGENTLOG_KAFKA_NAMESPACE",
+    "faust_store": "AGENTLOG_FAUST_STORE",
+    "worker_port": "AGENTLOG_WORKER_PORT",
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
 }
@@ -50,6 +54,10 @@ class Settings:
     refresh_seconds: float = 1.0
     checkpoint_seconds: float = 2.0
     batch_size: int = 5000
+    partitions: int = 4
+    kafka_namespace: str = ""
+    faust_store: str = "memory://"
+    worker_port: int = 6066
     auto_compact: bool = True
     summary_url: str | None = None
     summary_model: str = "gpt-4o-mini"

@@ -47,3 +47,22 @@ def opensearch_url() -> str:
         if line.startswith("export AGENTLOG_OPENSEARCH_URL="):
             return line.split("=", 1)[1]
     pytest.fail(f"OpenSearch could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """A real Apache Kafka broker: AGENTLOG_KAFKA_BOOTSTRAP (CI starts it with infra/up),
+    else started here with the same launcher. Fails loudly if it cannot be had."""
+    import subprocess
+    import sys
+
+    bootstrap = os.environ.get("AGENTLOG_KAFKA_BOOTSTRAP")
+    if bootstrap:
+        return bootstrap
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", "kafka"],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    for line in proc.stdout.splitlines():
+        if line.startswith("export AGENTLOG_KAFKA_BOOTSTRAP="):
+            return line.split("=", 1)[1]
+    pytest.fail(f"Kafka could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")

@@ -1,0 +1,112 @@
+"""The distributed deployment on a real Kafka broker and a real OpenSearch node: faust
+workers run the same processors; the log, pairs, state and search agree with the
+embedded deployment on the same input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sinks.opensearch_index import OpenSearchIndex
+from streams.config import Settings
+from streams.demo import sample_session, synthetic_events
+from streams.kafka_bus import KafkaPublisher
+from streams.service import EmbeddedService
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def distributed(tmp_path: Path, kafka_bootstrap: str, opensearch_url: str):
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    settings = Settings(data_dir=tmp_path / "dist", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
+                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=_port(), partitions=3)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=kafka_bootstrap,
+               AGENTLOG_OPENSEARCH_URL=opensearch_url, AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
+               AGENTLOG_KAFKA_NAMESPACE=ns, AGENTLOG_WORKER_PORT=str(settings.worker_port), AGENTLOG_PARTITIONS="3")  # fmt: skip
+    worker = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    yield settings, worker
+    if worker.poll() is None:
+        worker.kill()
+        worker.wait()
+    OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
+        index=settings.opensearch_index, ignore_unavailable=True)
+
+
+def wait_written(settings: Settings, worker: subprocess.Popen, events: int, rejected: int, timeout: float = 180) -> None:
+    url = f"http://127.0.0.1:{settings.worker_port}/healthz"
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, worker.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+        try:
+            last = httpx.get(url, timeout=2).json()["written"]
+            if last["events"] >= events and last["rejected"] >= rejected:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"the worker wrote {last}, expected {events} events and {rejected} rejects")
+
+
+def test_the_same_session_through_kafka_and_embedded_gives_identical_state_sql_and_search(
+    tmp_path: Path, distributed
+) -> None:
+    settings, worker = distributed
+    lines, info = sample_session()
+    lines += synthetic_events(3000, 40)
+    distinct = info["distinct_events"] + 3000
+    publisher = KafkaPublisher(settings)
+    report = publisher.publish(b"\n".join(lines))
+    publisher.close()
+    assert (report.accepted, report.rejected) == (len(lines) - 2, 2)
+
+    queries = ["SELECT count(), uniqExact(event_id) FROM events",
+               "SELECT thread_id, call_id, orphan_event_id, status, synthetic, latency_ms, output_bytes FROM tool_calls FINAL ORDER BY ALL",
+               "SELECT kind, count() FROM events GROUP BY kind ORDER BY kind",
+               "SELECT count() FROM rejected_events"]  # fmt: skip
+    searches = ("KeyError session_ttl", "restart auth", "runbook", "E501 lint")  # selective: no ties at the cut
+    # chDB opens one data directory per process: the embedded answers come first.
+    embedded = EmbeddedService(Settings(data_dir=tmp_path / "embedded"))
+    try:
+        embedded.publish(b"\n".join(lines))
+        embedded.catch_up()
+        threads = embedded.threads()
+        expected_states = {t: embedded.state(t) for t in threads}
+        expected_sql = [embedded.sql(q).rows for q in queries]
+        expected_hits = [{h["event_id"] for h in embedded.search(q, limit=50)["hits"]} for q in searches]
+    finally:
+        embedded.close()
+
+    wait_written(settings, worker, distinct, 2)
+    states = {t: httpx.get(f"http://127.0.0.1:{settings.worker_port}/threads/{t}/state", timeout=10,
+                           follow_redirects=True).json() for t in threads}  # fmt: skip
+    assert states == expected_states
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+
+    dist = EmbeddedService(Settings(data_dir=settings.data_dir, opensearch_url=settings.opensearch_url,
+                                    opensearch_index=settings.opensearch_index))  # fmt: skip
+    try:
+        assert dist.sql(queries[0]).rows == [(distinct, distinct)]
+        assert [dist.sql(q).rows for q in queries] == expected_sql
+        dist.index.refresh()
+        got = [{h["event_id"] for h in dist.search(q, limit=50)["hits"] if h["source"] == "index"} for q in searches]
+        assert got == expected_hits and all(expected_hits)
+    finally:
+        dist.close()
