@@ -29,40 +29,29 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def opensearch_url() -> str:
-    """A real OpenSearch: the one named by AGENTLOG_OPENSEARCH_URL (CI starts it with
-    infra/up), else started here with the same launcher. Never skipped: a test that
-    needs it fails loudly when it cannot be had."""
+def _server(service: str, variable: str) -> str:
+    """A real server: the one named by ``variable`` (CI starts it with infra/up), else
+    started here with the same launcher. Never skipped: a test that needs it fails
+    loudly when it cannot be had."""
     import subprocess
     import sys
 
-    url = os.environ.get("AGENTLOG_OPENSEARCH_URL")
-    if url:
-        return url
+    if os.environ.get(variable):
+        return os.environ[variable]
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", "opensearch"],
+    proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", service],
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     for line in proc.stdout.splitlines():
-        if line.startswith("export AGENTLOG_OPENSEARCH_URL="):
+        if line.startswith(f"export {variable}="):
             return line.split("=", 1)[1]
-    pytest.fail(f"OpenSearch could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")
+    pytest.fail(f"{service} could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def opensearch_url() -> str:
+    return _server("opensearch", "AGENTLOG_OPENSEARCH_URL")
 
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """A real Apache Kafka broker: AGENTLOG_KAFKA_BOOTSTRAP (CI starts it with infra/up),
-    else started here with the same launcher. Fails loudly if it cannot be had."""
-    import subprocess
-    import sys
-
-    bootstrap = os.environ.get("AGENTLOG_KAFKA_BOOTSTRAP")
-    if bootstrap:
-        return bootstrap
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", "kafka"],
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
-    for line in proc.stdout.splitlines():
-        if line.startswith("export AGENTLOG_KAFKA_BOOTSTRAP="):
-            return line.split("=", 1)[1]
-    pytest.fail(f"Kafka could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")
+    return _server("kafka", "AGENTLOG_KAFKA_BOOTSTRAP")
