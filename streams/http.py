@@ -104,6 +104,48 @@ def build_app(service: EmbeddedService) -> Starlette:
     async def post_rebuild(_request: Request) -> Any:
         return await run_in_threadpool(service.rebuild)
 
+    def memory_job() -> Any:
+        from streams.memory_jobs import Memory  # noqa: PLC0415
+
+        return Memory(service.settings)
+
+    async def get_memory(request: Request) -> Any:
+        q = request.query_params
+
+        def show() -> Any:
+            job = memory_job()
+            try:
+                return job.show(q.get("project"), q.get("key"))
+            finally:
+                job.close()
+
+        return await run_in_threadpool(show)
+
+    async def memory_action(request: Request) -> Any:
+        action = request.path_params["action"]
+        body = orjson.loads(await request.body() or b"{}")
+
+        def run() -> Any:
+            job = memory_job()
+            try:
+                if action == "extract":
+                    return job.extract(lease_s=float(body.get("lease_seconds", 60))).__dict__
+                if action == "consolidate":
+                    return job.consolidate(lease_s=float(body.get("lease_seconds", 60)),
+                                           high_risk=body.get("high_risk"))  # fmt: skip
+                if action == "revoke":
+                    try:
+                        return job.revoke(body["event_id"], body.get("reason"))
+                    except LookupError as error:
+                        raise NotFound(str(error)) from error
+                if action == "status":
+                    return job.status()
+                raise NotFound(f"no memory action {action!r}: extract, consolidate, revoke or status")
+            finally:
+                job.close()
+
+        return await run_in_threadpool(run)
+
     async def healthz(_request: Request) -> Any:
         return service.health()
 
@@ -119,6 +161,8 @@ def build_app(service: EmbeddedService) -> Starlette:
         Route("/sql", route("sql", post_sql), methods=["POST"]),
         Route("/flush", route("flush", post_flush), methods=["POST"]),
         Route("/rebuild", route("rebuild", post_rebuild), methods=["POST"]),
+        Route("/memory", route("memory", get_memory)),
+        Route("/memory/{action}", route("memory", memory_action), methods=["POST", "GET"]),
         Route("/healthz", route("healthz", healthz)),
         Route("/metrics", route("metrics", metrics)),
     ]

@@ -149,3 +149,18 @@ def test_health_and_state_routes(server) -> None:
     assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
     assert httpx.get(f"{url}/threads/h/state").json()["tasks"][0]["status"] == "running"
     assert httpx.get(f"{url}/threads/nobody/state").status_code == 404
+
+
+def test_memory_over_http_extract_consolidate_show_revoke_and_status(server) -> None:
+    url, _env = server
+    fact = raw("f1", "fact", {"key": "java.version", "value": "17", "evidence_type": "user_confirmed",
+                              "confirmed": True}, 0, thread="mem", project="svc")  # fmt: skip
+    httpx.post(f"{url}/events", content=fact)
+    assert httpx.post(f"{url}/memory/extract").json()["extracted_threads"] == ["mem"]
+    assert httpx.post(f"{url}/memory/consolidate").json()["published"] is True
+    facts = httpx.get(f"{url}/memory", params={"project": "svc"}).json()["facts"]
+    assert [(f["key"], f["value"], f["source_event_id"]) for f in facts] == [("java.version", "17", "f1")]
+    assert httpx.get(f"{url}/memory", params={"project": "other"}).json()["facts"] == []
+    assert httpx.post(f"{url}/memory/revoke", json={"event_id": "f1"}).json()["revoked"] == "f1"
+    assert httpx.post(f"{url}/memory/revoke", json={"event_id": "nope"}).status_code == 404
+    assert httpx.get(f"{url}/memory/status").json()["published_version"] == 1
