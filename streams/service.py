@@ -169,12 +169,16 @@ class EmbeddedService:
     def wait_processed(self, offset: int, timeout: float = 10.0) -> None:
         """Read-your-writes for the live driver: wait until it has applied ``offset``."""
         if not self.serving:
-            with self.lock:
-                self.driver.run_until_idle()
+            self._drain()
             return
         deadline = time.monotonic() + timeout
         while self.driver.events_pos < offset and time.monotonic() < deadline:
             time.sleep(0.005)
+
+    def _drain(self) -> None:
+        """No server runs: process what is pending here before answering."""
+        with self.lock:
+            self.driver.run_until_idle()
 
     def _settle(self) -> None:
         self.wait_processed(self.bus.end_offsets()[0])
@@ -223,8 +227,7 @@ class EmbeddedService:
     ) -> dict[str, Any]:
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
         if not self.serving:
-            with self.lock:
-                self.driver.run_until_idle()
+            self._drain()
         hits = self.index.search(query, filters, limit)
         own_thread = thread_id
         if after is not None:
