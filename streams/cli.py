@@ -43,6 +43,8 @@ def backend(settings: Settings) -> Iterator[Any]:
     from streams.client import RemoteService, server_url  # noqa: PLC0415
 
     url = server_url(settings)
+    if settings.distributed:  # the faust worker holds the stores and serves the queries
+        url = f"http://{settings.http_host}:{settings.worker_port}"
     if url:
         remote = RemoteService(url)
         try:
@@ -139,11 +141,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
-    if settings.distributed:
-        state = worker_state(settings, args.thread)
-    else:
-        with backend(settings) as svc:
-            state = svc.state(args.thread)
+    with backend(settings) as svc:
+        state = svc.state(args.thread)
     if args.json:
         _print_json(state)
         return 0
@@ -213,21 +212,6 @@ def cmd_read(args: argparse.Namespace, settings: Settings) -> int:
         print(f"# source: {result['source']}")
         print(orjson.dumps(result["event"], option=orjson.OPT_INDENT_2).decode())
     return 0
-
-
-def worker_state(settings: Settings, thread_id: str) -> dict[str, Any]:
-    """A thread's state from the faust worker that owns it (its route redirects there)."""
-    import httpx  # noqa: PLC0415
-
-    url = f"http://{settings.http_host}:{settings.worker_port}/threads/{thread_id}/state"
-    try:
-        response = httpx.get(url, timeout=30, follow_redirects=True)
-    except httpx.HTTPError as error:
-        raise StoreError(f"no agentlog worker answers at {url} ({error}); start one with `agentlog run`") from error
-    if response.status_code == 404:
-        raise NotFound(response.json().get("error", thread_id))
-    response.raise_for_status()
-    return response.json()
 
 
 def format_rows(result: QueryResult, fmt: str) -> str:
@@ -409,10 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()
     try:
         settings = Settings.from_env()
-        if settings.distributed and args.command not in ("publish", "run", "state", "demo", "bench", "memory"):
+        if settings.distributed and args.command in ("context", "rebuild"):
             raise UsageError(
                 f"`agentlog {args.command}` is not available on the Kafka deployment in this build yet "
-                "(publish, run and state are); unset AGENTLOG_KAFKA_BOOTSTRAP to use the embedded one"
+                "(publish, run, state, search, read and sql are); unset AGENTLOG_KAFKA_BOOTSTRAP to use "
+                "the embedded one"
             )
         return int(args.fn(args, settings))
     except NotFound as error:

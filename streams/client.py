@@ -33,12 +33,16 @@ class RemoteService:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.http = httpx.Client(base_url=url, timeout=120.0)
+        self.http = httpx.Client(base_url=url, timeout=120.0, follow_redirects=True)
 
     def _get(self, path: str, **params: Any) -> Any:
-        return self._check(self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
+        return self._check(lambda: self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
 
-    def _check(self, response: httpx.Response) -> Any:
+    def _check(self, send: Any) -> Any:
+        try:
+            response = send() if callable(send) else send
+        except httpx.HTTPError as error:
+            raise StoreError(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
         if response.status_code == 404:
             raise NotFound(response.json().get("error", "not found"))
         if response.status_code >= 400:
@@ -46,10 +50,10 @@ class RemoteService:
         return response.json()
 
     def publish(self, data: bytes) -> dict[str, Any]:
-        return self._check(self.http.post("/events", content=data))
+        return self._check(lambda: self.http.post("/events", content=data))
 
     def catch_up(self, on_progress: Any = None) -> dict[str, Any]:
-        return self._check(self.http.post("/flush"))
+        return self._check(lambda: self.http.post("/flush"))
 
     def state(self, thread_id: str) -> dict[str, Any]:
         return self._get(f"/threads/{thread_id}/state")
@@ -70,11 +74,11 @@ class RemoteService:
         )  # fmt: skip
 
     def sql(self, statement: str) -> QueryResult:
-        body = self._check(self.http.post("/sql", content=json.dumps({"sql": statement})))
+        body = self._check(lambda: self.http.post("/sql", content=json.dumps({"sql": statement})))
         return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
 
     def rebuild(self, on_progress: Any = None) -> dict[str, Any]:
-        return self._check(self.http.post("/rebuild"))
+        return self._check(lambda: self.http.post("/rebuild"))
 
     def close(self) -> None:
         self.http.close()

@@ -15,11 +15,14 @@ Two agents, each a few lines around the same pure core as the embedded driver:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import faust
+import faust.web
 import orjson
 
 from processors.pipeline import Pipeline, Record
@@ -27,6 +30,8 @@ from processors.records import log_row, search_doc
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
+from schemas.search import SearchFilters
+from sinks.base import StoreError
 from sinks.clickhouse import rejected_row
 from streams.config import Settings
 from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, ensure_topics, topic
@@ -77,11 +82,18 @@ def create_app(settings: Settings) -> faust.App:
         raw = states.get(thread_id)
         return None if raw is None else ThreadSnapshot.model_validate_json(raw)
 
+    # Parsed thread processors stay in memory between events (the table holds the durable
+    # copy); a rebalance may hand a thread to another worker, so it empties the cache.
+    pipeline = Pipeline(TableSeen(seen), load, settings.pairing, settings.max_event_bytes)
+
+    @app.on_partitions_revoked.connect
+    async def forget(_app: Any, revoked: Any, **_kwargs: Any) -> None:
+        pipeline.threads.clear()
+
     @app.agent(events)
     async def process(stream: faust.StreamT) -> None:
         async for event in stream.events():
             record = Record(event.message.partition, event.message.offset, event.value)
-            pipeline = Pipeline(TableSeen(seen), load, settings.pairing, settings.max_event_bytes)
             result = pipeline.process([record])
             for thread_id in result.touched:
                 states[thread_id] = pipeline.threads[thread_id].snapshot().model_dump_json().encode()
@@ -111,6 +123,31 @@ def create_app(settings: Settings) -> faust.App:
             log_store.append_rejected([rejected_row(event.value, reason, m.partition, m.offset, m.timestamp or 0)])
             written["rejected"] += 1
 
+    @app.page("/search")
+    async def search(web: Any, request: Any) -> Any:
+        q = request.query
+        filters = SearchFilters(q.get("thread"), q.get("window"), q.get("kind"), q.get("tool"), q.get("project"))
+        hits = await asyncio.to_thread(index.search, q.get("q", ""), filters, int(q.get("limit", "10")))
+        return web.json({"query": q.get("q", ""), "hits": [asdict(h) for h in hits]})
+
+    @app.page("/events/{event_id}")
+    async def read(web: Any, request: Any, event_id: str) -> Any:
+        logged = await asyncio.to_thread(log_store.get, event_id)
+        if logged is None:
+            return web.json({"error": f"event {event_id!r} is not in the log (yet)"}, status=404)
+        return web.json({"event": orjson.loads(logged.raw), "source": "log", "offset": logged.offset})
+
+    @app.page("/sql")
+    class Sql(faust.web.View):
+        async def post(self, request: Any) -> Any:
+            body = orjson.loads(await request.read())
+            try:
+                result = await asyncio.to_thread(log_store.query, body["sql"], True)
+            except StoreError as error:
+                return self.json({"error": str(error)}, status=400)
+            body = {"columns": result.columns, "rows": [list(r) for r in result.rows]}
+            return self.bytes(orjson.dumps(body, default=str), content_type="application/json")
+
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
         return web.json({"status": "ok", "deployment": "kafka", "written": written})
@@ -133,9 +170,14 @@ def write_batch(log_store: Any, index: Any, items: list[dict[str, Any]]) -> int:
     events = [(item, validate(item["raw"].encode())) for item in items]
     parsed = [(item, e) for item, e in events if isinstance(e, Envelope)]
     ids = [e.event_id for _, e in parsed]
-    logged = set(log_store.existing(ids)) if ids else set()
-    rows = [log_row(e, item["raw"].encode(), item["partition"], item["offset"], item["window_id"])
-            for item, e in parsed if e.event_id not in logged]  # fmt: skip
+    # Skip what the log holds, and a second copy within the batch: after a crash the
+    # processor may forward an event again before its dedup table recovered the first.
+    skip = set(log_store.existing(ids)) if ids else set()
+    rows = []
+    for item, e in parsed:
+        if e.event_id not in skip:
+            skip.add(e.event_id)
+            rows.append(log_row(e, item["raw"].encode(), item["partition"], item["offset"], item["window_id"]))
     log_store.append_events(rows)
     log_store.upsert_pairs([p for item in items for p in item["pairs"]])
     index.add([search_doc(e, item["offset"], item["window_id"], item["tool_name"]) for item, e in parsed])

@@ -4,6 +4,7 @@ embedded deployment on the same input."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -29,16 +30,22 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment of a user of this distributed deployment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
+               AGENTLOG_OPENSEARCH_URL=settings.opensearch_url or "", AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
+               AGENTLOG_KAFKA_NAMESPACE=settings.kafka_namespace, AGENTLOG_WORKER_PORT=str(settings.worker_port),
+               AGENTLOG_PARTITIONS=str(settings.partitions))  # fmt: skip
+    return env
+
+
 @pytest.fixture
 def distributed(tmp_path: Path, kafka_bootstrap: str, opensearch_url: str):
     ns = f"t{uuid.uuid4().hex[:8]}"
     settings = Settings(data_dir=tmp_path / "dist", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
                         opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=_port(), partitions=3)  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=kafka_bootstrap,
-               AGENTLOG_OPENSEARCH_URL=opensearch_url, AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
-               AGENTLOG_KAFKA_NAMESPACE=ns, AGENTLOG_WORKER_PORT=str(settings.worker_port), AGENTLOG_PARTITIONS="3")  # fmt: skip
-    worker = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+    worker = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     yield settings, worker
     if worker.poll() is None:
@@ -110,6 +117,18 @@ def test_the_same_session_through_kafka_and_embedded_gives_identical_state_sql_a
     states = {t: httpx.get(f"http://127.0.0.1:{settings.worker_port}/threads/{t}/state", timeout=10,
                            follow_redirects=True).json() for t in threads}  # fmt: skip
     assert states == expected_states
+    # The CLI reaches the worker for queries, as it reaches `agentlog run` when embedded.
+    env = worker_env(settings)
+    cli = [sys.executable, "-m", "streams.cli"]
+    read = json.loads(subprocess.run([*cli, "read", "demo-login-bug.00007", "--json"], env=env,
+                                     capture_output=True, check=True).stdout)  # fmt: skip
+    assert read["event"]["payload"]["status"] == "error" and read["source"] == "log"
+    rows = json.loads(subprocess.run([*cli, "sql", "SELECT count() AS n, max(ts) AS t FROM events", "--json"],
+                                     env=env, capture_output=True, check=True).stdout)  # fmt: skip
+    assert rows[0]["n"] == distinct and rows[0]["t"].startswith("2026-11-30")
+    state = json.loads(subprocess.run([*cli, "state", "demo-docs", "--json"], env=env,
+                                      capture_output=True, check=True).stdout)  # fmt: skip
+    assert state == expected_states["demo-docs"]
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=60)
 
@@ -145,12 +164,7 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
     worker.send_signal(signal.SIGKILL)
     assert 1_000 < written < len(records), "kill the worker mid-stream"
     worker.wait()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
-               AGENTLOG_OPENSEARCH_URL=settings.opensearch_url or "", AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
-               AGENTLOG_KAFKA_NAMESPACE=settings.kafka_namespace, AGENTLOG_WORKER_PORT=str(settings.worker_port),
-               AGENTLOG_PARTITIONS="3")  # fmt: skip
-    restarted = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+    restarted = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
         threads = sorted({f"bench-{t:05d}" for t in range(30)})
