@@ -6,11 +6,13 @@ embedded index and OpenSearch get the same documents.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 
 from processors.redaction import redact
+from processors.pipeline import Applied
 from schemas.events import Envelope
 
 MAX_INDEXED_CHARS = 32_000
@@ -116,4 +118,18 @@ def search_doc(
     }
 
 
-__all__ = ["MAX_INDEXED_CHARS", "log_row", "search_doc", "searchable"]
+def sink_records(
+    applied: Iterable[Applied], logged: Callable[[Applied], bool]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ``events`` rows and search documents of applied events. ``logged`` says an
+    event is already in the log (a replay): it gets no second row; documents are upserts."""
+    rows, docs = [], []
+    for a in applied:
+        r = a.record
+        if not logged(a):
+            rows.append(log_row(a.event, r.value, r.partition, r.offset, a.window_id))
+        docs.append(search_doc(a.event, r.offset, a.window_id, a.tool_name))
+    return rows, docs
+
+
+__all__ = ["MAX_INDEXED_CHARS", "log_row", "search_doc", "searchable", "sink_records"]

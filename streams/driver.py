@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from processors.pipeline import BatchResult, Pipeline
-from processors.records import log_row, search_doc
+from processors.records import sink_records
 from processors.thread import PairingConfig
 from sinks.base import LogStore, SearchIndex, StateStore
 from sinks.clickhouse import rejected_row
@@ -98,12 +98,8 @@ class EmbeddedDriver:
         return len(records) + len(letters)
 
     def _write(self, result: BatchResult) -> None:
-        rows, docs = [], []
-        for a in result.applied:
-            offset = a.record.offset
-            if offset > self.log_events_hw:
-                rows.append(log_row(a.event, a.record.value, 0, offset, a.window_id))
-            docs.append(search_doc(a.event, offset, a.window_id, a.tool_name))
+        # Offsets at or below the log's high-water mark were written before a crash.
+        rows, docs = sink_records(result.applied, lambda a: a.record.offset <= self.log_events_hw)
         self.log.append_events(rows)
         self.log.upsert_pairs([p.row() for p in result.pairs])
         self.index.add(docs)

@@ -25,8 +25,8 @@ import faust
 import faust.web
 import orjson
 
-from processors.pipeline import Pipeline, Record
-from processors.records import log_row, search_doc
+from processors.pipeline import Applied, Pipeline, Record
+from processors.records import sink_records
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
@@ -167,20 +167,26 @@ def create_app(settings: Settings) -> faust.App:
 def write_batch(log_store: Any, index: Any, items: list[dict[str, Any]]) -> int:
     """Write one batch of accepted events: log rows (skipping ids already logged), pair
     rows and search documents. Runs before the batch's offsets are committed."""
-    events = [(item, validate(item["raw"].encode())) for item in items]
-    parsed = [(item, e) for item, e in events if isinstance(e, Envelope)]
-    ids = [e.event_id for _, e in parsed]
+    applied = []
+    for item in items:
+        raw = item["raw"].encode()
+        event = validate(raw)
+        if isinstance(event, Envelope):
+            record = Record(item["partition"], item["offset"], raw)
+            applied.append(Applied(event, record, item["window_id"], item["tool_name"]))
     # Skip what the log holds, and a second copy within the batch: after a crash the
     # processor may forward an event again before its dedup table recovered the first.
-    skip = set(log_store.existing(ids)) if ids else set()
-    rows = []
-    for item, e in parsed:
-        if e.event_id not in skip:
-            skip.add(e.event_id)
-            rows.append(log_row(e, item["raw"].encode(), item["partition"], item["offset"], item["window_id"]))
+    seen = set(log_store.existing([a.event.event_id for a in applied])) if applied else set()
+
+    def logged(a: Applied) -> bool:
+        known = a.event.event_id in seen
+        seen.add(a.event.event_id)
+        return known
+
+    rows, docs = sink_records(applied, logged)
     log_store.append_events(rows)
     log_store.upsert_pairs([p for item in items for p in item["pairs"]])
-    index.add([search_doc(e, item["offset"], item["window_id"], item["tool_name"]) for item, e in parsed])
+    index.add(docs)
     return len(rows)
 
 
