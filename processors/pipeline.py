@@ -59,6 +59,9 @@ class BatchResult:
     pairs: list[ToolPair] = field(default_factory=list)
     rejected: list[tuple[Record, Rejection]] = field(default_factory=list)
     duplicates: list[tuple[Record, Envelope]] = field(default_factory=list)
+    # Records the thread had already applied (a redelivery after a crash, when the
+    # state was saved but the source offset not yet committed): nothing to do again.
+    replayed: list[tuple[Record, Envelope]] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
 
 
@@ -105,15 +108,21 @@ class Pipeline:
         fresh = self.seen.unseen([e.event_id for _, e in valid])
         applied_ids: list[str] = []
         for record, event in valid:
+            tp = self.thread(event.thread_id)
+            if tp.already_applied(record.partition, record.offset):
+                out.replayed.append((record, event))
+                applied_ids.append(event.event_id)
+                fresh.discard(event.event_id)
+                continue
             if event.event_id not in fresh:
                 out.duplicates.append((record, event))
                 continue
             fresh.discard(event.event_id)  # a second copy in the same batch is a duplicate
             applied_ids.append(event.event_id)
-            tp = self.thread(event.thread_id)
             window_id = tp.window_of(event)
             tool_name = self._tool_name(tp, event)
             pairs = tp.apply(event, window_id)
+            tp.positions[record.partition] = record.offset
             out.applied.append(Applied(event, record, window_id, tool_name))
             out.pairs.extend(pairs)
             out.touched.add(event.thread_id)

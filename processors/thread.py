@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
@@ -23,6 +23,9 @@ class ThreadSnapshot(BaseModel):
 
     state: WorkingState
     pairing: PairingState
+    # The last source offset applied, per partition: a record at or below it was already
+    # applied before a crash, so a replay of it changes nothing.
+    positions: dict[int, int] = {}
 
 
 @dataclass(slots=True)
@@ -34,6 +37,7 @@ class ThreadProcessor:
 
     state: WorkingState
     pairer: Pairer
+    positions: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def new(cls, thread_id: str, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
@@ -42,10 +46,13 @@ class ThreadProcessor:
     @classmethod
     def restore(cls, snapshot: ThreadSnapshot, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
         pairer = Pairer(snapshot.state.thread_id, snapshot.pairing, config.grace_ms, config.call_timeout_ms)
-        return cls(snapshot.state, pairer)
+        return cls(snapshot.state, pairer, dict(snapshot.positions))
 
     def snapshot(self) -> ThreadSnapshot:
-        return ThreadSnapshot(state=self.state, pairing=self.pairer.state)
+        return ThreadSnapshot(state=self.state, pairing=self.pairer.state, positions=self.positions)
+
+    def already_applied(self, partition: int, offset: int) -> bool:
+        return offset <= self.positions.get(partition, -1)
 
     def window_of(self, event: Envelope) -> str:
         return event.window_id or self.state.window_id

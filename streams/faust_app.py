@@ -2,30 +2,39 @@
 
 Two agents, each a few lines around the same pure core as the embedded driver:
 
-- ``process`` consumes ``agent.events`` one event at a time (faust tables are written
-  inside stream iteration): dedup against the ``agentlog-seen`` table, pairing and
-  reduction with the thread's snapshot from the ``agentlog-state`` table (both backed
-  by changelog topics), rejects to ``agent.events.dlq``, and every applied event with
-  its pair rows to ``agentlog.accepted``;
+- ``process`` consumes ``agent.events`` in batches: dedup, pairing and reduction with
+  the threads' snapshots from the ``agentlog-state`` table, rejects to
+  ``agent.events.dlq``, and every applied event with its pair rows to
+  ``agentlog.accepted``;
 - ``sink`` consumes ``agentlog.accepted`` in batches and writes the log (ClickHouse or
   chDB), the pairs and the search index before the batch's offsets are committed; the
   writes are idempotent (events already logged are skipped by id, documents are
   upserted, pair rows are versioned), so at-least-once delivery gives one row per event.
+
+A batch's outputs are written in three steps, each delivered before the next starts:
+the accepted records, then the thread snapshots (which carry the source offset they
+reflect), then the dedup ids. Whatever prefix of that a crash leaves behind, the
+redelivered batch repairs it: a thread skips the records its snapshot already holds
+(``processors.pipeline``), ids whose snapshot was lost are applied again, and the sink
+drops what it already logged. The source offsets are committed only after all three.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+import weakref
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import faust
 import faust.web
 import orjson
+from faust.streams import _current_event
 
-from processors.pipeline import Applied, Pipeline, Record
+from processors.pipeline import Applied, BatchResult, Pipeline, Record
 from processors.records import sink_records
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
@@ -34,25 +43,72 @@ from schemas.search import SearchFilters
 from sinks.base import StoreError
 from sinks.clickhouse import rejected_row
 from streams.config import Settings
-from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, ensure_topics, topic
+from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic
 from streams.wiring import open_log_store, open_search_index
 
 log = logging.getLogger("agentlog.faust")
 
+# Accepted items travel in messages of at most this many bytes (one large event alone).
+CHUNK_BYTES = 512 * 1024
 
 
-class TableSeen:
-    """``SeenIds`` over a faust table (its changelog makes dedup survive restarts)."""
+class BatchSeen:
+    """``SeenIds`` over a faust table with one entry per processed batch and partition
+    (one changelog record per batch instead of one per event); the ids are indexed in
+    memory on first use after an assignment."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
+        self._ids: set[str] | None = None
+
+    def _index(self) -> set[str]:
+        if self._ids is None:
+            self._ids = {i for ids in self.table.data.values() for i in orjson.loads(ids)}
+        return self._ids
 
     def unseen(self, ids: Sequence[str]) -> set[str]:
-        return {i for i in ids if self.table.get(i) is None}
+        known = self._index()
+        return {i for i in ids if i not in known}
 
     def add(self, ids: Iterable[str]) -> None:
-        for i in ids:
-            self.table[i] = b"1"
+        self._index().update(ids)
+
+    def forget(self) -> None:
+        self._ids = None
+
+
+def chunks(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for item in items:
+        n = len(item["raw"]) + 256
+        if chunk and size + n > CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def by_partition(result: BatchResult) -> dict[int, dict[str, Any]]:
+    """The batch's outputs grouped by source partition: accepted items, pair rows,
+    touched threads and the ids to remember."""
+    out: dict[int, dict[str, Any]] = defaultdict(lambda: {"items": [], "pairs": [], "threads": set(), "ids": []})
+    thread_partition: dict[str, int] = {}
+    for a in result.applied:
+        p = a.record.partition
+        thread_partition[a.event.thread_id] = p
+        group = out[p]
+        group["items"].append({"raw": a.record.value.decode(), "partition": p, "offset": a.record.offset,
+                               "window_id": a.window_id, "tool_name": a.tool_name})  # fmt: skip
+        group["threads"].add(a.event.thread_id)
+        group["ids"].append(a.event.event_id)
+    for record, event in result.replayed:
+        out[record.partition]["ids"].append(event.event_id)
+    for pair in result.pairs:
+        out[thread_partition[pair.thread_id]]["pairs"].append(pair.row())
+    return out
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -66,6 +122,8 @@ def create_app(settings: Settings) -> faust.App:
         web_host=settings.http_host,
         web_port=settings.worker_port,
         consumer_auto_offset_reset="earliest",
+        producer_max_request_size=MAX_MESSAGE_BYTES,
+        consumer_max_fetch_size=MAX_MESSAGE_BYTES,
         autodiscover=False,
     )
     events = app.topic(topic(EVENTS, ns), key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
@@ -75,52 +133,86 @@ def create_app(settings: Settings) -> faust.App:
     written = {"events": 0, "rejected": 0}
     states = app.Table("agentlog-state", default=None, key_type=str, value_type=bytes,
                        partitions=settings.partitions)  # fmt: skip
-    seen = app.Table("agentlog-seen", default=None, key_type=str, value_type=bytes,
-                     partitions=settings.partitions)  # fmt: skip
+    seen_table = app.Table("agentlog-seen", default=None, key_type=str, value_type=bytes,
+                           partitions=settings.partitions)  # fmt: skip
 
     def load(thread_id: str) -> ThreadSnapshot | None:
         raw = states.get(thread_id)
         return None if raw is None else ThreadSnapshot.model_validate_json(raw)
 
-    # Parsed thread processors stay in memory between events (the table holds the durable
-    # copy); a rebalance may hand a thread to another worker, so it empties the cache.
-    pipeline = Pipeline(TableSeen(seen), load, settings.pairing, settings.max_event_bytes)
+    # Parsed thread processors stay in memory between batches (the table holds the
+    # durable copy); a rebalance may hand a thread to another worker, so it empties them.
+    seen = BatchSeen(seen_table)
+    pipeline = Pipeline(seen, load, settings.pairing, settings.max_event_bytes)
 
     @app.on_partitions_revoked.connect
     async def forget(_app: Any, revoked: Any, **_kwargs: Any) -> None:
         pipeline.threads.clear()
+        seen.forget()
+
+    async def delivered(futures: list[Any]) -> None:
+        await asyncio.gather(*[await f for f in futures])
 
     @app.agent(events)
     async def process(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            record = Record(event.message.partition, event.message.offset, event.value)
-            result = pipeline.process([record])
-            for thread_id in result.touched:
-                states[thread_id] = pipeline.threads[thread_id].snapshot().model_dump_json().encode()
-            for bad, why in result.rejected:
-                await dlq.send(value=bad.value, headers=[("reason", why.reason.encode())])
-            pairs = [p.row() for p in result.pairs]
-            for a in result.applied:
-                await accepted.send(key=a.event.thread_id.encode(), value=orjson.dumps({
-                    "raw": a.record.value.decode(), "partition": a.record.partition, "offset": a.record.offset,
-                    "window_id": a.window_id, "tool_name": a.tool_name, "pairs": pairs,
-                }))  # fmt: skip
-                pairs = []
+        async for batch in stream.take_events(2000, within=0.2):
+            records = [Record(e.message.partition, e.message.offset, e.value) for e in batch]
+            result = pipeline.process(records)
+            last_event = {e.message.partition: e for e in batch}
+            groups = by_partition(result)
+            sends = [dlq.send(value=bad.value, headers=[("reason", why.reason.encode()),
+                                                        ("source", f"{bad.partition}:{bad.offset}".encode())])
+                     for bad, why in result.rejected]  # fmt: skip
+            for p, group in groups.items():
+                for i, chunk in enumerate(chunks(group["items"])):
+                    body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
+                    sends.append(accepted.send(value=orjson.dumps(body), partition=p))
+            await delivered(sends)
+            # The table stores are partitioned like the source: write each partition's
+            # keys as if from one of its events (what a faust table write inside stream
+            # iteration would use).
+            sends = []
+            for p, group in groups.items():
+                token = _current_event.set(weakref.ref(last_event[p]))
+                try:
+                    for thread_id in group["threads"]:
+                        value = pipeline.threads[thread_id].snapshot().model_dump_json().encode()
+                        states.data[thread_id] = value
+                        sends.append(states.changelog_topic.send(key=thread_id, value=value, partition=p))
+                finally:
+                    _current_event.reset(token)
+            await delivered(sends)
+            sends = []
+            for p, group in groups.items():
+                if group["ids"]:
+                    key, value = f"{p}:{last_event[p].message.offset}", orjson.dumps(group["ids"])
+                    token = _current_event.set(weakref.ref(last_event[p]))
+                    try:
+                        seen_table.data[key] = value
+                    finally:
+                        _current_event.reset(token)
+                    sends.append(seen_table.changelog_topic.send(key=key, value=value, partition=p))
+            await delivered(sends)
 
     log_store = open_log_store(settings)
     index = open_search_index(settings)
 
     @app.agent(accepted)
     async def sink(stream: faust.StreamT) -> None:
-        async for batch in stream.take(2000, within=0.5):
-            written["events"] += write_batch(log_store, index, [orjson.loads(v) for v in batch])
+        async for batch in stream.take(64, within=0.5):
+            bodies = [orjson.loads(v) for v in batch]
+            items = [item for body in bodies for item in body["items"]]
+            pairs = [pair for body in bodies for pair in body["pairs"]]
+            written["events"] += await asyncio.to_thread(write_batch, log_store, index, items, pairs)
 
     @app.agent(dlq)
     async def dead_letters(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            reason = dict(event.headers or {}).get("reason", b"unknown").decode()
+            headers = dict(event.headers or {})
+            reason = headers.get("reason", b"unknown").decode()
             m = event.message
-            log_store.append_rejected([rejected_row(event.value, reason, m.partition, m.offset, m.timestamp or 0)])
+            partition, offset = (int(x) for x in headers.get("source", f"{m.partition}:{m.offset}".encode()).split(b":"))
+            log_store.append_rejected([rejected_row(event.value, reason, partition, offset, m.timestamp or 0)])
             written["rejected"] += 1
 
     @app.page("/search")
@@ -164,7 +256,7 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-def write_batch(log_store: Any, index: Any, items: list[dict[str, Any]]) -> int:
+def write_batch(log_store: Any, index: Any, items: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> int:
     """Write one batch of accepted events: log rows (skipping ids already logged), pair
     rows and search documents. Runs before the batch's offsets are committed."""
     applied = []
@@ -185,7 +277,7 @@ def write_batch(log_store: Any, index: Any, items: list[dict[str, Any]]) -> int:
 
     rows, docs = sink_records(applied, logged)
     log_store.append_events(rows)
-    log_store.upsert_pairs([p for item in items for p in item["pairs"]])
+    log_store.upsert_pairs(pairs)
     index.add(docs)
     return len(rows)
 
@@ -199,4 +291,4 @@ def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     return 0
 
 
-__all__ = ["TableSeen", "create_app", "run_worker", "write_batch"]
+__all__ = ["BatchSeen", "create_app", "run_worker", "write_batch"]

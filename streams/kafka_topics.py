@@ -10,6 +10,9 @@ EVENTS = "agent.events"
 DLQ = "agent.events.dlq"
 ACCEPTED = "agentlog.accepted"
 
+# Room for the largest event (1 MiB) with its envelope, on every topic and client.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
 
 def topic(name: str, namespace: str = "") -> str:
     """A topic's name in a namespace (``AGENTLOG_KAFKA_NAMESPACE``): several pipelines,
@@ -22,7 +25,8 @@ def ensure_topics(bootstrap: str, partitions: int, namespace: str = "") -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="agentlog-admin")
     try:
         existing = set(admin.list_topics())
-        wanted = [NewTopic(t, partitions, 1) for t in names if t not in existing]
+        config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+        wanted = [NewTopic(t, partitions, 1, topic_configs=config) for t in names if t not in existing]
         if wanted:
             try:
                 admin.create_topics(wanted)
@@ -32,4 +36,4 @@ def ensure_topics(bootstrap: str, partitions: int, namespace: str = "") -> None:
         admin.close()
 
 
-__all__ = ["ACCEPTED", "DLQ", "EVENTS", "ensure_topics", "topic"]
+__all__ = ["ACCEPTED", "DLQ", "EVENTS", "MAX_MESSAGE_BYTES", "ensure_topics", "topic"]

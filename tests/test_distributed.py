@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -149,10 +150,18 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
 ) -> None:
     settings, worker = distributed
     records = synthetic_events(8_000, 30)
+    stream = records + records[:500]  # re-deliveries too
     publisher = KafkaPublisher(settings)
-    publisher.publish(b"\n".join(records + records[:500]))  # re-deliveries too
-    publisher.close()
+
+    def trickle() -> None:  # the agents keep publishing while the worker dies
+        for i in range(0, len(stream), 100):
+            publisher.publish(b"\n".join(stream[i : i + 100]))
+            time.sleep(0.05)
+
     url = f"http://127.0.0.1:{settings.worker_port}/healthz"
+    wait_written(settings, worker, 0, 0)  # the worker is up
+    agents = threading.Thread(target=trickle)
+    agents.start()
     deadline = time.monotonic() + 120
     written = 0
     while time.monotonic() < deadline and written <= 1_000:
@@ -160,10 +169,12 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
             written = httpx.get(url, timeout=2).json()["written"]["events"]
         except httpx.HTTPError:
             pass
-        time.sleep(0.2)
+        time.sleep(0.05)
     worker.send_signal(signal.SIGKILL)
     assert 1_000 < written < len(records), "kill the worker mid-stream"
     worker.wait()
+    agents.join()
+    publisher.close()
     restarted = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
