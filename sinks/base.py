@@ -39,6 +39,9 @@ class LogStore(Protocol):
         """Highest offset written per partition for ``events`` or ``rejected_events``."""
 
     def get(self, event_id: str) -> LoggedEvent | None: ...
+    def thread_tail(self, thread_id: str, after: int, limit: int) -> list[LoggedEvent]:
+        """A thread's newest ``limit`` logged events after offset ``after``, oldest first."""
+
     def replay(self, thread_id: str | None = None) -> Iterator[LoggedEvent]:
         """Accepted events in processing order: per thread, by partition and offset."""
 
@@ -66,6 +69,9 @@ class SearchIndex(Protocol):
         """Highest offset per partition that searches can see."""
 
     def search(self, query: str, filters: SearchFilters, limit: int) -> list[Hit]: ...
+    def visible_ids(self, event_ids: Sequence[str]) -> set[str]:
+        """Which of ``event_ids`` searches can see now."""
+
     def clear(self) -> None: ...
     def close(self) -> None: ...
 

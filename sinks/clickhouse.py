@@ -97,6 +97,15 @@ class ClickHouseLogStore:
             return None
         return LoggedEvent(*result.result_rows[0])
 
+    def thread_tail(self, thread_id: str, after: int, limit: int) -> list[LoggedEvent]:
+        result = self._query(
+            "SELECT event_id, thread_id, raw, partition, offset FROM events "
+            "WHERE thread_id = {t:String} AND offset > {o:Int64} ORDER BY offset DESC LIMIT {n:UInt32}",
+            {"t": thread_id, "o": after, "n": limit},
+            column_formats={"raw": "bytes"},
+        )
+        return [LoggedEvent(*row) for row in reversed(result.result_rows)]
+
     def replay(self, thread_id: str | None = None) -> Iterator[LoggedEvent]:
         where = "WHERE thread_id = {t:String}" if thread_id else ""
         sql = (

@@ -89,6 +89,12 @@ class OpenSearchIndex:
         value = result["aggregations"]["top"]["value"]
         return {} if value is None else {0: int(value)}
 
+    def visible_ids(self, event_ids: Sequence[str]) -> set[str]:
+        if not event_ids:
+            return set()
+        body = {"query": {"ids": {"values": list(event_ids)}}, "_source": False, "size": len(event_ids)}
+        return {h["_id"] for h in self._client.search(index=self.index, body=body)["hits"]["hits"]}
+
     def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
         terms = tokenize(query)
         must: list[dict[str, Any]] = (

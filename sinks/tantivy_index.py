@@ -137,6 +137,14 @@ class TantivySearchIndex:
             ))  # fmt: skip
         return hits
 
+    def visible_ids(self, event_ids: Sequence[str]) -> set[str]:
+        if not event_ids:
+            return set()
+        should = [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "event_id", i)) for i in event_ids]
+        searcher = self._index.searcher()
+        result = searcher.search(tantivy.Query.boolean_query(should), len(event_ids))
+        return {searcher.doc(address).to_dict()["event_id"][0] for _score, address in result.hits}
+
     def clear(self) -> None:
         with self._lock:
             self._writer.delete_all_documents()

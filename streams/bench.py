@@ -159,13 +159,14 @@ def run_memory_section(args: argparse.Namespace) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from streams import bench_context  # noqa: PLC0415
+    from streams import bench_context, bench_kafka  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
-                "context": lambda _args: bench_context.run()}  # fmt: skip
-    for name in sections if args.only == "all" else [args.only]:
-        sections[name](args)
-    return 0
+                "context": lambda _args: bench_context.run(),
+                "kafka": lambda a: bench_kafka.run(a.kafka_events)}  # fmt: skip
+    # The Kafka section needs servers; "all" runs it only when they are configured.
+    chosen = [args.only] if args.only != "all" else [s for s in sections if s != "kafka" or Settings.from_env().kafka_bootstrap]
+    return max(sections[name](args) or 0 for name in chosen)
 
 
 __all__ = ["run_bench"]

@@ -378,9 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1_000, help="threads they spread over")
     p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
     p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context"], default="all",
+    p.add_argument("--kafka-events", type=int, default=100_000, help="events for the Kafka benchmark")
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka"], default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
-                        "context (assembly vs thread length, naive baseline, search, retention table)")
+                        "context (assembly vs thread length, naive baseline, search, retention table), "
+                        "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
+                        "eval \"$(infra/up)\"; part of 'all' when Kafka is configured)")
     return parser
 
 
@@ -393,11 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()
     try:
         settings = Settings.from_env()
-        if settings.distributed and args.command in ("context", "rebuild"):
+        if settings.distributed and args.command == "rebuild":
             raise UsageError(
-                f"`agentlog {args.command}` is not available on the Kafka deployment in this build yet "
-                "(publish, run, state, search, read and sql are); unset AGENTLOG_KAFKA_BOOTSTRAP to use "
-                "the embedded one"
+                "`agentlog rebuild` is not available on the Kafka deployment: its state tables are "
+                "rebuilt from their changelog topics when a worker starts; unset "
+                "AGENTLOG_KAFKA_BOOTSTRAP to rebuild an embedded data directory"
             )
         return int(args.fn(args, settings))
     except NotFound as error:

@@ -3,17 +3,18 @@ recall, and compaction of the window when it outgrows its share of the budget.""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import orjson
 from pydantic import ValidationError
 
-from processors.compaction import compaction_event, fold_count, safe_cut, summarise
+from processors.compaction import Summariser, compaction_event, fold_count, safe_cut, summarise
 from processors.context import assemble, build_units, message_tokens, output_budget
 from processors.tokens import TokenCounter, counter, encoding_for
-from processors.validation import validate
 from schemas.events import Envelope
 from schemas.handoff import HandoffRecord
+from streams.config import Settings
 
 WINDOW_RECORDS = 400
 """How many of a thread's newest records assembly looks at: its cost is bounded by this,
@@ -22,20 +23,33 @@ WINDOW_SHARE = 0.6
 """Share of the budget the raw window may fill before its oldest part is compacted."""
 
 
-def context_for(service: Any, thread_id: str, budget: int, query: str | None = None,
+class ContextSource(Protocol):
+    """What assembly reads and writes; the embedded service and the Kafka worker each
+    provide it over their own stores."""
+
+    settings: Settings
+    summariser: Summariser | None
+
+    def state(self, thread_id: str) -> dict[str, Any]: ...
+    def orphans(self, thread_id: str) -> set[str]: ...
+    def window(self, thread_id: str, after: Sequence[str], limit: int) -> list[Envelope]:
+        """The thread's newest ``limit`` accepted events after the events named in
+        ``after`` (window start, summary cover), oldest first."""
+
+    def read_event(self, event_id: str) -> Envelope | None: ...
+    def search(self, query: str, thread_id: str | None = None, limit: int = 10) -> dict[str, Any]: ...
+    def memory_facts(self, project: str) -> list[dict[str, Any]]: ...
+    def publish(self, data: bytes) -> Any: ...
+
+
+def context_for(service: ContextSource, thread_id: str, budget: int, query: str | None = None,
                 model: str | None = None) -> dict[str, Any]:  # fmt: skip
     state = service.state(thread_id)
-    with service.lock:
-        tp = service.driver.pipeline.thread(thread_id)
-        orphans = set(tp.pairer.state.orphans)
+    orphans = service.orphans(thread_id)
     # The raw window starts after the window switch and after what the summary covers:
     # only those records are read (at most WINDOW_RECORDS), however long the thread is.
-    after = 0
-    for marker in (state.get("window_started_by"), state.get("summary_covers_through")):
-        record = service.bus.find(marker) if marker else None
-        after = max(after, record.offset if record is not None else 0)
-    records = service.bus.thread_tail(thread_id, after, WINDOW_RECORDS)
-    window = [e for e in (validate(r.value) for r in records) if isinstance(e, Envelope)]
+    markers = [m for m in (state.get("window_started_by"), state.get("summary_covers_through")) if m]
+    window = service.window(thread_id, markers, WINDOW_RECORDS)
     tokens = counter(encoding_for(model))
     compacted = None
     if service.settings.auto_compact:
@@ -43,9 +57,7 @@ def context_for(service: Any, thread_id: str, budget: int, query: str | None = N
     latest = None
     latest_id = state.get("latest_user_message_id")
     if latest_id and all(e.event_id != latest_id for e in window):
-        found = service.read(latest_id)["event"]
-        parsed = validate(orjson.dumps(found))
-        latest = parsed if isinstance(parsed, Envelope) else None
+        latest = service.read_event(latest_id)
     recall = None
     if query:
         recall = service.search(query, thread_id=thread_id, limit=8)["hits"]
@@ -59,7 +71,7 @@ def context_for(service: Any, thread_id: str, budget: int, query: str | None = N
     return out
 
 
-def _compact(service: Any, state: dict[str, Any], window: list[Envelope], orphans: set[str],
+def _compact(service: ContextSource, state: dict[str, Any], window: list[Envelope], orphans: set[str],
              tokens: TokenCounter, budget: int) -> tuple[list[Envelope], dict[str, Any] | None]:  # fmt: skip
     """Fold the window's oldest safe prefix into the summary if the window is too big;
     publishes the ``compaction`` event and returns the remaining window."""
@@ -86,4 +98,4 @@ def _compact(service: Any, state: dict[str, Any], window: list[Envelope], orphan
                   "folded_events": len(folded), "summariser": summariser}  # fmt: skip
 
 
-__all__ = ["WINDOW_RECORDS", "WINDOW_SHARE", "context_for"]
+__all__ = ["WINDOW_RECORDS", "WINDOW_SHARE", "ContextSource", "context_for"]

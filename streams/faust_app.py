@@ -26,7 +26,6 @@ import logging
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import faust
@@ -34,17 +33,20 @@ import faust.web
 import orjson
 from faust.streams import _current_event
 
+from processors.context import BudgetTooSmall
 from processors.pipeline import Applied, BatchResult, Pipeline, Record
 from processors.records import sink_records
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
-from schemas.search import SearchFilters
-from sinks.base import StoreError
+from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
 from streams.config import Settings
+from streams.context_api import context_for
 from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic
+from streams.service import NotFound
 from streams.wiring import open_log_store, open_search_index
+from streams.worker_service import Unlogged, WorkerService
 
 log = logging.getLogger("agentlog.faust")
 
@@ -144,14 +146,40 @@ def create_app(settings: Settings) -> faust.App:
     # durable copy); a rebalance may hand a thread to another worker, so it empties them.
     seen = BatchSeen(seen_table)
     pipeline = Pipeline(seen, load, settings.pairing, settings.max_event_bytes)
+    unlogged = Unlogged()
+    log_store = open_log_store(settings)
+    index = open_search_index(settings)
+    service = WorkerService(settings, load, log_store, index, unlogged)
 
     @app.on_partitions_revoked.connect
     async def forget(_app: Any, revoked: Any, **_kwargs: Any) -> None:
         pipeline.threads.clear()
         seen.forget()
+        unlogged.clear()
 
-    async def delivered(futures: list[Any]) -> None:
-        await asyncio.gather(*[await f for f in futures])
+    processed: dict[int, int] = {}  # source partition -> next offset to process
+
+    async def caught_up(timeout: float = 10.0) -> None:
+        """Read-your-writes: wait until every event the broker held when this was called
+        has been applied here (cheap when the processor is not behind)."""
+        source = events.get_topic_name()
+        owned = [tp for tp in app.consumer.assignment() if tp.topic == source]
+        if not owned:
+            return
+        ends = await app.consumer.highwaters(*owned)
+        for tp in owned:  # nothing processed since (re)start: the committed position counts
+            if tp.partition not in processed:
+                processed[tp.partition] = await app.consumer.position(tp) or 0
+        deadline = asyncio.get_running_loop().time() + timeout
+        while any(processed.get(tp.partition, 0) < end for tp, end in ends.items() if end):
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("answering before the processor caught up: %s behind %s", processed, ends)
+                return
+            await asyncio.sleep(0.01)
+
+    async def delivered(sends: list[Any]) -> None:
+        """Hand every message to the producer at once, then wait until all are acked."""
+        await asyncio.gather(*await asyncio.gather(*sends))
 
     @app.agent(events)
     async def process(stream: faust.StreamT) -> None:
@@ -168,6 +196,8 @@ def create_app(settings: Settings) -> faust.App:
                     body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
                     sends.append(accepted.send(value=orjson.dumps(body), partition=p))
             await delivered(sends)
+            unlogged.add(LoggedEvent(a.event.event_id, a.event.thread_id, a.record.value, a.record.partition,
+                                     a.record.offset) for a in result.applied)  # fmt: skip
             # The table stores are partitioned like the source: write each partition's
             # keys as if from one of its events (what a faust table write inside stream
             # iteration would use).
@@ -193,9 +223,8 @@ def create_app(settings: Settings) -> faust.App:
                         _current_event.reset(token)
                     sends.append(seen_table.changelog_topic.send(key=key, value=value, partition=p))
             await delivered(sends)
-
-    log_store = open_log_store(settings)
-    index = open_search_index(settings)
+            for e in batch:
+                processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)
 
     @app.agent(accepted)
     async def sink(stream: faust.StreamT) -> None:
@@ -203,7 +232,9 @@ def create_app(settings: Settings) -> faust.App:
             bodies = [orjson.loads(v) for v in batch]
             items = [item for body in bodies for item in body["items"]]
             pairs = [pair for body in bodies for pair in body["pairs"]]
-            written["events"] += await asyncio.to_thread(write_batch, log_store, index, items, pairs)
+            count, ids = await asyncio.to_thread(write_batch, log_store, index, items, pairs)
+            unlogged.logged(ids)
+            written["events"] += count
 
     @app.agent(dlq)
     async def dead_letters(stream: faust.StreamT) -> None:
@@ -215,19 +246,50 @@ def create_app(settings: Settings) -> faust.App:
             log_store.append_rejected([rejected_row(event.value, reason, partition, offset, m.timestamp or 0)])
             written["rejected"] += 1
 
+    async def search_here(web: Any, request: Any) -> Any:
+        q = request.query
+        opt = lambda name: int(q[name]) if q.get(name) else None  # noqa: E731
+        result = await asyncio.to_thread(
+            service.search, q.get("q", ""), q.get("thread"), q.get("kind"), q.get("tool"), q.get("window"),
+            q.get("project"), q.get("after"), opt("since_ms"), opt("until_ms"), int(q.get("limit", "10")),
+        )  # fmt: skip
+        return web.json(result)
+
+    search_at_owner = app.table_route(table=states, query_param="thread")(search_here)
+
     @app.page("/search")
     async def search(web: Any, request: Any) -> Any:
-        q = request.query
-        filters = SearchFilters(q.get("thread"), q.get("window"), q.get("kind"), q.get("tool"), q.get("project"))
-        hits = await asyncio.to_thread(index.search, q.get("q", ""), filters, int(q.get("limit", "10")))
-        return web.json({"query": q.get("q", ""), "hits": [asdict(h) for h in hits]})
+        # A thread's unindexed events live on the worker that owns it (read-your-writes).
+        if request.query.get("thread") or request.query.get("after"):
+            await caught_up()
+        return await (search_at_owner if request.query.get("thread") else search_here)(web, request)
 
     @app.page("/events/{event_id}")
     async def read(web: Any, request: Any, event_id: str) -> Any:
-        logged = await asyncio.to_thread(log_store.get, event_id)
-        if logged is None:
-            return web.json({"error": f"event {event_id!r} is not in the log (yet)"}, status=404)
-        return web.json({"event": orjson.loads(logged.raw), "source": "log", "offset": logged.offset})
+        try:
+            return web.json(await asyncio.to_thread(service.read, event_id))
+        except NotFound:
+            await caught_up()  # just published? then it is applied now
+        try:
+            return web.json(await asyncio.to_thread(service.read, event_id))
+        except NotFound as error:
+            return web.json({"error": str(error)}, status=404)
+
+    @app.page("/threads/{thread_id}/context")
+    @app.table_route(table=states, match_info="thread_id")
+    async def thread_context(web: Any, request: Any, thread_id: str) -> Any:
+        q = request.query
+        if not q.get("budget"):
+            return web.json({"error": "budget is required, e.g. ?budget=4000"}, status=400)
+        await caught_up()
+        try:
+            result = await asyncio.to_thread(context_for, service, thread_id, int(q["budget"]), q.get("query"),
+                                             q.get("model"))  # fmt: skip
+        except NotFound as error:
+            return web.json({"error": str(error)}, status=404)
+        except BudgetTooSmall as error:
+            return web.json({"error": str(error)}, status=400)
+        return web.json(result)
 
     @app.page("/sql")
     class Sql(faust.web.View):
@@ -247,6 +309,7 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/threads/{thread_id}/state")
     @app.table_route(table=states, match_info="thread_id")
     async def thread_state(web: Any, request: Any, thread_id: str) -> Any:
+        await caught_up()
         snapshot = load(thread_id)
         if snapshot is None:
             return web.json({"error": f"no events for thread {thread_id!r}"}, status=404)
@@ -256,9 +319,12 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-def write_batch(log_store: Any, index: Any, items: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> int:
+def write_batch(
+    log_store: Any, index: Any, items: list[dict[str, Any]], pairs: list[dict[str, Any]]
+) -> tuple[int, list[tuple[str, str]]]:
     """Write one batch of accepted events: log rows (skipping ids already logged), pair
-    rows and search documents. Runs before the batch's offsets are committed."""
+    rows and search documents. Runs before the batch's offsets are committed. Returns
+    the rows written and the ``(thread_id, event_id)`` of every event now logged."""
     applied = []
     for item in items:
         raw = item["raw"].encode()
@@ -279,7 +345,7 @@ def write_batch(log_store: Any, index: Any, items: list[dict[str, Any]], pairs: 
     log_store.append_events(rows)
     log_store.upsert_pairs(pairs)
     index.add(docs)
-    return len(rows)
+    return len(rows), [(a.event.thread_id, a.event.event_id) for a in applied]
 
 
 def run_worker(settings: Settings, loglevel: str = "warn") -> int:

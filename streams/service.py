@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -199,6 +199,33 @@ class EmbeddedService:
         self._settle()
         with self.lock:
             return sorted(set(self.states.threads()) | set(self.driver.pipeline.threads))
+
+    # -- what context assembly reads (``streams.context_api.ContextSource``) ----------
+
+    def orphans(self, thread_id: str) -> set[str]:
+        with self.lock:
+            return set(self.driver.pipeline.thread(thread_id).pairer.state.orphans)
+
+    def window(self, thread_id: str, after: Sequence[str], limit: int) -> list[Envelope]:
+        start = 0
+        for marker in after:
+            record = self.bus.find(marker)
+            start = max(start, record.offset if record is not None else 0)
+        # The topic holds every delivery; a redelivered event is in the window once.
+        window: dict[str, Envelope] = {}
+        for record in self.bus.thread_tail(thread_id, start, limit):
+            event = validate(record.value)
+            if isinstance(event, Envelope):
+                window.setdefault(event.event_id, event)
+        return list(window.values())
+
+    def read_event(self, event_id: str) -> Envelope | None:
+        try:
+            found = self.read(event_id)["event"]
+        except NotFound:
+            return None
+        event = validate(orjson.dumps(found))
+        return event if isinstance(event, Envelope) else None
 
     def read(self, event_id: str) -> dict[str, Any]:
         logged = self.log.get(event_id)

@@ -49,3 +49,12 @@ def test_large_outputs_are_shown_head_and_tail_with_the_event_id_that_holds_them
     ctx = context_for(service, "t1", 8000)
     tool_texts = [m["content"] for m in ctx["messages"] if m["role"] == "tool"]
     assert any("cut; full output: read r39" in t for t in tool_texts)
+
+
+def test_a_redelivered_event_appears_in_the_context_once(service: EmbeddedService) -> None:
+    first = raw("u1", "message", {"role": "user", "text": "please fix the flaky test"}, 1)
+    service.publish(b"\n".join([raw("g", "goal", {"text": "green build"}, 0), first,
+                                raw("a1", "message", {"role": "assistant", "text": "looking"}, 2), first]))  # fmt: skip
+    service.catch_up()
+    ctx = context_for(service, "t1", 4000)
+    assert [m["content"] for m in ctx["messages"]].count("please fix the flaky test") == 1

@@ -20,6 +20,7 @@ import pytest
 
 from sinks.opensearch_index import OpenSearchIndex
 from streams.config import Settings
+from streams.context_api import context_for
 from streams.demo import sample_session, synthetic_events
 from streams.kafka_bus import KafkaPublisher
 from streams.service import EmbeddedService
@@ -111,6 +112,9 @@ def test_the_same_session_through_kafka_and_embedded_gives_identical_state_sql_a
         expected_states = {t: embedded.state(t) for t in threads}
         expected_sql = [embedded.sql(q).rows for q in queries]
         expected_hits = [{h["event_id"] for h in embedded.search(q, limit=50)["hits"]} for q in searches]
+        # Context with no compaction (a large budget) is a pure function of state and log.
+        demo_threads = [t for t in threads if t.startswith("demo-")]
+        expected_contexts = {t: context_for(embedded, t, 60_000) for t in demo_threads}
     finally:
         embedded.close()
 
@@ -130,6 +134,9 @@ def test_the_same_session_through_kafka_and_embedded_gives_identical_state_sql_a
     state = json.loads(subprocess.run([*cli, "state", "demo-docs", "--json"], env=env,
                                       capture_output=True, check=True).stdout)  # fmt: skip
     assert state == expected_states["demo-docs"]
+    contexts = {t: json.loads(subprocess.run([*cli, "context", t, "--budget", "60000", "--json"], env=env,
+                                             capture_output=True, check=True).stdout) for t in demo_threads}  # fmt: skip
+    assert contexts == expected_contexts and all(c["messages"] for c in contexts.values())
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=60)
 
@@ -206,3 +213,30 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
         assert {t: tp.state.public() for t, tp in replay.threads.items()} == states
     finally:
         log.close()
+
+
+def test_the_worker_answers_a_search_read_and_context_that_name_a_just_published_event(distributed) -> None:
+    """Read-your-writes on Kafka: the worker first applies what the broker holds, then
+    answers from the index, the log, or the events its sink has not written yet."""
+    settings, worker = distributed
+    lines, _info = sample_session()
+    publisher = KafkaPublisher(settings)
+    publisher.publish(b"\n".join(lines))
+    wait_written(settings, worker, 1, 0)
+    base = f"http://127.0.0.1:{settings.worker_port}"
+    for n in range(5):
+        event = {"event_id": f"ryw-{n}", "thread_id": "demo-docs", "kind": "message", "project": "docs",
+                 "ts": f"2026-11-30T12:00:0{n}Z", "payload": {"role": "user", "text": f"zanzibar marker {n}"}}  # fmt: skip
+        publisher.publish(json.dumps(event).encode())
+        hits = httpx.get(f"{base}/search", params={"q": "zanzibar", "after": f"ryw-{n}"}, timeout=30,
+                         follow_redirects=True).json()["hits"]  # fmt: skip
+        assert f"ryw-{n}" in {h["event_id"] for h in hits}, hits
+        assert {h["source"] for h in hits} <= {"index", "active"}
+        read = httpx.get(f"{base}/events/ryw-{n}", timeout=30, follow_redirects=True).json()
+        assert read["event"]["payload"]["text"] == f"zanzibar marker {n}" and read["source"] in ("log", "active")
+        context = httpx.get(f"{base}/threads/demo-docs/context", params={"budget": 4000}, timeout=30,
+                            follow_redirects=True).json()  # fmt: skip
+        assert any(f"zanzibar marker {n}" in (m.get("content") or "") for m in context["messages"])
+    publisher.close()
+    missing = httpx.get(f"{base}/events/never-published", timeout=30, follow_redirects=True)
+    assert missing.status_code == 404 and "never accepted" in missing.json()["error"]

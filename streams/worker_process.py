@@ -1,0 +1,35 @@
+"""A faust worker in a child process, as a user starts it: for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+from streams.config import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment of a user of this distributed deployment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
+               AGENTLOG_OPENSEARCH_URL=settings.opensearch_url or "", AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
+               AGENTLOG_KAFKA_NAMESPACE=settings.kafka_namespace, AGENTLOG_WORKER_PORT=str(settings.worker_port),
+               AGENTLOG_PARTITIONS=str(settings.partitions))  # fmt: skip
+    return env
+
+
+def start_worker(settings: Settings) -> subprocess.Popen:
+    """``agentlog run`` for ``settings``; its stderr is kept for error reports."""
+    return subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+
+
+__all__ = ["free_port", "start_worker", "worker_env"]

@@ -1,0 +1,176 @@
+"""The queries a Kafka worker answers for the threads it owns: state, read, search with
+read-your-writes, and context. The same operations as ``streams.service`` over the
+worker's stores: the faust state table, the log (which trails the processor by the
+sink's lag), the search index (which trails the log by a refresh), and the events the
+processor has applied that the sink has not logged yet (``Unlogged``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from processors.compaction import Summariser
+from processors.records import search_doc
+from processors.textsearch import active_hit, tokenize
+from processors.thread import ThreadSnapshot
+from processors.validation import validate
+from schemas.events import Envelope
+from schemas.search import Hit, SearchFilters
+from sinks.base import LogStore, LoggedEvent, SearchIndex
+from sinks.memory_sqlite import MemoryStore
+from streams.config import Settings
+from streams.service import NotFound
+
+RECENT = 1000
+"""How many of a thread's newest logged events are checked against the index for
+read-your-writes: more than one refresh interval of any one thread's traffic."""
+
+
+class Unlogged:
+    """Events the processor forwarded to the sink that the log does not hold yet."""
+
+    def __init__(self) -> None:
+        self.by_thread: dict[str, dict[str, LoggedEvent]] = {}
+
+    def add(self, events: Iterable[LoggedEvent]) -> None:
+        for e in events:
+            self.by_thread.setdefault(e.thread_id, {})[e.event_id] = e
+
+    def logged(self, events: Iterable[tuple[str, str]]) -> None:
+        """``(thread_id, event_id)`` pairs the sink has written."""
+        for thread_id, event_id in events:
+            waiting = self.by_thread.get(thread_id)
+            if waiting is not None:
+                waiting.pop(event_id, None)
+                if not waiting:
+                    del self.by_thread[thread_id]
+
+    def of(self, thread_id: str) -> list[LoggedEvent]:
+        return sorted(self.by_thread.get(thread_id, {}).values(), key=lambda e: e.offset)
+
+    def find(self, event_id: str) -> LoggedEvent | None:
+        for waiting in self.by_thread.values():
+            if event_id in waiting:
+                return waiting[event_id]
+        return None
+
+    def clear(self) -> None:
+        self.by_thread.clear()
+
+
+class WorkerService:
+    """``streams.context_api.ContextSource`` and the query routes, on a worker."""
+
+    def __init__(self, settings: Settings, load: Callable[[str], ThreadSnapshot | None], log: LogStore,
+                 index: SearchIndex, unlogged: Unlogged) -> None:  # fmt: skip
+        self.settings = settings
+        self.load = load
+        self.log = log
+        self.index = index
+        self.unlogged = unlogged
+        self.summariser: Summariser | None = None
+        if settings.summary_url:
+            from streams.llm_summary import LlmSummariser  # noqa: PLC0415 - optional
+
+            self.summariser = LlmSummariser(settings.summary_url, settings.summary_model)
+        self._publisher: Any = None
+        self._memory: MemoryStore | None = None
+
+    def _snapshot(self, thread_id: str) -> ThreadSnapshot:
+        snapshot = self.load(thread_id)
+        if snapshot is None:
+            raise NotFound(f"no events for thread {thread_id!r}")
+        return snapshot
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        return self._snapshot(thread_id).state.public()
+
+    def orphans(self, thread_id: str) -> set[str]:
+        return set(self._snapshot(thread_id).pairing.orphans)
+
+    def _tail(self, thread_id: str, after: int, limit: int) -> list[LoggedEvent]:
+        """The newest accepted events of a thread, logged or not, oldest first."""
+        merged = {e.event_id: e for e in self.log.thread_tail(thread_id, after, limit)}
+        merged.update((e.event_id, e) for e in self.unlogged.of(thread_id) if e.offset > after)
+        return sorted(merged.values(), key=lambda e: e.offset)[-limit:]
+
+    def _logged(self, event_id: str) -> tuple[LoggedEvent, str] | None:
+        found = self.log.get(event_id)
+        if found is not None:
+            return found, "log"
+        pending = self.unlogged.find(event_id)
+        return (pending, "active") if pending is not None else None
+
+    def window(self, thread_id: str, after: Sequence[str], limit: int) -> list[Envelope]:
+        start = -1
+        for marker in after:
+            found = self._logged(marker)
+            start = max(start, found[0].offset if found is not None else -1)
+        events = (validate(e.raw) for e in self._tail(thread_id, start, limit))
+        return [e for e in events if isinstance(e, Envelope)]
+
+    def read(self, event_id: str) -> dict[str, Any]:
+        found = self._logged(event_id)
+        if found is None:
+            raise NotFound(
+                f"event {event_id!r} is neither in the log nor pending: it was never accepted "
+                "(check `agentlog sql \"SELECT reason FROM rejected_events\"` for rejections)"
+            )
+        event, source = found
+        return {"event": orjson.loads(event.raw), "source": source, "offset": event.offset}
+
+    def read_event(self, event_id: str) -> Envelope | None:
+        found = self._logged(event_id)
+        event = validate(found[0].raw) if found is not None else None
+        return event if isinstance(event, Envelope) else None
+
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               tool_name: str | None = None, window_id: str | None = None, project: str | None = None,
+               after: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
+               limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
+        hits = self.index.search(query, filters, limit)
+        own_thread = thread_id
+        if own_thread is None and after is not None:
+            named = self._logged(after)
+            own_thread = named[0].thread_id if named is not None else None
+        active = self._active_hits(query, own_thread, filters, {h.event_id for h in hits}) if own_thread else []
+        merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
+        return {"query": query, "hits": [asdict(h) for h in merged]}
+
+    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, known: set[str]) -> list[Hit]:
+        """The thread's matching events that the index cannot show yet (read-your-writes)."""
+        snapshot = self.load(thread_id)
+        if snapshot is None:
+            return []
+        terms = tokenize(query)
+        matches: list[Hit] = []
+        for logged in self._tail(thread_id, -1, RECENT):
+            event = validate(logged.raw)
+            if not isinstance(event, Envelope) or event.event_id in known:
+                continue
+            doc = search_doc(event, logged.offset, event.window_id or snapshot.state.window_id)
+            hit = active_hit(doc, terms, filters)
+            if hit is not None:
+                matches.append(hit)
+        visible = self.index.visible_ids([h.event_id for h in matches])
+        return [h for h in matches if h.event_id not in visible]
+
+    def memory_facts(self, project: str) -> list[dict[str, Any]]:
+        if self._memory is None:
+            self._memory = MemoryStore(str(self.settings.path("memory.db")))
+        _version, facts = self._memory.published()
+        return [f for f in facts.values() if f["project"] == project]
+
+    def publish(self, data: bytes) -> Any:
+        if self._publisher is None:
+            from streams.kafka_bus import KafkaPublisher  # noqa: PLC0415
+
+            self._publisher = KafkaPublisher(self.settings)
+        return self._publisher.publish(data)
+
+
+__all__ = ["RECENT", "Unlogged", "WorkerService"]
