@@ -5,9 +5,7 @@ embedded deployment on the same input."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,31 +22,15 @@ from streams.context_api import context_for
 from streams.demo import sample_session, synthetic_events
 from streams.kafka_bus import KafkaPublisher
 from streams.service import EmbeddedService
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def worker_env(settings: Settings) -> dict[str, str]:
-    """The environment of a user of this distributed deployment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
-               AGENTLOG_OPENSEARCH_URL=settings.opensearch_url or "", AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
-               AGENTLOG_KAFKA_NAMESPACE=settings.kafka_namespace, AGENTLOG_WORKER_PORT=str(settings.worker_port),
-               AGENTLOG_PARTITIONS=str(settings.partitions))  # fmt: skip
-    return env
+from streams.worker_process import free_port, start_worker, worker_env
 
 
 @pytest.fixture
 def distributed(tmp_path: Path, kafka_bootstrap: str, opensearch_url: str):
     ns = f"t{uuid.uuid4().hex[:8]}"
     settings = Settings(data_dir=tmp_path / "dist", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
-                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=_port(), partitions=3)  # fmt: skip
-    worker = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(), partitions=3)  # fmt: skip
+    worker = start_worker(settings)
     yield settings, worker
     if worker.poll() is None:
         worker.kill()
@@ -182,8 +164,7 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
     worker.wait()
     agents.join()
     publisher.close()
-    restarted = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    restarted = start_worker(settings)
     try:
         threads = sorted({f"bench-{t:05d}" for t in range(30)})
         deadline = time.monotonic() + 240
