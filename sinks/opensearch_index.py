@@ -93,7 +93,11 @@ class OpenSearchIndex:
         if not event_ids:
             return set()
         body = {"query": {"ids": {"values": list(event_ids)}}, "_source": False, "size": len(event_ids)}
-        return {h["_id"] for h in self._client.search(index=self.index, body=body)["hits"]["hits"]}
+        try:
+            found = self._client.search(index=self.index, body=body)["hits"]["hits"]
+        except OpenSearchException as error:
+            raise StoreError(f"search failed: {error}") from error
+        return {h["_id"] for h in found}
 
     def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
         terms = tokenize(query)

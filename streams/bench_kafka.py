@@ -30,7 +30,7 @@ from streams.bench import percentiles
 from streams.config import Settings
 from streams.demo import SessionWriter, synthetic_events
 from streams.kafka_bus import KafkaPublisher
-from streams.worker_process import free_port, start_worker
+from streams.worker_process import free_port, start_worker, worker_log
 
 
 def written(settings: Settings) -> int:
@@ -45,7 +45,7 @@ def wait_for(settings: Settings, worker: subprocess.Popen, events: int, timeout:
     t0 = time.perf_counter()
     while written(settings) < events:
         if worker.poll() is not None:
-            raise RuntimeError("the worker exited: " + worker.stderr.read().decode()[-2000:])  # type: ignore[union-attr]
+            raise RuntimeError("the worker exited: " + worker_log(settings))
         if time.perf_counter() - t0 > timeout:
             raise RuntimeError(f"the worker logged {written(settings)} of {events} events in {timeout} s")
         time.sleep(0.05)

@@ -1,15 +1,17 @@
 """The distributed processors: a faust-streaming app over Apache Kafka.
 
-Two agents, each a few lines around the same pure core as the embedded driver:
+Agents, each a few lines around the same pure core as the embedded driver:
 
 - ``process`` consumes ``agent.events`` in batches: dedup, pairing and reduction with
   the threads' snapshots from the ``agentlog-state`` table, rejects to
   ``agent.events.dlq``, and every applied event with its pair rows to
   ``agentlog.accepted``;
-- ``sink`` consumes ``agentlog.accepted`` in batches and writes the log (ClickHouse or
-  chDB), the pairs and the search index before the batch's offsets are committed; the
-  writes are idempotent (events already logged are skipped by id, documents are
-  upserted, pair rows are versioned), so at-least-once delivery gives one row per event.
+- ``log_sink`` and ``index_sink`` consume ``agentlog.accepted`` in batches and write the
+  log (ClickHouse or chDB) with the pairs, and the search index; a batch's offsets are
+  committed after both wrote it. The writes are idempotent (events already logged are
+  skipped by id, documents are upserted, pair rows are versioned), so at-least-once
+  delivery gives one row per event. An unreachable index is retried with back-off
+  while the log, the state and the queries carry on.
 
 A batch's outputs are written in three steps, each delivered before the next starts:
 the accepted records, then the thread snapshots (which carry the source offset they
@@ -35,7 +37,7 @@ from faust.streams import _current_event
 
 from processors.context import BudgetTooSmall
 from processors.pipeline import Applied, BatchResult, Pipeline, Record
-from processors.records import sink_records
+from processors.records import log_row, search_doc
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
@@ -49,6 +51,9 @@ from streams.wiring import open_log_store, open_search_index
 from streams.worker_service import Unlogged, WorkerService
 
 log = logging.getLogger("agentlog.faust")
+
+# The longest wait between retries of an unreachable search index.
+INDEX_BACKOFF_MAX_S = 5.0
 
 # Accepted items travel in messages of at most this many bytes (one large event alone).
 CHUNK_BYTES = 512 * 1024
@@ -132,7 +137,7 @@ def create_app(settings: Settings) -> faust.App:
     dlq = app.topic(topic(DLQ, ns), key_serializer="raw", value_serializer="raw")
     accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
                          partitions=settings.partitions)  # fmt: skip
-    written = {"events": 0, "rejected": 0}
+    written = {"events": 0, "rejected": 0, "indexed": 0, "index_retries": 0}
     states = app.Table("agentlog-state", default=None, key_type=str, value_type=bytes,
                        partitions=settings.partitions)  # fmt: skip
     seen_table = app.Table("agentlog-seen", default=None, key_type=str, value_type=bytes,
@@ -226,15 +231,38 @@ def create_app(settings: Settings) -> faust.App:
             for e in batch:
                 processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)
 
+    def accepted_batch(batch: list[bytes]) -> tuple[list[Applied], list[dict[str, Any]]]:
+        bodies = [orjson.loads(v) for v in batch]
+        return applied_items(item for body in bodies for item in body["items"]), [
+            pair for body in bodies for pair in body["pairs"]]
+
+    # Two sinks on the accepted topic, so an index outage does not hold up the log; a
+    # batch's offsets are committed once both have written it.
     @app.agent(accepted)
-    async def sink(stream: faust.StreamT) -> None:
+    async def log_sink(stream: faust.StreamT) -> None:
         async for batch in stream.take(64, within=0.5):
-            bodies = [orjson.loads(v) for v in batch]
-            items = [item for body in bodies for item in body["items"]]
-            pairs = [pair for body in bodies for pair in body["pairs"]]
-            count, ids = await asyncio.to_thread(write_batch, log_store, index, items, pairs)
-            unlogged.logged(ids)
+            applied, pairs = accepted_batch(batch)
+            count = await asyncio.to_thread(write_log, log_store, applied, pairs)
+            unlogged.logged((a.event.thread_id, a.event.event_id) for a in applied)
             written["events"] += count
+
+    @app.agent(accepted)
+    async def index_sink(stream: faust.StreamT) -> None:
+        async for batch in stream.take(64, within=0.5):
+            applied, _pairs = accepted_batch(batch)
+            docs = [search_doc(a.event, a.record.offset, a.window_id, a.tool_name) for a in applied]
+            delay = 0.25
+            while True:
+                try:
+                    await asyncio.to_thread(index.add, docs)
+                    break
+                except StoreError as error:
+                    written["index_retries"] += 1
+                    log.warning("search index unavailable; %d documents wait, retrying in %.1f s: %s",
+                                len(docs), delay, error)  # fmt: skip
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, INDEX_BACKOFF_MAX_S)
+            written["indexed"] += len(docs)
 
     @app.agent(dlq)
     async def dead_letters(stream: faust.StreamT) -> None:
@@ -319,12 +347,8 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-def write_batch(
-    log_store: Any, index: Any, items: list[dict[str, Any]], pairs: list[dict[str, Any]]
-) -> tuple[int, list[tuple[str, str]]]:
-    """Write one batch of accepted events: log rows (skipping ids already logged), pair
-    rows and search documents. Runs before the batch's offsets are committed. Returns
-    the rows written and the ``(thread_id, event_id)`` of every event now logged."""
+def applied_items(items: Iterable[dict[str, Any]]) -> list[Applied]:
+    """The accepted items of the ``agentlog.accepted`` topic, parsed again."""
     applied = []
     for item in items:
         raw = item["raw"].encode()
@@ -332,29 +356,35 @@ def write_batch(
         if isinstance(event, Envelope):
             record = Record(item["partition"], item["offset"], raw)
             applied.append(Applied(event, record, item["window_id"], item["tool_name"]))
+    return applied
+
+
+def write_log(log_store: Any, applied: list[Applied], pairs: list[dict[str, Any]]) -> int:
+    """Write one batch to the log: event rows (skipping ids already logged) and pair
+    rows. Runs before the batch's offsets are committed; returns the rows written."""
     # Skip what the log holds, and a second copy within the batch: after a crash the
-    # processor may forward an event again before its dedup table recovered the first.
+    # processor may forward an event again.
     seen = set(log_store.existing([a.event.event_id for a in applied])) if applied else set()
-
-    def logged(a: Applied) -> bool:
-        known = a.event.event_id in seen
-        seen.add(a.event.event_id)
-        return known
-
-    rows, docs = sink_records(applied, logged)
+    rows = []
+    for a in applied:
+        if a.event.event_id not in seen:
+            seen.add(a.event.event_id)
+            rows.append(log_row(a.event, a.record.value, a.record.partition, a.record.offset, a.window_id))
     log_store.append_events(rows)
     log_store.upsert_pairs(pairs)
-    index.add(docs)
-    return len(rows), [(a.event.thread_id, a.event.event_id) for a in applied]
+    return len(rows)
 
 
 def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     """``agentlog run`` in the distributed deployment: one faust worker."""
     ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace)  # type: ignore[arg-type]
     app = create_app(settings)
+    # The index sink logs one line per failed attempt with the reason; the client's own
+    # per-request warnings would repeat it for every retry of every connection.
+    logging.getLogger("opensearch").setLevel(logging.ERROR)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0
 
 
-__all__ = ["BatchSeen", "create_app", "run_worker", "write_batch"]
+__all__ = ["BatchSeen", "applied_items", "create_app", "run_worker", "write_log"]

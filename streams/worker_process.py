@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from streams.config import Settings
 
@@ -26,10 +27,23 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def log_path(settings: Settings) -> Path:
+    return Path(settings.data_dir) / "worker.log"
+
+
 def start_worker(settings: Settings) -> subprocess.Popen:
-    """``agentlog run`` for ``settings``; its stderr is kept for error reports."""
-    return subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    """``agentlog run`` for ``settings``, logging to ``log_path(settings)``: a file, not a
+    pipe, since a pipe nobody drains blocks a chatty worker mid-write."""
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    with open(log_path(settings), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=worker_env(settings),
+                                stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
 
 
-__all__ = ["free_port", "start_worker", "worker_env"]
+def worker_log(settings: Settings, tail: int = 3000) -> str:
+    """The end of the worker's log, for error reports."""
+    path = log_path(settings)
+    return path.read_text(errors="replace")[-tail:] if path.exists() else "(no worker log)"
+
+
+__all__ = ["free_port", "log_path", "start_worker", "worker_env", "worker_log"]

@@ -19,7 +19,7 @@ from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
 from schemas.search import Hit, SearchFilters
-from sinks.base import LogStore, LoggedEvent, SearchIndex
+from sinks.base import LogStore, LoggedEvent, SearchIndex, StoreError
 from sinks.memory_sqlite import MemoryStore
 from streams.config import Settings
 from streams.service import NotFound
@@ -132,14 +132,21 @@ class WorkerService:
                after: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
                limit: int = 10) -> dict[str, Any]:  # fmt: skip
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
-        hits = self.index.search(query, filters, limit)
+        index_error = None
+        try:
+            hits = self.index.search(query, filters, limit)
+        except StoreError as error:  # the index is down: the thread's own events still answer
+            hits, index_error = [], str(error)
         own_thread = thread_id
         if own_thread is None and after is not None:
             named = self._logged(after)
             own_thread = named[0].thread_id if named is not None else None
         active = self._active_hits(query, own_thread, filters, {h.event_id for h in hits}) if own_thread else []
         merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
-        return {"query": query, "hits": [asdict(h) for h in merged]}
+        out: dict[str, Any] = {"query": query, "hits": [asdict(h) for h in merged]}
+        if index_error is not None:
+            out["index_error"] = index_error
+        return out
 
     def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, known: set[str]) -> list[Hit]:
         """The thread's matching events that the index cannot show yet (read-your-writes)."""
@@ -156,7 +163,10 @@ class WorkerService:
             hit = active_hit(doc, terms, filters)
             if hit is not None:
                 matches.append(hit)
-        visible = self.index.visible_ids([h.event_id for h in matches])
+        try:
+            visible = self.index.visible_ids([h.event_id for h in matches])
+        except StoreError:
+            visible = set()
         return [h for h in matches if h.event_id not in visible]
 
     def memory_facts(self, project: str) -> list[dict[str, Any]]:

@@ -34,6 +34,10 @@ class TcpProxy:
             listener, self._listener = self._listener, None
             conns, self._conns = self._conns, []
         if listener is not None:
+            try:  # wakes the thread blocked in accept(); close() alone would not
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             listener.close()
         for c in conns:
             try:

@@ -22,7 +22,7 @@ from streams.context_api import context_for
 from streams.demo import sample_session, synthetic_events
 from streams.kafka_bus import KafkaPublisher
 from streams.service import EmbeddedService
-from streams.worker_process import free_port, start_worker, worker_env
+from streams.worker_process import free_port, start_worker, worker_env, worker_log
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def wait_written(settings: Settings, worker: subprocess.Popen, events: int, reje
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        assert worker.poll() is None, worker.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+        assert worker.poll() is None, worker_log(settings)
         try:
             last = httpx.get(url, timeout=2).json()["written"]
             if last["events"] >= events and last["rejected"] >= rejected:
@@ -170,7 +170,7 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
         deadline = time.monotonic() + 240
         states: dict = {}
         while time.monotonic() < deadline:
-            assert restarted.poll() is None, restarted.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+            assert restarted.poll() is None, worker_log(settings)
             try:
                 states = {t: httpx.get(f"http://127.0.0.1:{settings.worker_port}/threads/{t}/state",
                                        timeout=5, follow_redirects=True).json() for t in threads}  # fmt: skip
@@ -221,3 +221,66 @@ def test_the_worker_answers_a_search_read_and_context_that_name_a_just_published
     publisher.close()
     missing = httpx.get(f"{base}/events/never-published", timeout=30, follow_redirects=True)
     assert missing.status_code == 404 and "never accepted" in missing.json()["error"]
+
+
+def test_an_opensearch_outage_of_30_s_under_load_holds_up_only_the_index_which_then_catches_up(
+    tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
+) -> None:
+    from tests.tcp_proxy import TcpProxy
+
+    host, port = opensearch_url.rsplit("//", 1)[1].rsplit(":", 1)
+    proxy = TcpProxy(host, int(port))  # the worker reaches OpenSearch only through it
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    settings = Settings(data_dir=tmp_path / "dist", kafka_bootstrap=kafka_bootstrap,
+                        opensearch_url=f"http://127.0.0.1:{proxy.port}", opensearch_index=f"agentlog-{ns}",
+                        kafka_namespace=ns, worker_port=free_port(), partitions=3)  # fmt: skip
+    worker = start_worker(settings)
+    base = f"http://127.0.0.1:{settings.worker_port}"
+    health = lambda: httpx.get(f"{base}/healthz", timeout=10).json()["written"]  # noqa: E731
+    try:
+        wait_written(settings, worker, 0, 0)
+        records = synthetic_events(20_000, 50)
+        publisher = KafkaPublisher(settings)
+
+        def load() -> None:  # about 40 s of steady traffic, through the outage
+            for i in range(0, len(records), 100):
+                publisher.publish(b"\n".join(records[i : i + 100]))
+                time.sleep(0.2)
+
+        agents = threading.Thread(target=load)
+        agents.start()
+        time.sleep(5)
+        proxy.stop()
+        down_at = health()
+        time.sleep(15)
+        # Mid-outage: the log keeps filling, state answers, search answers from the active
+        # state and says the index is unreachable.
+        mid = health()
+        assert mid["events"] > down_at["events"] and mid["index_retries"] > down_at["index_retries"]
+        state = httpx.get(f"{base}/threads/bench-00007/state", timeout=30, follow_redirects=True).json()
+        assert state["event_count"] > 0
+        found = httpx.get(f"{base}/search", params={"q": "module", "thread": "bench-00007"}, timeout=30,
+                          follow_redirects=True).json()  # fmt: skip
+        assert "index_error" in found and found["hits"] and {h["source"] for h in found["hits"]} == {"active"}
+        time.sleep(15)
+        proxy.start()
+        agents.join()
+        publisher.close()
+        deadline = time.monotonic() + 240
+        while health()["indexed"] < len(records) and time.monotonic() < deadline:
+            assert worker.poll() is None, worker_log(settings)
+            time.sleep(1)
+        final = health()
+        assert final["events"] == final["indexed"] == len(records)
+        rows = httpx.post(f"{base}/sql", json={"sql": "SELECT count(), uniqExact(event_id) FROM events"},
+                          timeout=30).json()["rows"]  # fmt: skip
+        assert rows == [[len(records), len(records)]]
+        client = OpenSearchIndex(opensearch_url, settings.opensearch_index)._client
+        client.indices.refresh(index=settings.opensearch_index)
+        assert client.count(index=settings.opensearch_index)["count"] == len(records)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        proxy.stop()
+        OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
+            index=settings.opensearch_index, ignore_unavailable=True)
