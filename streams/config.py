@@ -34,6 +34,7 @@ _ENV = {
     "kafka_namespace": "AGENTLOG_KAFKA_NAMESPACE",
     "faust_store": "AGENTLOG_FAUST_STORE",
     "worker_port": "AGENTLOG_WORKER_PORT",
+    "session_timeout_seconds": "AGENTLOG_SESSION_TIMEOUT_SECONDS",
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
 }
@@ -58,6 +59,8 @@ class Settings:
     kafka_namespace: str = ""
     faust_store: str = "memory://"
     worker_port: int = 6066
+    # How long a silent worker keeps its partitions before the others take them over.
+    session_timeout_seconds: float = 30.0
     auto_compact: bool = True
     summary_url: str | None = None
     summary_model: str = "gpt-4o-mini"

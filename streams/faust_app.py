@@ -129,6 +129,8 @@ def create_app(settings: Settings) -> faust.App:
         web_host=settings.http_host,
         web_port=settings.worker_port,
         consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.session_timeout_seconds,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_seconds / 3),
         producer_max_request_size=MAX_MESSAGE_BYTES,
         consumer_max_fetch_size=MAX_MESSAGE_BYTES,
         autodiscover=False,
@@ -332,7 +334,9 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        return web.json({"status": "ok", "deployment": "kafka", "written": written})
+        source = events.get_topic_name()
+        owned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == source)
+        return web.json({"status": "ok", "deployment": "kafka", "written": written, "partitions": owned})
 
     @app.page("/threads/{thread_id}/state")
     @app.table_route(table=states, match_info="thread_id")

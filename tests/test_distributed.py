@@ -138,13 +138,13 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
     distributed,
 ) -> None:
     settings, worker = distributed
-    records = synthetic_events(8_000, 30)
-    stream = records + records[:500]  # re-deliveries too
+    records = synthetic_events(100_000, 30)
+    stream = records + records[:5_000]  # re-deliveries too
     publisher = KafkaPublisher(settings)
 
     def trickle() -> None:  # the agents keep publishing while the worker dies
-        for i in range(0, len(stream), 100):
-            publisher.publish(b"\n".join(stream[i : i + 100]))
+        for i in range(0, len(stream), 1_000):
+            publisher.publish(b"\n".join(stream[i : i + 1_000]))
             time.sleep(0.05)
 
     url = f"http://127.0.0.1:{settings.worker_port}/healthz"
@@ -153,14 +153,14 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
     agents.start()
     deadline = time.monotonic() + 120
     written = 0
-    while time.monotonic() < deadline and written <= 1_000:
+    while time.monotonic() < deadline and written <= 20_000:
         try:
             written = httpx.get(url, timeout=2).json()["written"]["events"]
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
     worker.send_signal(signal.SIGKILL)
-    assert 1_000 < written < len(records), "kill the worker mid-stream"
+    assert 20_000 < written < len(records), "kill the worker mid-stream"
     worker.wait()
     agents.join()
     publisher.close()
@@ -180,7 +180,16 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
                 pass
             time.sleep(1)
         assert sum(s["event_count"] for s in states.values()) == len(records)
-        settle(settings)  # the sink agent trails the processor: let it drain
+        # The log sink trails the processor: wait until the log holds every event (or
+        # time out, and let the assertion below say how many went missing).
+        sql = f"http://127.0.0.1:{settings.worker_port}/sql"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            rows = httpx.post(sql, json={"sql": "SELECT count() FROM events"}, timeout=30).json()["rows"]
+            if rows[0][0] >= len(records):
+                break
+            time.sleep(1)
+        settle(settings)
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)
@@ -284,3 +293,81 @@ def test_an_opensearch_outage_of_30_s_under_load_holds_up_only_the_index_which_t
         proxy.stop()
         OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
             index=settings.opensearch_index, ignore_unavailable=True)
+
+
+def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_intact(
+    tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
+) -> None:
+    from processors.pipeline import MemorySeen, Pipeline, Record
+
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    # One consumer group; each worker has its own chDB file (chDB is in-process; with a
+    # ClickHouse server both would write one log) and both share the OpenSearch index.
+    both = [Settings(data_dir=tmp_path / name, kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
+                     opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(),
+                     partitions=4, session_timeout_seconds=8.0) for name in ("a", "b")]  # fmt: skip
+    doomed, survivor = both
+    workers = [start_worker(s) for s in both]
+    health = lambda s: httpx.get(f"http://127.0.0.1:{s.worker_port}/healthz", timeout=10).json()["written"]  # noqa: E731
+    records = synthetic_events(20_000, 30)
+    threads = sorted({f"bench-{t:05d}" for t in range(30)})
+    try:
+        for s, w in zip(both, workers, strict=True):
+            wait_written(s, w, 0, 0)
+        deadline = time.monotonic() + 120
+        while True:  # the group has settled: each worker owns half of the partitions
+            owned = [httpx.get(f"http://127.0.0.1:{s.worker_port}/healthz", timeout=10).json()["partitions"]
+                     for s in both]  # fmt: skip
+            if all(owned) and sorted(owned[0] + owned[1]) == [0, 1, 2, 3]:
+                break
+            assert time.monotonic() < deadline, owned
+            time.sleep(0.5)
+        publisher = KafkaPublisher(settings=survivor)
+        publisher.publish(b"\n".join(records[:4000]))
+        deadline = time.monotonic() + 120
+        while min(health(s)["events"] for s in both) == 0:  # both work
+            assert time.monotonic() < deadline, [health(s) for s in both]
+            time.sleep(0.2)
+        for i in range(4000, len(records), 2000):
+            publisher.publish(b"\n".join(records[i : i + 2000]))
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait()
+        publisher.close()
+        url = f"http://127.0.0.1:{survivor.worker_port}"
+        deadline = time.monotonic() + 240
+        states: dict = {}
+        while time.monotonic() < deadline:
+            assert workers[1].poll() is None, worker_log(survivor)
+            try:
+                states = {t: httpx.get(f"{url}/threads/{t}/state", timeout=5, follow_redirects=True).json()
+                          for t in threads}
+                if sum(s.get("event_count", 0) for s in states.values()) == len(records):
+                    break
+            except (httpx.HTTPError, ValueError):  # the dead worker's threads are not routed yet
+                pass
+            time.sleep(1)
+        replay = Pipeline(MemorySeen())
+        replay.process([Record(0, i, r) for i, r in enumerate(records)])
+        assert states == {t: replay.threads[t].state.public() for t in threads}
+        settle(survivor)
+        client = OpenSearchIndex(opensearch_url, survivor.opensearch_index)._client
+        client.indices.refresh(index=survivor.opensearch_index)
+        assert client.count(index=survivor.opensearch_index)["count"] == len(records)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.terminate()
+                w.wait(timeout=60)
+        OpenSearchIndex(opensearch_url, survivor.opensearch_index)._client.indices.delete(
+            index=survivor.opensearch_index, ignore_unavailable=True)
+    # Nothing lost: every event is in one of the two logs, each without duplicates.
+    logged: list[str] = []
+    for s in both:
+        log = EmbeddedService(Settings(data_dir=s.data_dir))
+        try:
+            n, distinct = log.sql("SELECT count(), uniqExact(event_id) FROM events").rows[0]
+            assert n == distinct
+            logged += [r[0] for r in log.sql("SELECT event_id FROM events").rows]
+        finally:
+            log.close()
+    assert set(logged) == {json.loads(r)["event_id"] for r in records}
