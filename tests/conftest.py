@@ -29,15 +29,47 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _docker_answers() -> bool:
+    try:
+        import docker  # noqa: PLC0415 - only with the test extra
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # noqa: BLE001 - no client, no socket, no engine: all mean "no Docker"
+        return False
+
+
+_CONTAINERS: list = []
+
+
+def _container(service: str) -> str:
+    """``service`` in a throwaway container (testcontainers), for machines with Docker."""
+    if service == "kafka":
+        from testcontainers.community.kafka import KafkaContainer  # noqa: PLC0415
+
+        kafka = KafkaContainer("confluentinc/cp-kafka:7.6.1").with_kraft()
+        kafka.start()
+        _CONTAINERS.append(kafka)
+        return kafka.get_bootstrap_server()
+    from testcontainers.community.opensearch import OpenSearchContainer  # noqa: PLC0415
+
+    opensearch = OpenSearchContainer("opensearchproject/opensearch:2.19.1", security_enabled=False)
+    opensearch.start()
+    _CONTAINERS.append(opensearch)
+    return f"http://{opensearch.get_container_host_ip()}:{opensearch.get_exposed_port(9200)}"
+
+
 def _server(service: str, variable: str) -> str:
-    """A real server: the one named by ``variable`` (CI starts it with infra/up), else
-    started here with the same launcher. Never skipped: a test that needs it fails
-    loudly when it cannot be had."""
+    """A real server: the one named by ``variable`` (CI starts it with infra/up); else a
+    container when a Docker engine answers; else started here with the same launcher as
+    infra/up. Never skipped: a test that needs it fails loudly when it cannot be had."""
     import subprocess
     import sys
 
     if os.environ.get(variable):
         return os.environ[variable]
+    if _docker_answers():
+        return _container(service)
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", service],
                           capture_output=True, text=True, timeout=900)  # fmt: skip
@@ -45,6 +77,11 @@ def _server(service: str, variable: str) -> str:
         if line.startswith(f"export {variable}="):
             return line.split("=", 1)[1]
     pytest.fail(f"{service} could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for container in _CONTAINERS:
+        container.stop()
 
 
 @pytest.fixture(scope="session")
