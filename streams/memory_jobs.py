@@ -125,6 +125,15 @@ class Memory:
 
     # -- reads and admin ----------------------------------------------------------------
 
+    def pull(self) -> int:
+        """On the Kafka deployment, copy new events from the topic first (a no-op when
+        embedded, where publishing writes the topic file itself)."""
+        if not self.settings.distributed:
+            return 0
+        from streams.memory_feed import pull_events  # noqa: PLC0415 - Kafka deployment only
+
+        return pull_events(self.settings, self.bus)
+
     def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
         version, facts = self.store.published()
         items = [
@@ -136,6 +145,7 @@ class Memory:
     def revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
         """Withdraw a source: a ``revoke`` event in its thread (so the log has it) and a
         revocation the next consolidation applies."""
+        self.pull()
         target = self.bus.find(event_id)
         parsed = validate(target.value) if target is not None else None
         if not isinstance(parsed, Envelope):
@@ -145,11 +155,19 @@ class Memory:
         body = orjson.dumps({"event_id": revoke_id, "thread_id": parsed.thread_id, "kind": "revoke",
                              "ts": now, "project": parsed.project, "source": "user",
                              "payload": {"target_event_id": event_id, "reason": reason}})  # fmt: skip
-        publish_to(self.bus, body, self.settings.max_event_bytes)
+        if self.settings.distributed:  # the workers' state and log must see it too
+            from streams.kafka_bus import KafkaPublisher  # noqa: PLC0415
+
+            publisher = KafkaPublisher(self.settings)
+            publisher.publish(body)
+            publisher.close()
+        else:
+            publish_to(self.bus, body, self.settings.max_event_bytes)
         self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason))
         return {"revoked": event_id, "revoke_event_id": revoke_id}
 
     def status(self) -> dict[str, Any]:
+        self.pull()
         now = self.clock()
         ends = self.bus.thread_ends()
         rows = {r["thread_id"]: r for r in self.store.extraction_rows()}
@@ -190,12 +208,13 @@ def _extract_worker(data_dir: str, owner: str, lease_s: float) -> dict[str, Any]
 
 def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) -> list[dict[str, Any]]:
     """Phase 1 in ``workers`` processes; claims make each thread extracted once."""
-    if workers <= 1:
-        job = Memory(settings)
-        try:
+    job = Memory(settings)
+    try:
+        job.pull()  # once, before the extractors share the copy
+        if workers <= 1:
             return [asdict(job.extract(lease_s=lease_s))]
-        finally:
-            job.close()
+    finally:
+        job.close()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
         args = [(str(settings.data_dir), default_owner(f"extractor{i}"), lease_s) for i in range(workers)]

@@ -371,3 +371,42 @@ def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_
         finally:
             log.close()
     assert set(logged) == {json.loads(r)["event_id"] for r in records}
+
+
+def test_memory_jobs_read_the_kafka_topic_and_the_worker_context_carries_the_facts(distributed) -> None:
+    from tests.test_memory import fact
+
+    settings, worker = distributed
+    publisher = KafkaPublisher(settings)
+    publisher.publish(b"\n".join([
+        fact("obs-8", "java.version", "8", "tool_observed", 0, thread="old"),
+        fact("user-17", "java.version", "17", "user_confirmed", 3600, thread="new"),
+        json.dumps({"event_id": "new-goal", "thread_id": "new", "kind": "goal", "project": "svc",
+                    "ts": "2026-01-01T13:00:01Z", "payload": {"text": "upgrade the build"}}).encode(),
+    ]))  # fmt: skip
+    publisher.close()
+    wait_written(settings, worker, 3, 0)
+    env = worker_env(settings)
+
+    def memory(*args: str) -> dict:
+        done = subprocess.run([sys.executable, "-m", "streams.cli", "memory", *args, "--json"], env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert memory("extract")["candidates"] == 2
+    assert memory("consolidate")["published"] is True
+    (f,) = memory("show", "--project", "svc")["facts"]
+    assert (f["value"], f["supporting"]) == ("17", ["user-17"])
+    context = httpx.get(f"http://127.0.0.1:{settings.worker_port}/threads/new/context", params={"budget": 4000},
+                        timeout=30, follow_redirects=True).json()  # fmt: skip
+    assert "java.version" in json.dumps(context["messages"])
+    # A revocation goes through Kafka like any event: the worker's state and log see it.
+    assert memory("revoke", "user-17", "--reason", "the build used 8")["revoke_event_id"] == "revoke.user-17"
+    assert memory("extract")["extracted_threads"] == ["new"]
+    memory("consolidate")
+    (f,) = memory("show", "--project", "svc")["facts"]
+    assert (f["value"], f["status"], f["revoked"]) == ("8", "needs_refresh", ["user-17"])
+    read = httpx.get(f"http://127.0.0.1:{settings.worker_port}/events/revoke.user-17", timeout=30,
+                     follow_redirects=True).json()  # fmt: skip
+    assert read["event"]["kind"] == "revoke"
