@@ -41,10 +41,22 @@ def start_worker(settings: Settings) -> subprocess.Popen:
                                 stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
 
 
+def stop_worker(worker: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM, and SIGKILL if it has not stopped within ``timeout`` seconds."""
+    if worker.poll() is not None:
+        return
+    worker.terminate()
+    try:
+        worker.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
 def worker_log(settings: Settings, tail: int = 3000) -> str:
     """The end of the worker's log, for error reports."""
     path = log_path(settings)
     return path.read_text(errors="replace")[-tail:] if path.exists() else "(no worker log)"
 
 
-__all__ = ["free_port", "log_path", "start_worker", "worker_env", "worker_log"]
+__all__ = ["free_port", "log_path", "start_worker", "stop_worker", "worker_env", "worker_log"]

@@ -40,6 +40,10 @@ class TcpProxy:
                 pass
             listener.close()
         for c in conns:
+            try:  # shutdown() wakes the pump threads blocked in recv(); then reset
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 c.close()
