@@ -144,7 +144,7 @@ def kafka_ready(bootstrap: str) -> bool:
         return False
 
 
-def wait(check, what: str, log: Path, timeout: float = 180.0) -> None:  # type: ignore[no-untyped-def]
+def wait(check, what: str, log: Path, timeout: float = 420.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -156,7 +156,9 @@ def wait(check, what: str, log: Path, timeout: float = 180.0) -> None:  # type: 
 
 def start_kafka(state: dict[str, dict]) -> None:
     current = state.get("kafka")
-    if current and alive(current["pid"]) and kafka_ready(current["bootstrap"]):
+    if current and alive(current["pid"]):
+        # Running, or still starting: wait for it rather than start a second broker.
+        wait(lambda: kafka_ready(current["bootstrap"]), "Kafka", Path(current["log"]))
         say(f"kafka already running at {current['bootstrap']}")
         return
     libs = fetch("kafka")
@@ -203,8 +205,10 @@ def start_kafka(state: dict[str, dict]) -> None:
 
 def start_opensearch(state: dict[str, dict]) -> None:
     current = state.get("opensearch")
-    if current and alive(current["pid"]) and http_ok(f"{current['url']}/_cluster/health"):
-        say(f"opensearch already running at {current['url']}")
+    if current and alive(current["pid"]):
+        # Running, or still starting (a slow machine, or another `up` got there first):
+        # wait for that node rather than start a second one on the same base path.
+        await_opensearch(state, current["pid"], Path(current["log"]))
         return
     libs = fetch("opensearch")
     home = RUN / "opensearch"
@@ -222,14 +226,17 @@ def start_opensearch(state: dict[str, dict]) -> None:
         )  # fmt: skip
     state["opensearch"] = {"pid": proc.pid, "url": "", "log": str(log)}
     save_state(state)
+    await_opensearch(state, proc.pid, log, proc)
 
+
+def await_opensearch(state: dict[str, dict], pid: int, log: Path, proc: subprocess.Popen | None = None) -> None:
     def bound() -> bool:
         # The runner moves to another port if the one asked for is taken: read the real one.
-        match = re.search(r"HTTP Port:\s+(\d+)", log.read_text(errors="replace"))
+        match = re.search(r"HTTP Port:\s+(\d+)", log.read_text(errors="replace")) if log.exists() else None
         if match and not state["opensearch"]["url"]:
             state["opensearch"]["url"] = f"http://127.0.0.1:{match.group(1)}"
         url = state["opensearch"]["url"]
-        if proc.poll() is not None:
+        if (proc.poll() is not None) if proc is not None else not alive(pid):
             fail(f"OpenSearch exited; log {log}:\n{log.read_text(errors='replace')[-3000:]}")
         return bool(url) and http_ok(f"{url}/_cluster/health?wait_for_status=yellow&timeout=1s")
 
