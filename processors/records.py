@@ -13,7 +13,9 @@ import orjson
 
 from processors.redaction import redact
 from processors.pipeline import Applied
+from processors.textsearch import active_hit
 from schemas.events import Envelope
+from schemas.search import Hit, SearchFilters
 
 MAX_INDEXED_CHARS = 32_000
 """Tool outputs beyond this are indexed by head and tail; the log keeps them whole."""
@@ -118,18 +120,32 @@ def search_doc(
     }
 
 
-def sink_records(
-    applied: Iterable[Applied], logged: Callable[[Applied], bool]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ``events`` rows and search documents of applied events. ``logged`` says an
-    event is already in the log (a replay): it gets no second row; documents are upserts."""
-    rows, docs = [], []
-    for a in applied:
-        r = a.record
-        if not logged(a):
-            rows.append(log_row(a.event, r.value, r.partition, r.offset, a.window_id))
-        docs.append(search_doc(a.event, r.offset, a.window_id, a.tool_name))
-    return rows, docs
+def log_rows(applied: Iterable[Applied], logged: Callable[[Applied], bool]) -> list[dict[str, Any]]:
+    """The ``events`` rows of applied events. ``logged`` says an event is already in the
+    log (a replay after a crash): it gets no second row."""
+    return [log_row(a.event, a.record.value, a.record.partition, a.record.offset, a.window_id)
+            for a in applied if not logged(a)]  # fmt: skip
 
 
-__all__ = ["MAX_INDEXED_CHARS", "log_row", "search_doc", "searchable", "sink_records"]
+def search_docs(applied: Iterable[Applied]) -> list[dict[str, Any]]:
+    """The search documents of applied events (upserts by ``event_id``: replays are harmless)."""
+    return [search_doc(a.event, a.record.offset, a.window_id, a.tool_name) for a in applied]
+
+
+def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filters: SearchFilters,
+                current_window: str, known: set[str]) -> list[Hit]:  # fmt: skip
+    """Read-your-writes: hits among a thread's recent ``(event, offset)`` that are not in
+    ``known`` (what the index returned), each event once."""
+    seen = set(known)
+    out: list[Hit] = []
+    for event, offset in events:
+        if event.event_id in seen:
+            continue
+        hit = active_hit(search_doc(event, offset, event.window_id or current_window), terms, filters)
+        if hit is not None:
+            seen.add(event.event_id)
+            out.append(hit)
+    return out
+
+
+__all__ = ["MAX_INDEXED_CHARS", "active_hits", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]

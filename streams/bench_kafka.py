@@ -87,11 +87,10 @@ def lag_phase(settings: Settings, rate: int, seconds: int) -> dict[str, Any]:
         while not done.is_set() or len(seen) < len(published):
             waiting = [i for i in list(published) if i not in seen]
             if waiting:
-                body = {"query": {"ids": {"values": waiting[:1000]}}, "_source": False, "size": 1000}
-                found = index._client.search(index=settings.opensearch_index, body=body)["hits"]["hits"]
+                found = index.visible_ids(waiting[:1000])
                 now = time.perf_counter()
-                for hit in found:
-                    seen.setdefault(hit["_id"], now)
+                for event_id in found:
+                    seen.setdefault(event_id, now)
             if done.is_set() and time.perf_counter() - stop > 60:
                 return
             time.sleep(0.02)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from processors.pipeline import BatchResult, Pipeline
-from processors.records import sink_records
+from processors.records import log_rows, search_docs
 from processors.thread import PairingConfig
 from sinks.base import LogStore, SearchIndex, StateStore
 from sinks.clickhouse import rejected_row
@@ -99,10 +99,9 @@ class EmbeddedDriver:
 
     def _write(self, result: BatchResult) -> None:
         # Offsets at or below the log's high-water mark were written before a crash.
-        rows, docs = sink_records(result.applied, lambda a: a.record.offset <= self.log_events_hw)
-        self.log.append_events(rows)
+        self.log.append_events(log_rows(result.applied, lambda a: a.record.offset <= self.log_events_hw))
         self.log.upsert_pairs([p.row() for p in result.pairs])
-        self.index.add(docs)
+        self.index.add(search_docs(result.applied))
         if result.rejected:  # bytes that bypassed publish-time validation: dead-letter them
             self.bus.append((), [(r.value, why.reason) for r, why in result.rejected])
         self.dirty |= result.touched

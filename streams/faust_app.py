@@ -37,7 +37,7 @@ from faust.streams import _current_event
 
 from processors.context import BudgetTooSmall
 from processors.pipeline import Applied, BatchResult, Pipeline, Record
-from processors.records import log_row, search_doc
+from processors.records import log_rows, search_docs
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
@@ -245,14 +245,14 @@ def create_app(settings: Settings) -> faust.App:
         async for batch in stream.take(64, within=0.5):
             applied, pairs = accepted_batch(batch)
             count = await asyncio.to_thread(write_log, log_store, applied, pairs)
-            unlogged.logged((a.event.thread_id, a.event.event_id) for a in applied)
+            unlogged.logged(a.event.event_id for a in applied)
             written["events"] += count
 
     @app.agent(accepted)
     async def index_sink(stream: faust.StreamT) -> None:
         async for batch in stream.take(64, within=0.5):
             applied, _pairs = accepted_batch(batch)
-            docs = [search_doc(a.event, a.record.offset, a.window_id, a.tool_name) for a in applied]
+            docs = search_docs(applied)
             delay = 0.25
             while True:
                 try:
@@ -369,11 +369,13 @@ def write_log(log_store: Any, applied: list[Applied], pairs: list[dict[str, Any]
     # Skip what the log holds, and a second copy within the batch: after a crash the
     # processor may forward an event again.
     seen = set(log_store.existing([a.event.event_id for a in applied])) if applied else set()
-    rows = []
-    for a in applied:
-        if a.event.event_id not in seen:
-            seen.add(a.event.event_id)
-            rows.append(log_row(a.event, a.record.value, a.record.partition, a.record.offset, a.window_id))
+
+    def logged(a: Applied) -> bool:
+        known = a.event.event_id in seen
+        seen.add(a.event.event_id)
+        return known
+
+    rows = log_rows(applied, logged)
     log_store.append_events(rows)
     log_store.upsert_pairs(pairs)
     return len(rows)

@@ -21,13 +21,13 @@ import orjson
 
 from processors.compaction import Summariser
 from processors.pipeline import MemorySeen, Pipeline, Record
-from processors.records import search_doc
-from processors.textsearch import active_hit, tokenize
+from processors.records import active_hits, search_docs
+from processors.textsearch import tokenize
 from processors.validation import Rejection, validate
 from schemas.events import Envelope
 from schemas.search import Hit, SearchFilters
 from schemas.state import DEFAULT_WINDOW
-from sinks.base import QueryResult, StoreError
+from sinks.base import QueryResult
 from sinks.memory_sqlite import MemoryStore
 from sinks.sqlite_state import SqliteStateStore
 from streams.bus import SqliteEventBus
@@ -286,16 +286,9 @@ class EmbeddedService:
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
             current_window = tp.state.window_id if tp is not None else DEFAULT_WINDOW
-        out: list[Hit] = []
-        for record in self.bus.thread_tail(thread_id, visible):
-            event = validate(record.value)
-            if not isinstance(event, Envelope) or event.event_id in known:
-                continue
-            hit = active_hit(search_doc(event, record.offset, event.window_id or current_window), terms, filters)
-            if hit is not None:
-                known.add(event.event_id)
-                out.append(hit)
-        return out
+        events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible)
+                  if isinstance(e := validate(r.value), Envelope))  # fmt: skip
+        return active_hits(events, terms, filters, current_window, known)
 
     def sql(self, statement: str) -> QueryResult:
         self._settle()
@@ -322,7 +315,7 @@ class EmbeddedService:
             def flush() -> None:
                 result = pipeline.process(batch)
                 self.log.upsert_pairs([p.row() for p in result.pairs])
-                self.index.add([search_doc(a.event, a.record.offset, a.window_id, a.tool_name) for a in result.applied])
+                self.index.add(search_docs(result.applied))
                 batch.clear()
 
             for logged in self.log.replay():

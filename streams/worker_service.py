@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from processors.compaction import Summariser
-from processors.records import search_doc
-from processors.textsearch import active_hit, tokenize
+from processors.records import active_hits
+from processors.textsearch import tokenize
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
@@ -33,31 +33,32 @@ class Unlogged:
     """Events the processor forwarded to the sink that the log does not hold yet."""
 
     def __init__(self) -> None:
-        self.by_thread: dict[str, dict[str, LoggedEvent]] = {}
+        self.events: dict[str, LoggedEvent] = {}
+        self.by_thread: dict[str, set[str]] = {}
 
     def add(self, events: Iterable[LoggedEvent]) -> None:
         for e in events:
-            self.by_thread.setdefault(e.thread_id, {})[e.event_id] = e
+            self.events[e.event_id] = e
+            self.by_thread.setdefault(e.thread_id, set()).add(e.event_id)
 
-    def logged(self, events: Iterable[tuple[str, str]]) -> None:
-        """``(thread_id, event_id)`` pairs the sink has written."""
-        for thread_id, event_id in events:
-            waiting = self.by_thread.get(thread_id)
-            if waiting is not None:
-                waiting.pop(event_id, None)
+    def logged(self, event_ids: Iterable[str]) -> None:
+        """Ids the sink has written."""
+        for event_id in event_ids:
+            e = self.events.pop(event_id, None)
+            if e is not None:
+                waiting = self.by_thread[e.thread_id]
+                waiting.discard(event_id)
                 if not waiting:
-                    del self.by_thread[thread_id]
+                    del self.by_thread[e.thread_id]
 
     def of(self, thread_id: str) -> list[LoggedEvent]:
-        return sorted(self.by_thread.get(thread_id, {}).values(), key=lambda e: e.offset)
+        return sorted((self.events[i] for i in self.by_thread.get(thread_id, ())), key=lambda e: e.offset)
 
     def find(self, event_id: str) -> LoggedEvent | None:
-        for waiting in self.by_thread.values():
-            if event_id in waiting:
-                return waiting[event_id]
-        return None
+        return self.events.get(event_id)
 
     def clear(self) -> None:
+        self.events.clear()
         self.by_thread.clear()
 
 
@@ -153,16 +154,9 @@ class WorkerService:
         snapshot = self.load(thread_id)
         if snapshot is None:
             return []
-        terms = tokenize(query)
-        matches: list[Hit] = []
-        for logged in self._tail(thread_id, -1, RECENT):
-            event = validate(logged.raw)
-            if not isinstance(event, Envelope) or event.event_id in known:
-                continue
-            doc = search_doc(event, logged.offset, event.window_id or snapshot.state.window_id)
-            hit = active_hit(doc, terms, filters)
-            if hit is not None:
-                matches.append(hit)
+        events = ((e, logged.offset) for logged in self._tail(thread_id, -1, RECENT)
+                  if isinstance(e := validate(logged.raw), Envelope))  # fmt: skip
+        matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, known)
         try:
             visible = self.index.visible_ids([h.event_id for h in matches])
         except StoreError:
