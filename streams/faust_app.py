@@ -6,12 +6,13 @@ Agents, each a few lines around the same pure core as the embedded driver:
   the threads' snapshots from the ``agentlog-state`` table, rejects to
   ``agent.events.dlq``, and every applied event with its pair rows to
   ``agentlog.accepted``;
-- ``log_sink`` and ``index_sink`` consume ``agentlog.accepted`` in batches and write the
-  log (ClickHouse or chDB) with the pairs, and the search index; a batch's offsets are
-  committed after both wrote it. The writes are idempotent (events already logged are
-  skipped by id, documents are upserted, pair rows are versioned), so at-least-once
-  delivery gives one row per event. An unreachable index is retried with back-off
-  while the log, the state and the queries carry on.
+- ``log_sink`` and ``index_sink`` read ``agentlog.accepted`` in batches through their
+  own plain consumers (``streams.sink_feed``), on the partitions this worker processes,
+  and write the log (ClickHouse or chDB) with the pairs, and the search index; each
+  commits a batch's offsets only after writing it. The writes are idempotent (events
+  already logged are skipped by id, documents are upserted, pair rows are versioned), so
+  at-least-once delivery gives one row per event. An unreachable index is retried with
+  back-off while the log, the state and the queries carry on.
 
 A batch's outputs are written in three steps, each delivered before the next starts:
 the accepted records, then the thread snapshots (which carry the source offset they
@@ -47,6 +48,8 @@ from streams.config import Settings
 from streams.context_api import context_for
 from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic
 from streams.service import NotFound
+from streams.offset_guard import RangeReader, missing_ranges
+from streams.sink_feed import SinkFeed
 from streams.wiring import open_log_store, open_search_index
 from streams.worker_service import Unlogged, WorkerService
 
@@ -82,6 +85,12 @@ class BatchSeen:
 
     def forget(self) -> None:
         self._ids = None
+
+    def last_offset(self, partition: int) -> int | None:
+        """The last source offset of the last batch processed for a partition."""
+        prefix = f"{partition}:"
+        offsets = [int(k[len(prefix):]) for k in self.table.data.keys() if k.startswith(prefix)]
+        return max(offsets) if offsets else None
 
 
 def chunks(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -158,11 +167,31 @@ def create_app(settings: Settings) -> faust.App:
     index = open_search_index(settings)
     service = WorkerService(settings, load, log_store, index, unlogged)
 
+    # The next source offset to process per partition (streams.offset_guard).
+    expected: dict[int, int] = {}
+    skipped = RangeReader(settings.kafka_bootstrap or "", events.get_topic_name())
+
     @app.on_partitions_revoked.connect
     async def forget(_app: Any, revoked: Any, **_kwargs: Any) -> None:
         pipeline.threads.clear()
         seen.forget()
         unlogged.clear()
+        expected.clear()
+
+    async def with_skipped(records: list[Record]) -> list[Record]:
+        """The batch with any records faust left out before it, read from Kafka."""
+        for p in {r.partition for r in records} - expected.keys():
+            last = seen.last_offset(p)
+            if last is not None:
+                expected[p] = last + 1
+        gaps = missing_ranges(expected, records)
+        if not gaps:
+            return records
+        for p, start, end in gaps:
+            log.warning("the consumer skipped %s[%d] offsets %d..%d; reading them from Kafka",
+                        events.get_topic_name(), p, start, end - 1)  # fmt: skip
+            records = await skipped.read(p, start, end) + records
+        return sorted(records, key=lambda r: (r.partition, r.offset))
 
     processed: dict[int, int] = {}  # source partition -> next offset to process
 
@@ -191,7 +220,7 @@ def create_app(settings: Settings) -> faust.App:
     @app.agent(events)
     async def process(stream: faust.StreamT) -> None:
         async for batch in stream.take_events(2000, within=0.2):
-            records = [Record(e.message.partition, e.message.offset, e.value) for e in batch]
+            records = await with_skipped([Record(e.message.partition, e.message.offset, e.value) for e in batch])
             result = pipeline.process(records)
             last_event = {e.message.partition: e for e in batch}
             groups = by_partition(result)
@@ -220,15 +249,15 @@ def create_app(settings: Settings) -> faust.App:
                     _current_event.reset(token)
             await delivered(sends)
             sends = []
-            for p, group in groups.items():
-                if group["ids"]:
-                    key, value = f"{p}:{last_event[p].message.offset}", orjson.dumps(group["ids"])
-                    token = _current_event.set(weakref.ref(last_event[p]))
-                    try:
-                        seen_table.data[key] = value
-                    finally:
-                        _current_event.reset(token)
-                    sends.append(seen_table.changelog_topic.send(key=key, value=value, partition=p))
+            for p, event in last_event.items():  # every partition, so its last offset is known durably
+                key = f"{p}:{event.message.offset}"
+                value = orjson.dumps(groups[p]["ids"] if p in groups else [])
+                token = _current_event.set(weakref.ref(event))
+                try:
+                    seen_table.data[key] = value
+                finally:
+                    _current_event.reset(token)
+                sends.append(seen_table.changelog_topic.send(key=key, value=value, partition=p))
             await delivered(sends)
             for e in batch:
                 processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)
@@ -238,33 +267,59 @@ def create_app(settings: Settings) -> faust.App:
         return applied_items(item for body in bodies for item in body["items"]), [
             pair for body in bodies for pair in body["pairs"]]
 
-    # Two sinks on the accepted topic, so an index outage does not hold up the log; a
-    # batch's offsets are committed once both have written it.
-    @app.agent(accepted)
-    async def log_sink(stream: faust.StreamT) -> None:
-        async for batch in stream.take(64, within=0.5):
-            applied, pairs = accepted_batch(batch)
-            count = await asyncio.to_thread(write_log, log_store, applied, pairs)
-            unlogged.logged(a.event.event_id for a in applied)
-            written["events"] += count
+    # Two sinks on the accepted topic, each with its own committed offsets, so an index
+    # outage does not hold up the log.
+    group = f"agentlog-{ns}" if ns else "agentlog"
+    feeds = {name: SinkFeed(settings.kafka_bootstrap or "", accepted.get_topic_name(), f"{group}-{name}-sink")
+             for name in ("log", "index")}  # fmt: skip
 
-    @app.agent(accepted)
-    async def index_sink(stream: faust.StreamT) -> None:
-        async for batch in stream.take(64, within=0.5):
-            applied, _pairs = accepted_batch(batch)
-            docs = search_docs(applied)
-            delay = 0.25
-            while True:
-                try:
-                    await asyncio.to_thread(index.add, docs)
-                    break
-                except StoreError as error:
-                    written["index_retries"] += 1
-                    log.warning("search index unavailable; %d documents wait, retrying in %.1f s: %s",
-                                len(docs), delay, error)  # fmt: skip
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, INDEX_BACKOFF_MAX_S)
-            written["indexed"] += len(docs)
+    async def write_log_batch(batch: list[bytes]) -> None:
+        applied, pairs = accepted_batch(batch)
+        count = await asyncio.to_thread(write_log, log_store, applied, pairs)
+        unlogged.logged(a.event.event_id for a in applied)
+        written["events"] += count
+
+    async def write_index_batch(batch: list[bytes]) -> None:
+        applied, _pairs = accepted_batch(batch)
+        docs = search_docs(applied)
+        delay = 0.25
+        while True:
+            try:
+                await asyncio.to_thread(index.add, docs)
+                break
+            except StoreError as error:
+                written["index_retries"] += 1
+                log.warning("search index unavailable; %d documents wait, retrying in %.1f s: %s",
+                            len(docs), delay, error)  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, INDEX_BACKOFF_MAX_S)
+        written["indexed"] += len(docs)
+
+    def owned_partitions() -> list[int]:
+        source = events.get_topic_name()
+        return sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == source)
+
+    @app.on_partitions_assigned.connect
+    async def follow(_app: Any, assigned: Any, **_kwargs: Any) -> None:
+        for feed in feeds.values():
+            feed.follow(owned_partitions())
+
+    async def run_sink(name: str, write: Any) -> None:
+        feed = feeds[name]
+        await feed.start()
+        feed.follow(owned_partitions())
+        try:
+            await feed.run(write)
+        finally:
+            await feed.stop()
+
+    @app.task
+    async def log_sink() -> None:
+        await run_sink("log", write_log_batch)
+
+    @app.task
+    async def index_sink() -> None:
+        await run_sink("index", write_index_batch)
 
     @app.agent(dlq)
     async def dead_letters(stream: faust.StreamT) -> None:
@@ -334,9 +389,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        source = events.get_topic_name()
-        owned = sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == source)
-        return web.json({"status": "ok", "deployment": "kafka", "written": written, "partitions": owned})
+        return web.json({"status": "ok", "deployment": "kafka", "written": written, "partitions": owned_partitions()})
 
     @app.page("/threads/{thread_id}/state")
     @app.table_route(table=states, match_info="thread_id")
