@@ -98,7 +98,7 @@ def lag_phase(settings: Settings, rate: int, seconds: int) -> dict[str, Any]:
     stop = float("inf")
     watcher = threading.Thread(target=watch)
     watcher.start()
-    tick, per_tick = 0.05, max(1, int(rate * 0.05))
+    per_tick = max(1, int(rate * 0.05))  # a burst every 50 ms
     t0 = time.perf_counter()
     n = 0
     while time.perf_counter() - t0 < seconds:

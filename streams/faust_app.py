@@ -38,12 +38,11 @@ from faust.streams import _current_event
 
 from processors.context import BudgetTooSmall
 from processors.pipeline import Applied, BatchResult, Pipeline, Record
-from processors.records import log_rows, search_docs
+from processors.records import log_row, search_doc
 from processors.thread import ThreadSnapshot
-from processors.validation import validate
-from schemas.events import Envelope
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
+from streams.batch_producer import BatchProducer
 from streams.config import Settings
 from streams.context_api import context_for
 from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic
@@ -97,7 +96,7 @@ def chunks(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
     chunk: list[dict[str, Any]] = []
     size = 0
     for item in items:
-        n = len(item["raw"]) + 256
+        n = len(item["row"]["raw"]) + len(item["doc"]["text"]) + 512
         if chunk and size + n > CHUNK_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -105,6 +104,14 @@ def chunks(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         size += n
     if chunk:
         yield chunk
+
+
+def sink_item(a: Applied) -> dict[str, Any]:
+    """What the sinks need of an applied event, computed once by the processor (which has
+    the parsed event): its ``events`` row and its search document."""
+    r = a.record
+    return {"event_id": a.event.event_id, "row": log_row(a.event, r.value, r.partition, r.offset, a.window_id),
+            "doc": search_doc(a.event, r.offset, a.window_id, a.tool_name)}  # fmt: skip
 
 
 def by_partition(result: BatchResult) -> dict[int, dict[str, Any]]:
@@ -116,8 +123,7 @@ def by_partition(result: BatchResult) -> dict[int, dict[str, Any]]:
         p = a.record.partition
         thread_partition[a.event.thread_id] = p
         group = out[p]
-        group["items"].append({"raw": a.record.value.decode(), "partition": p, "offset": a.record.offset,
-                               "window_id": a.window_id, "tool_name": a.tool_name})  # fmt: skip
+        group["items"].append(sink_item(a))
         group["threads"].add(a.event.thread_id)
         group["ids"].append(a.event.event_id)
     for record, event in result.replayed:
@@ -148,7 +154,7 @@ def create_app(settings: Settings) -> faust.App:
     dlq = app.topic(topic(DLQ, ns), key_serializer="raw", value_serializer="raw")
     accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
                          partitions=settings.partitions)  # fmt: skip
-    written = {"events": 0, "rejected": 0, "indexed": 0, "index_retries": 0}
+    written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0, "index_retries": 0}
     states = app.Table("agentlog-state", default=None, key_type=str, value_type=bytes,
                        partitions=settings.partitions)  # fmt: skip
     seen_table = app.Table("agentlog-seen", default=None, key_type=str, value_type=bytes,
@@ -213,13 +219,20 @@ def create_app(settings: Settings) -> faust.App:
                 return
             await asyncio.sleep(0.01)
 
+    changelogs = BatchProducer(settings.kafka_bootstrap or "")
+
+    def changelog_key(table: Any, key: str) -> bytes:
+        """A table key as faust encodes it in the changelog (its recovery reads them back)."""
+        changelog = table.changelog_topic
+        return app.serializers.dumps_key(changelog.key_type, key, serializer=changelog.key_serializer)
+
     async def delivered(sends: list[Any]) -> None:
         """Hand every message to the producer at once, then wait until all are acked."""
         await asyncio.gather(*await asyncio.gather(*sends))
 
     @app.agent(events)
     async def process(stream: faust.StreamT) -> None:
-        async for batch in stream.take_events(2000, within=0.2):
+        async for batch in stream.take_events(4000, within=0.5):
             records = await with_skipped([Record(e.message.partition, e.message.offset, e.value) for e in batch])
             result = pipeline.process(records)
             last_event = {e.message.partition: e for e in batch}
@@ -236,19 +249,21 @@ def create_app(settings: Settings) -> faust.App:
                                      a.record.offset) for a in result.applied)  # fmt: skip
             # The table stores are partitioned like the source: write each partition's
             # keys as if from one of its events (what a faust table write inside stream
-            # iteration would use).
-            sends = []
+            # iteration would use); the changelog gets them as one batch per partition.
+            futures = []
             for p, group in groups.items():
                 token = _current_event.set(weakref.ref(last_event[p]))
                 try:
+                    messages = []
                     for thread_id in group["threads"]:
                         value = pipeline.threads[thread_id].snapshot().model_dump_json().encode()
                         states.data[thread_id] = value
-                        sends.append(states.changelog_topic.send(key=thread_id, value=value, partition=p))
+                        messages.append((changelog_key(states, thread_id), value))
                 finally:
                     _current_event.reset(token)
-            await delivered(sends)
-            sends = []
+                futures += await changelogs.send(states.changelog_topic.get_topic_name(), p, messages)
+            await asyncio.gather(*futures)
+            futures = []
             for p, event in last_event.items():  # every partition, so its last offset is known durably
                 key = f"{p}:{event.message.offset}"
                 value = orjson.dumps(groups[p]["ids"] if p in groups else [])
@@ -257,15 +272,16 @@ def create_app(settings: Settings) -> faust.App:
                     seen_table.data[key] = value
                 finally:
                     _current_event.reset(token)
-                sends.append(seen_table.changelog_topic.send(key=key, value=value, partition=p))
-            await delivered(sends)
+                futures += await changelogs.send(seen_table.changelog_topic.get_topic_name(), p,
+                                                 [(changelog_key(seen_table, key), value)])  # fmt: skip
+            await asyncio.gather(*futures)
+            written["processed"] += len(result.applied)
             for e in batch:
                 processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)
 
-    def accepted_batch(batch: list[bytes]) -> tuple[list[Applied], list[dict[str, Any]]]:
+    def accepted_batch(batch: list[bytes]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         bodies = [orjson.loads(v) for v in batch]
-        return applied_items(item for body in bodies for item in body["items"]), [
-            pair for body in bodies for pair in body["pairs"]]
+        return [item for body in bodies for item in body["items"]], [pair for body in bodies for pair in body["pairs"]]
 
     # Two sinks on the accepted topic, each with its own committed offsets, so an index
     # outage does not hold up the log.
@@ -274,14 +290,14 @@ def create_app(settings: Settings) -> faust.App:
              for name in ("log", "index")}  # fmt: skip
 
     async def write_log_batch(batch: list[bytes]) -> None:
-        applied, pairs = accepted_batch(batch)
-        count = await asyncio.to_thread(write_log, log_store, applied, pairs)
-        unlogged.logged(a.event.event_id for a in applied)
+        items, pairs = await asyncio.to_thread(accepted_batch, batch)
+        count = await asyncio.to_thread(write_log, log_store, items, pairs)
+        unlogged.logged(item["event_id"] for item in items)
         written["events"] += count
 
     async def write_index_batch(batch: list[bytes]) -> None:
-        applied, _pairs = accepted_batch(batch)
-        docs = search_docs(applied)
+        items, _pairs = await asyncio.to_thread(accepted_batch, batch)
+        docs = [item["doc"] for item in items]
         delay = 0.25
         while True:
             try:
@@ -404,31 +420,18 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-def applied_items(items: Iterable[dict[str, Any]]) -> list[Applied]:
-    """The accepted items of the ``agentlog.accepted`` topic, parsed again."""
-    applied = []
-    for item in items:
-        raw = item["raw"].encode()
-        event = validate(raw)
-        if isinstance(event, Envelope):
-            record = Record(item["partition"], item["offset"], raw)
-            applied.append(Applied(event, record, item["window_id"], item["tool_name"]))
-    return applied
-
-
-def write_log(log_store: Any, applied: list[Applied], pairs: list[dict[str, Any]]) -> int:
-    """Write one batch to the log: event rows (skipping ids already logged) and pair
-    rows. Runs before the batch's offsets are committed; returns the rows written."""
+def write_log(log_store: Any, items: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> int:
+    """Write one batch of accepted items to the log: event rows (skipping ids already
+    logged) and pair rows. Runs before the batch's offsets are committed; returns the
+    rows written."""
     # Skip what the log holds, and a second copy within the batch: after a crash the
     # processor may forward an event again.
-    seen = set(log_store.existing([a.event.event_id for a in applied])) if applied else set()
-
-    def logged(a: Applied) -> bool:
-        known = a.event.event_id in seen
-        seen.add(a.event.event_id)
-        return known
-
-    rows = log_rows(applied, logged)
+    seen = set(log_store.existing([item["event_id"] for item in items])) if items else set()
+    rows = []
+    for item in items:
+        if item["event_id"] not in seen:
+            seen.add(item["event_id"])
+            rows.append(item["row"])
     log_store.append_events(rows)
     log_store.upsert_pairs(pairs)
     return len(rows)
@@ -446,4 +449,4 @@ def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     return 0
 
 
-__all__ = ["BatchSeen", "applied_items", "create_app", "run_worker", "write_log"]
+__all__ = ["BatchSeen", "create_app", "run_worker", "sink_item", "write_log"]
