@@ -15,8 +15,10 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaProducer
 
-# Under the broker's default max.message.bytes (1 MiB), which faust's changelog topics keep.
-MAX_BATCH_BYTES = 900 * 1024
+from streams.kafka_topics import MAX_MESSAGE_BYTES
+
+# Under the max.message.bytes of the changelog topics (streams.kafka_topics).
+MAX_BATCH_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
 class BatchProducer:
@@ -28,7 +30,8 @@ class BatchProducer:
         # Created in the worker's event loop, which aiokafka binds to.
         if self.producer is None:
             self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
-                                             max_batch_size=MAX_BATCH_BYTES, linger_ms=0)  # fmt: skip
+                                             max_batch_size=MAX_BATCH_BYTES, max_request_size=MAX_MESSAGE_BYTES,
+                                             linger_ms=0)  # fmt: skip
             await self.producer.start()
         return self.producer
 

@@ -155,10 +155,12 @@ def create_app(settings: Settings) -> faust.App:
     accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
                          partitions=settings.partitions)  # fmt: skip
     written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0, "index_retries": 0}
+    # Changelogs take messages as large as the other topics (a long thread's snapshot).
+    changelog_config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
     states = app.Table("agentlog-state", default=None, key_type=str, value_type=bytes,
-                       partitions=settings.partitions)  # fmt: skip
+                       partitions=settings.partitions, extra_topic_configs=changelog_config)  # fmt: skip
     seen_table = app.Table("agentlog-seen", default=None, key_type=str, value_type=bytes,
-                           partitions=settings.partitions)  # fmt: skip
+                           partitions=settings.partitions, extra_topic_configs=changelog_config)  # fmt: skip
 
     def load(thread_id: str) -> ThreadSnapshot | None:
         raw = states.get(thread_id)

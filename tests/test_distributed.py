@@ -55,6 +55,18 @@ def wait_written(settings: Settings, worker: subprocess.Popen, events: int, reje
     raise AssertionError(f"the worker wrote {last}, expected {events} events and {rejected} rejects")
 
 
+def state_when_served(settings: Settings, thread_id: str, timeout: float = 120) -> dict:
+    """A thread's state, once a (re)started worker owns its partition again (until then
+    faust's table route answers 503)."""
+    url = f"http://127.0.0.1:{settings.worker_port}/threads/{thread_id}/state"
+    deadline = time.monotonic() + timeout
+    while True:
+        response = httpx.get(url, timeout=60, follow_redirects=True)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            return response.json()
+        time.sleep(0.5)
+
+
 def settle(settings: Settings, quiet_s: float = 6.0, timeout: float = 240) -> None:
     """Wait until the worker's sink has written nothing new for ``quiet_s`` seconds."""
     url = f"http://127.0.0.1:{settings.worker_port}/healthz"
@@ -411,3 +423,34 @@ def test_memory_jobs_read_the_kafka_topic_and_the_worker_context_carries_the_fac
     read = httpx.get(f"http://127.0.0.1:{settings.worker_port}/events/revoke.user-17", timeout=30,
                      follow_redirects=True).json()  # fmt: skip
     assert read["event"]["kind"] == "revoke"
+
+
+def test_a_thread_whose_state_outgrows_a_megabyte_is_saved_and_restored_on_kafka(tmp_path: Path, kafka_bootstrap: str,
+                                                                                  opensearch_url: str) -> None:  # fmt: skip
+    """Constraints are pinned whole in the state, so a thread can hold more than the
+    broker's default 1 MiB message: its changelog takes it, and a restart restores it."""
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    settings = Settings(data_dir=tmp_path / "big", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
+                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(), partitions=1)  # fmt: skip
+    events = [{"event_id": f"big-{i}", "thread_id": "big-thread", "kind": "constraint", "ts": f"2026-11-30T12:00:{i:02d}Z",
+               "payload": {"op": "add", "constraint_id": f"c{i}", "text": f"rule {i} " + "x" * 200_000}}
+              for i in range(8)]  # fmt: skip
+    worker = start_worker(settings)
+    try:
+        wait_written(settings, worker, 0, 0)
+        publisher = KafkaPublisher(settings)
+        publisher.publish(b"\n".join(json.dumps(e).encode() for e in events))
+        publisher.close()
+        wait_written(settings, worker, len(events), 0)
+    finally:
+        stop_worker(worker)
+    restarted = start_worker(settings)
+    try:
+        wait_written(settings, restarted, 0, 0)
+        state = state_when_served(settings, "big-thread")
+        assert state.get("event_count") == len(events), (state, worker_log(settings)[-3000:])
+        assert sum(len(c["text"]) for c in state["constraints"]) > 1_600_000
+    finally:
+        stop_worker(restarted)
+        OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
+            index=settings.opensearch_index, ignore_unavailable=True)
