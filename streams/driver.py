@@ -105,10 +105,7 @@ class EmbeddedDriver:
         if result.rejected:  # bytes that bypassed publish-time validation: dead-letter them
             self.bus.append((), [(r.value, why.reason) for r, why in result.rejected])
         self.dirty |= result.touched
-        METRICS.accepted.inc(len(result.applied))
-        METRICS.duplicates.inc(len(result.duplicates))
-        for pair in result.pairs:
-            METRICS.pairs.labels(pair.status).inc()
+        METRICS.processed(result)
         if log.isEnabledFor(logging.DEBUG):
             for a in result.applied:
                 log.debug("applied thread=%s event=%s kind=%s", a.event.thread_id, a.event.event_id, a.event.kind)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,6 +36,7 @@ import faust
 import faust.web
 import orjson
 from faust.streams import _current_event
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.context import BudgetTooSmall
 from processors.pipeline import Applied, BatchResult, Pipeline, Record
@@ -46,8 +48,9 @@ from streams.batch_producer import BatchProducer
 from streams.config import Settings
 from streams.context_api import context_for
 from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic
-from streams.service import NotFound
+from streams.metrics import METRICS
 from streams.offset_guard import RangeReader, missing_ranges
+from streams.service import NotFound
 from streams.sink_feed import SinkFeed
 from streams.wiring import open_log_store, open_search_index
 from streams.worker_service import Unlogged, WorkerService
@@ -235,6 +238,7 @@ def create_app(settings: Settings) -> faust.App:
     @app.agent(events)
     async def process(stream: faust.StreamT) -> None:
         async for batch in stream.take_events(4000, within=0.5):
+            started = time.perf_counter()
             records = await with_skipped([Record(e.message.partition, e.message.offset, e.value) for e in batch])
             result = pipeline.process(records)
             last_event = {e.message.partition: e for e in batch}
@@ -278,6 +282,8 @@ def create_app(settings: Settings) -> faust.App:
                                                  [(changelog_key(seen_table, key), value)])  # fmt: skip
             await asyncio.gather(*futures)
             written["processed"] += len(result.applied)
+            METRICS.processed(result)
+            METRICS.batch_seconds.observe(time.perf_counter() - started)
             for e in batch:
                 processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)
 
@@ -348,6 +354,7 @@ def create_app(settings: Settings) -> faust.App:
             partition, offset = (int(x) for x in headers.get("source", f"{m.partition}:{m.offset}".encode()).split(b":"))
             log_store.append_rejected([rejected_row(event.value, reason, partition, offset, m.timestamp or 0)])
             written["rejected"] += 1
+            METRICS.rejected.inc()
 
     async def search_here(web: Any, request: Any) -> Any:
         q = request.query
@@ -404,6 +411,17 @@ def create_app(settings: Settings) -> faust.App:
                 return self.json({"error": str(error)}, status=400)
             body = {"columns": result.columns, "rows": [list(r) for r in result.rows]}
             return self.bytes(orjson.dumps(body, default=str), content_type="application/json")
+
+    @app.page("/events")
+    class Events(faust.web.View):
+        async def post(self, request: Any) -> Any:
+            """Publish JSON or JSON lines to the events topic, as ``agentlog publish``."""
+            report = await asyncio.to_thread(service.publish, await request.read())
+            return self.json(report.as_dict())
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Any) -> Any:
+        return web.bytes(generate_latest(METRICS.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from processors.pipeline import BatchResult
+
 
 @dataclass
 class Metrics:
@@ -21,6 +23,13 @@ class Metrics:
         self.batch_seconds = Histogram("agentlog_batch_seconds", "Time to process one batch", registry=r)
         self.index_lag = Gauge("agentlog_index_lag_events", "Events processed but not yet searchable", registry=r)
         self.requests = Histogram("agentlog_http_request_seconds", "HTTP request latency", ["route"], registry=r)
+
+    def processed(self, result: BatchResult) -> None:
+        """Count a batch's outcome (both deployments' processors)."""
+        self.accepted.inc(len(result.applied))
+        self.duplicates.inc(len(result.duplicates))
+        for pair in result.pairs:
+            self.pairs.labels(pair.status).inc()
 
 
 METRICS = Metrics()

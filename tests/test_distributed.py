@@ -221,6 +221,25 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
         log.close()
 
 
+def test_the_worker_takes_post_events_and_serves_prometheus_metrics_like_agentlog_run(distributed) -> None:
+    settings, worker = distributed
+    base = f"http://127.0.0.1:{settings.worker_port}"
+    wait_written(settings, worker, 0, 0)
+    good = [{"event_id": f"http-{n}", "thread_id": "http-thread", "kind": "message", "ts": f"2026-11-30T12:00:0{n}Z",
+             "payload": {"role": "user", "text": f"posted {n}"}} for n in range(2)]  # fmt: skip
+    body = b"\n".join([json.dumps(e).encode() for e in good] + [b'{"event_id": "broken"'])
+    report = httpx.post(f"{base}/events", content=body, timeout=30).json()
+    assert (report["accepted"], report["rejected"]) == (2, 1), report
+    wait_written(settings, worker, 2, 1)
+    metrics = httpx.get(f"{base}/metrics", timeout=10)
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.text.splitlines()
+              if line and not line.startswith("#")}  # fmt: skip
+    assert values["agentlog_events_applied_total"] == 2.0
+    assert values["agentlog_events_rejected_total"] == 1.0
+    assert values["agentlog_published_total"] == 3.0
+
+
 def test_the_worker_answers_a_search_read_and_context_that_name_a_just_published_event(distributed) -> None:
     """Read-your-writes on Kafka: the worker first applies what the broker holds, then
     answers from the index, the log, or the events its sink has not written yet."""
