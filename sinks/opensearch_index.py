@@ -12,7 +12,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from opensearchpy import OpenSearch, helpers
+import orjson
+from opensearchpy import OpenSearch
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import OpenSearchException
 
@@ -20,6 +21,9 @@ from processors.textsearch import snippet, tokenize
 from schemas.search import Hit, SearchFilters
 from schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
 from sinks.base import StoreError
+
+BULK_DOCS = 5000
+"""Documents per bulk request (well under OpenSearch's 100 MB request limit)."""
 
 _TYPES = {"keyword": {"type": "keyword"}, "text": {"type": "text", "analyzer": "agentlog"},
           "date": {"type": "date", "format": "strict_date_optional_time||epoch_millis"},
@@ -66,14 +70,21 @@ class OpenSearchIndex:
                 raise StoreError(f"OpenSearch refused the index {index}: {error}") from error
 
     def add(self, docs: Sequence[dict[str, Any]]) -> None:
-        if not docs:
-            return
-        actions = ({"_index": self.index, "_id": d["event_id"], "_source": d} for d in docs)
-        try:
-            with self._lock:
-                helpers.bulk(self._client, actions, refresh=False, chunk_size=2000, max_retries=3)
-        except (OpenSearchException, helpers.BulkIndexError) as error:
-            raise StoreError(f"bulk indexing into {self.index} failed: {error}") from error
+        # The bulk body is built with orjson: the client's own JSON encoding of every
+        # action and document was a tenth of the Kafka worker's sink time.
+        for start in range(0, len(docs), BULK_DOCS):
+            chunk = docs[start : start + BULK_DOCS]
+            body = b"".join(orjson.dumps({"index": {"_index": self.index, "_id": d["event_id"]}}) + b"\n"
+                            + orjson.dumps(d) + b"\n" for d in chunk)  # fmt: skip
+            try:
+                with self._lock:
+                    response = self._client.bulk(body=body)
+            except OpenSearchException as error:
+                raise StoreError(f"bulk indexing into {self.index} failed: {error}") from error
+            if response.get("errors"):
+                failed = [item["index"] for item in response["items"] if item["index"].get("error")]
+                raise StoreError(f"bulk indexing into {self.index}: {len(failed)} of {len(chunk)} documents failed, "
+                                 f"first: {failed[0]}")  # fmt: skip
 
     def tick(self) -> None:
         """OpenSearch refreshes on its own interval; nothing to do here."""
