@@ -4,14 +4,18 @@ Needs a Kafka broker and an OpenSearch node (``eval "$(infra/up)"``). In one run
 broker, with the same generated events:
 
 1. a bare kafka-python loop (consume + JSON parse, nothing else): the ceiling;
-2. the faust worker end to end (pairing, state tables, chDB log, OpenSearch index):
+2. a faust agent that only takes batches (``streams.bench_faust_ceiling``): faust's own
+   consume path, which bounds any faust worker;
+3. the faust worker end to end (pairing, state tables, chDB log, OpenSearch index):
    events published as fast as possible until every one is in the log;
-3. index lag at a steady 2,000 events/s: from publish until the event is searchable
+4. index lag at a steady 2,000 events/s: from publish until the event is searchable
    in OpenSearch, sampled on every 20th event.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -74,6 +78,17 @@ def bare_loop(bootstrap: str, records: list[bytes], ns: str) -> dict[str, Any]:
     return {"events": n, "events_per_s": round(n / elapsed)}
 
 
+def faust_ceiling(bootstrap: str, n_events: int, ns: str) -> int:
+    """events/s of a faust agent that only takes batches off the bare loop's topic."""
+    env = {**os.environ, "BENCH_BOOTSTRAP": bootstrap, "BENCH_TOPIC": f"{ns}.bare", "BENCH_EVENTS": str(n_events)}
+    out = subprocess.run([sys.executable, "-m", "streams.bench_faust_ceiling", "worker", "-l", "warn"], env=env,
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    found = re.search(r"events_per_s=(\d+)", out.stdout + out.stderr)  # faust logs what it prints
+    if found is None:
+        raise RuntimeError("the faust ceiling run printed no figure: " + out.stderr[-2000:])
+    return int(found.group(1))
+
+
 def lag_phase(settings: Settings, rate: int, seconds: int) -> dict[str, Any]:
     """Publish ``rate`` events/s for ``seconds``; every 20th is watched until searchable."""
     publisher = KafkaPublisher(settings)
@@ -134,6 +149,8 @@ def run(n_events: int = 100_000, partitions: int = 4, lag_rates: tuple[int, ...]
     records = synthetic_events(n_events, 200)
     bare = bare_loop(base.kafka_bootstrap, records, ns)
     print(f"bare kafka-python loop (consume + parse only): {bare['events_per_s']:,} events/s", flush=True)
+    ceiling = faust_ceiling(base.kafka_bootstrap, n_events, ns)
+    print(f"faust agent taking batches, nothing else (faust's own consume path): {ceiling:,} events/s", flush=True)
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-kafka-") as tmp:
         settings = Settings(data_dir=Path(tmp), kafka_bootstrap=base.kafka_bootstrap,
                             opensearch_url=base.opensearch_url, opensearch_index=f"agentlog-{ns}",
@@ -153,7 +170,8 @@ def run(n_events: int = 100_000, partitions: int = 4, lag_rates: tuple[int, ...]
             print(f"faust worker end to end (pair, state tables, chDB log, OpenSearch): {rate:,} events/s over "
                   f"{n_events:,} events on {partitions} partitions ({elapsed:.1f} s; publish {publish_s:.1f} s)",
                   flush=True)  # fmt: skip
-            print(f"ratio bare loop / worker: {bare['events_per_s'] / max(rate, 1):.1f}x (same run, same broker)")
+            print(f"ratio bare loop / worker: {bare['events_per_s'] / max(rate, 1):.1f}x; faust alone / worker: "
+                  f"{ceiling / max(rate, 1):.1f}x (same run, same broker)")  # fmt: skip
             published = n_events
             for rate in lag_rates:  # 2,000/s as asked; a lower rate shows the lag within capacity
                 lag = lag_phase(settings, rate, 20)
