@@ -28,6 +28,9 @@ log = logging.getLogger("agentlog.sinks")
 
 Writer = Callable[[list[bytes]], Awaitable[None]]
 
+# The longest wait between retries of a failed write.
+RETRY_MAX_S = 5.0
+
 
 class SinkFeed:
     def __init__(self, bootstrap: str, topic_name: str, group_id: str, max_records: int = 64) -> None:
@@ -74,8 +77,22 @@ class SinkFeed:
             records = [r for rs in data.values() for r in rs]
             if not records:
                 continue
-            await write([r.value for r in records])
+            await self._write_until_done(write, [r.value for r in records])
             await self._commit({tp: rs[-1].offset + 1 for tp, rs in data.items() if rs})
+
+    async def _write_until_done(self, write: Writer, values: list[bytes]) -> None:
+        """A failed write is retried with back-off, never skipped: nothing after it is
+        committed until it lands, and the sink keeps running."""
+        delay = 0.25
+        while True:
+            try:
+                await write(values)
+                return
+            except Exception as error:  # noqa: BLE001 - any failure: keep the batch, retry
+                log.error("%s could not write %d records, retrying in %.1f s: %s", self.group_id, len(values),
+                          delay, error)  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         assert self.consumer is not None
