@@ -235,10 +235,24 @@ def create_app(settings: Settings) -> faust.App:
         """Hand every message to the producer at once, then wait until all are acked."""
         await asyncio.gather(*await asyncio.gather(*sends))
 
+    def owned_partitions() -> list[int]:
+        source = events.get_topic_name()
+        return sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == source)
+
     @app.agent(events)
     async def process(stream: faust.StreamT) -> None:
-        async for batch in stream.take_events(4000, within=0.5):
+        async for taken in stream.take_events(4000, within=0.5):
             started = time.perf_counter()
+            # The take buffer survives a rebalance: records of partitions handed to
+            # another worker meanwhile are its to process (from its committed offset, or
+            # read back by its offset guard); applying them here too would race its
+            # snapshots in the changelog.
+            owned = set(owned_partitions())
+            batch = [e for e in taken if e.message.partition in owned]
+            if len(batch) < len(taken):
+                log.warning("left %d taken records of partitions now owned elsewhere", len(taken) - len(batch))
+            if not batch:
+                continue
             records = await with_skipped([Record(e.message.partition, e.message.offset, e.value) for e in batch])
             result = pipeline.process(records)
             last_event = {e.message.partition: e for e in batch}
@@ -318,10 +332,6 @@ def create_app(settings: Settings) -> faust.App:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, INDEX_BACKOFF_MAX_S)
         written["indexed"] += len(docs)
-
-    def owned_partitions() -> list[int]:
-        source = events.get_topic_name()
-        return sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == source)
 
     @app.on_partitions_assigned.connect
     async def follow(_app: Any, assigned: Any, **_kwargs: Any) -> None:
