@@ -39,6 +39,9 @@ class LogStore(Protocol):
         """Highest offset written per partition for ``events`` or ``rejected_events``."""
 
     def get(self, event_id: str) -> LoggedEvent | None: ...
+    def existing(self, event_ids: Sequence[str]) -> list[str]:
+        """The ids of ``event_ids`` the log already holds (a sink's redelivery check)."""
+
     def thread_tail(self, thread_id: str, after: int, limit: int) -> list[LoggedEvent]:
         """A thread's newest ``limit`` logged events after offset ``after``, oldest first."""
 

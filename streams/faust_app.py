@@ -28,8 +28,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import faust
@@ -39,11 +38,11 @@ from faust.streams import _current_event
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.context import BudgetTooSmall
-from processors.pipeline import Applied, BatchResult, Pipeline, Record
-from processors.records import log_row, search_doc
+from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
+from streams.accepted import by_partition, chunks, write_log
 from streams.batch_producer import BatchProducer
 from streams.config import Settings
 from streams.context_api import context_for
@@ -59,10 +58,6 @@ log = logging.getLogger("agentlog.faust")
 
 # The longest wait between retries of an unreachable search index.
 INDEX_BACKOFF_MAX_S = 5.0
-
-# Accepted items travel in messages of at most this many bytes (one large event alone).
-CHUNK_BYTES = 512 * 1024
-
 
 class BatchSeen:
     """``SeenIds`` over a faust table with one entry per processed batch and partition
@@ -93,47 +88,6 @@ class BatchSeen:
         prefix = f"{partition}:"
         offsets = [int(k[len(prefix):]) for k in self.table.data.keys() if k.startswith(prefix)]
         return max(offsets) if offsets else None
-
-
-def chunks(items: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
-    size = 0
-    for item in items:
-        n = len(item["row"]["raw"]) + len(item["doc"]["text"]) + 512
-        if chunk and size + n > CHUNK_BYTES:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(item)
-        size += n
-    if chunk:
-        yield chunk
-
-
-def sink_item(a: Applied) -> dict[str, Any]:
-    """What the sinks need of an applied event, computed once by the processor (which has
-    the parsed event): its ``events`` row and its search document."""
-    r = a.record
-    return {"event_id": a.event.event_id, "row": log_row(a.event, r.value, r.partition, r.offset, a.window_id),
-            "doc": search_doc(a.event, r.offset, a.window_id, a.tool_name)}  # fmt: skip
-
-
-def by_partition(result: BatchResult) -> dict[int, dict[str, Any]]:
-    """The batch's outputs grouped by source partition: accepted items, pair rows,
-    touched threads and the ids to remember."""
-    out: dict[int, dict[str, Any]] = defaultdict(lambda: {"items": [], "pairs": [], "threads": set(), "ids": []})
-    thread_partition: dict[str, int] = {}
-    for a in result.applied:
-        p = a.record.partition
-        thread_partition[a.event.thread_id] = p
-        group = out[p]
-        group["items"].append(sink_item(a))
-        group["threads"].add(a.event.thread_id)
-        group["ids"].append(a.event.event_id)
-    for record, event in result.replayed:
-        out[record.partition]["ids"].append(event.event_id)
-    for pair in result.pairs:
-        out[thread_partition[pair.thread_id]]["pairs"].append(pair.row())
-    return out
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -450,23 +404,6 @@ def create_app(settings: Settings) -> faust.App:
     return app
 
 
-def write_log(log_store: Any, items: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> int:
-    """Write one batch of accepted items to the log: event rows (skipping ids already
-    logged) and pair rows. Runs before the batch's offsets are committed; returns the
-    rows written."""
-    # Skip what the log holds, and a second copy within the batch: after a crash the
-    # processor may forward an event again.
-    seen = set(log_store.existing([item["event_id"] for item in items])) if items else set()
-    rows = []
-    for item in items:
-        if item["event_id"] not in seen:
-            seen.add(item["event_id"])
-            rows.append(item["row"])
-    log_store.append_events(rows)
-    log_store.upsert_pairs(pairs)
-    return len(rows)
-
-
 def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     """``agentlog run`` in the distributed deployment: one faust worker."""
     ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace)  # type: ignore[arg-type]
@@ -479,4 +416,4 @@ def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     return 0
 
 
-__all__ = ["BatchSeen", "create_app", "run_worker", "sink_item", "write_log"]
+__all__ = ["BatchSeen", "create_app", "run_worker"]
