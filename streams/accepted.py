@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
+
 from processors.pipeline import Applied, BatchResult
 from processors.records import log_row, search_doc
 from sinks.base import LogStore
@@ -62,6 +64,12 @@ def by_partition(result: BatchResult) -> dict[int, dict[str, Any]]:
     return out
 
 
+def read_messages(messages: list[bytes]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The items and pair rows of a run of accepted messages, in order."""
+    bodies = [orjson.loads(m) for m in messages]
+    return [item for body in bodies for item in body["items"]], [pair for body in bodies for pair in body["pairs"]]
+
+
 def write_log(log_store: LogStore, items: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> int:
     """Write one batch of accepted items to the log: event rows (skipping ids already
     logged) and pair rows. Runs before the batch's offsets are committed; returns the
@@ -79,4 +87,4 @@ def write_log(log_store: LogStore, items: list[dict[str, Any]], pairs: list[dict
     return len(rows)
 
 
-__all__ = ["CHUNK_BYTES", "by_partition", "chunks", "sink_item", "write_log"]
+__all__ = ["CHUNK_BYTES", "by_partition", "chunks", "read_messages", "sink_item", "write_log"]

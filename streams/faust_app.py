@@ -42,7 +42,7 @@ from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
-from streams.accepted import by_partition, chunks, write_log
+from streams.accepted import by_partition, chunks, read_messages, write_log
 from streams.batch_producer import BatchProducer
 from streams.config import Settings
 from streams.context_api import context_for
@@ -55,9 +55,6 @@ from streams.wiring import open_log_store, open_search_index
 from streams.worker_service import Unlogged, WorkerService
 
 log = logging.getLogger("agentlog.faust")
-
-# The longest wait between retries of an unreachable search index.
-INDEX_BACKOFF_MAX_S = 5.0
 
 class BatchSeen:
     """``SeenIds`` over a faust table with one entry per processed batch and partition
@@ -111,7 +108,7 @@ def create_app(settings: Settings) -> faust.App:
     dlq = app.topic(topic(DLQ, ns), key_serializer="raw", value_serializer="raw")
     accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
                          partitions=settings.partitions)  # fmt: skip
-    written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0, "index_retries": 0}
+    written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0}
     # Changelogs take messages as large as the other topics (a long thread's snapshot).
     changelog_config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
     states = app.Table("agentlog-state", default=None, key_type=str, value_type=bytes,
@@ -255,10 +252,6 @@ def create_app(settings: Settings) -> faust.App:
             for e in batch:
                 processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)
 
-    def accepted_batch(batch: list[bytes]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        bodies = [orjson.loads(v) for v in batch]
-        return [item for body in bodies for item in body["items"]], [pair for body in bodies for pair in body["pairs"]]
-
     # Two sinks on the accepted topic, each with its own committed offsets, so an index
     # outage does not hold up the log.
     group = f"agentlog-{ns}" if ns else "agentlog"
@@ -266,25 +259,17 @@ def create_app(settings: Settings) -> faust.App:
              for name in ("log", "index")}  # fmt: skip
 
     async def write_log_batch(batch: list[bytes]) -> None:
-        items, pairs = await asyncio.to_thread(accepted_batch, batch)
+        items, pairs = await asyncio.to_thread(read_messages, batch)
         count = await asyncio.to_thread(write_log, log_store, items, pairs)
         unlogged.logged(item["event_id"] for item in items)
         written["events"] += count
 
     async def write_index_batch(batch: list[bytes]) -> None:
-        items, _pairs = await asyncio.to_thread(accepted_batch, batch)
+        # An unreachable index raises StoreError; the feed retries the batch with
+        # back-off (counted in its retries) while the log and the state carry on.
+        items, _pairs = await asyncio.to_thread(read_messages, batch)
         docs = [item["doc"] for item in items]
-        delay = 0.25
-        while True:
-            try:
-                await asyncio.to_thread(index.add, docs)
-                break
-            except StoreError as error:
-                written["index_retries"] += 1
-                log.warning("search index unavailable; %d documents wait, retrying in %.1f s: %s",
-                            len(docs), delay, error)  # fmt: skip
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, INDEX_BACKOFF_MAX_S)
+        await asyncio.to_thread(index.add, docs)
         written["indexed"] += len(docs)
 
     @app.on_partitions_assigned.connect
@@ -389,7 +374,8 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        return web.json({"status": "ok", "deployment": "kafka", "written": written, "partitions": owned_partitions()})
+        counts = {**written, "index_retries": feeds["index"].retries}
+        return web.json({"status": "ok", "deployment": "kafka", "written": counts, "partitions": owned_partitions()})
 
     @app.page("/threads/{thread_id}/state")
     @app.table_route(table=states, match_info="thread_id")

@@ -40,6 +40,7 @@ class SinkFeed:
         self.group_id = group_id
         self.consumer: AIOKafkaConsumer | None = None
         self._started = False
+        self.retries = 0  # failed writes retried so far
 
     async def start(self) -> None:
         """Connect (in the worker's event loop, which aiokafka binds to)."""
@@ -89,6 +90,7 @@ class SinkFeed:
                 await write(values)
                 return
             except Exception as error:  # noqa: BLE001 - any failure: keep the batch, retry
+                self.retries += 1
                 log.error("%s could not write %d records, retrying in %.1f s: %s", self.group_id, len(values),
                           delay, error)  # fmt: skip
                 await asyncio.sleep(delay)

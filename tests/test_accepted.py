@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from processors.pipeline import MemorySeen, Pipeline, Record
-from streams.accepted import CHUNK_BYTES, by_partition, chunks, write_log
+from streams.accepted import CHUNK_BYTES, by_partition, chunks, read_messages, write_log
 
 
 def event(i: int, thread: str, kind: str = "message", **payload: object) -> bytes:
@@ -60,3 +60,10 @@ def test_the_log_sink_skips_events_already_logged_and_a_second_copy_in_the_batch
     log = FakeLog(logged={"c"})
     assert write_log(log, items, [{"call_id": "c1"}]) == 2
     assert [r["raw"] for r in log.rows] == ["a", "b"] and log.pairs == [{"call_id": "c1"}]
+
+
+def test_accepted_messages_read_back_as_their_items_and_pairs_in_order() -> None:
+    messages = [orjson.dumps({"items": [{"event_id": "a"}, {"event_id": "b"}], "pairs": [{"call_id": "c1"}]}),
+                orjson.dumps({"items": [{"event_id": "c"}], "pairs": []})]  # fmt: skip
+    items, pairs = read_messages(messages)
+    assert [i["event_id"] for i in items] == ["a", "b", "c"] and pairs == [{"call_id": "c1"}]

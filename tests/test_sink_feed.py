@@ -37,7 +37,7 @@ class OneBatchConsumer:
         self.log.append(("commit", offsets))
 
 
-def run_feed(write, log: list) -> None:
+def run_feed(write, log: list) -> SinkFeed:
     feed = SinkFeed("unused:9092", TP.topic, "test-sink")
     feed.consumer = OneBatchConsumer(log)  # type: ignore[assignment]
     feed._started = True
@@ -49,6 +49,7 @@ def run_feed(write, log: list) -> None:
         task.cancel()
 
     asyncio.run(asyncio.wait_for(main(), 10))
+    return feed
 
 
 def test_the_offsets_are_committed_after_the_batch_is_written_and_point_past_it() -> None:
@@ -72,5 +73,6 @@ def test_a_failed_write_is_retried_and_nothing_is_committed_before_it_lands(monk
             raise failures.pop(0)
         log.append(("write", values))
 
-    run_feed(write, log)
+    feed = run_feed(write, log)
     assert log == [("failed", [b"a", b"b"]), ("failed", [b"a", b"b"]), ("write", [b"a", b"b"]), ("commit", {TP: 9})]
+    assert feed.retries == 2
