@@ -18,6 +18,7 @@ from schemas.state import DEFAULT_WINDOW, ToolPair
 
 DEFAULT_GRACE_MS = 30_000.0
 DEFAULT_CALL_TIMEOUT_MS = 600_000.0
+_DEADLINE_SLACK_MS = 1.0  # the skip hint errs early: float rounding never skips a deadline
 
 
 @dataclass(slots=True, kw_only=True)
@@ -63,7 +64,7 @@ class PairingState:
 class Pairer:
     """Pure pairing state machine for one thread; ``on_event`` returns changed pair rows."""
 
-    __slots__ = ("thread_id", "state", "grace_ms", "call_timeout_ms")
+    __slots__ = ("thread_id", "state", "grace_ms", "call_timeout_ms", "_next_deadline_ms")
 
     def __init__(
         self,
@@ -76,6 +77,10 @@ class Pairer:
         self.state = state or PairingState()
         self.grace_ms = grace_ms
         self.call_timeout_ms = call_timeout_ms
+        # A lower bound on the event time at which a waiting call or early result can
+        # expire, so most events skip the scan. Derived, never persisted: a restored
+        # pairer starts at -inf and scans once.
+        self._next_deadline_ms = float("-inf")
 
     def open_calls(self) -> list[OpenCall]:
         return [c for c in self.state.calls.values() if c.synthetic_version is None]
@@ -102,7 +107,7 @@ class Pairer:
         elif kind == "window_switch":
             for call in self.open_calls():
                 out.append(self._synthesize(call, event.ts, version))
-        if st.calls or st.early:
+        if st.watermark_ms > self._next_deadline_ms and (st.calls or st.early):
             out.extend(self._expire(event.ts, version))
         return out
 
@@ -120,6 +125,7 @@ class Pairer:
         early = st.early.pop(p.call_id, None)
         if early is None:
             st.calls[p.call_id] = call
+            self._expires_at(call.ms + self.call_timeout_ms)
             return []
         st.done[p.call_id] = early.event_id
         return [self._pair(call, early, version)]
@@ -137,19 +143,29 @@ class Pairer:
         call = st.calls.pop(p.call_id, None)
         if call is None:
             st.early[p.call_id] = result
+            self._expires_at(result.ms + self.grace_ms)
             return []
         st.done[p.call_id] = event.event_id
         return [self._pair(call, result, version)]
 
+    def _expires_at(self, deadline_ms: float) -> None:
+        self._next_deadline_ms = min(self._next_deadline_ms, deadline_ms - _DEADLINE_SLACK_MS)
+
     def _expire(self, now_ts: str, version: int) -> list[ToolPair]:
         st = self.state
         out: list[ToolPair] = []
+        next_deadline = float("inf")
         for call in self.open_calls():
             if st.watermark_ms - call.ms > self.call_timeout_ms:
                 out.append(self._synthesize(call, now_ts, version))
+            else:
+                next_deadline = min(next_deadline, call.ms + self.call_timeout_ms)
         for early in list(st.early.values()):
             if st.watermark_ms - early.ms > self.grace_ms:
                 out.append(self._orphan(early, version))
+            else:
+                next_deadline = min(next_deadline, early.ms + self.grace_ms)
+        self._next_deadline_ms = next_deadline - _DEADLINE_SLACK_MS
         return out
 
     # -- rows -------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +155,21 @@ def test_a_redelivery_after_state_was_saved_but_not_the_dedup_ids_or_the_offset_
     successor = Pipeline(committed.seen, saved.get)
     successor.process([Record(0, i, records[i]) for i in range(j, len(records))])
     assert content(successor) == content(process(records))
+
+
+@PROPS
+@given(sessions(), st.randoms(use_true_random=False))
+def test_the_pairers_expiry_skip_hint_never_changes_a_pair_even_with_event_time_out_of_order(
+    records: list[bytes], rng: random.Random
+) -> None:
+    rng.shuffle(records)  # event time now jumps back and forth
+    hinted = Pipeline(MemorySeen())
+    hinted_pairs = [p for i, r in enumerate(records) for p in hinted.process([Record(0, i, r)]).pairs]
+    scanning = Pipeline(MemorySeen())
+    scanning_pairs = []
+    for i, r in enumerate(records):
+        for tp in scanning.threads.values():
+            tp.pairer._next_deadline_ms = float("-inf")  # the reference scans before every event
+        scanning_pairs.extend(scanning.process([Record(0, i, r)]).pairs)
+    assert hinted_pairs == scanning_pairs
+    assert content(hinted) == content(scanning)
