@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from processors.thread import PairingConfig, ThreadProcessor, ThreadSnapshot
 from processors.validation import Rejection, validate
@@ -36,9 +36,9 @@ class MemorySeen:
         self.ids.update(ids)
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One message of the event topic."""
+class Record(NamedTuple):
+    """One message of the event topic (a tuple: built once per event, twice as fast as a
+    frozen dataclass)."""
 
     partition: int
     offset: int

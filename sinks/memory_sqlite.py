@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from processors.memory import Candidate, Fact, FileTouch, Revocation
+from sinks import sqlite_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS extraction (
@@ -54,9 +55,7 @@ class StaleToken(RuntimeError):
 
 class MemoryStore:
     def __init__(self, path: str) -> None:
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = sqlite_db.connect(path, timeout=60)
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 

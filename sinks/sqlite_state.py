@@ -7,11 +7,11 @@ and the applied ids of that same checkpoint make the replay land on the same sta
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Sequence
 
 from processors.thread import ThreadSnapshot
+from sinks import sqlite_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS thread_state (thread_id TEXT PRIMARY KEY, snapshot BLOB NOT NULL);
@@ -27,9 +27,7 @@ class SqliteStateStore:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = sqlite_db.connect(path, timeout=30)
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 

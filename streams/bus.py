@@ -6,13 +6,13 @@ own positions (``sinks.sqlite_state``), so the log is read as Kafka is read.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from processors.pipeline import Record
+from sinks import sqlite_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -46,9 +46,7 @@ class SqliteEventBus:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = sqlite_db.connect(path, timeout=60)
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 
