@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,9 @@ from streams.config import Settings
 from streams.service import NotFound
 
 SERVER_FILE = "server.json"
+BUSY_RETRY_SECONDS = 60.0
+"""How long a query retries while a worker answers 503 (restoring its tables, or its
+thread's owner is changing hands in a rebalance)."""
 
 
 def server_url(settings: Settings) -> str | None:
@@ -39,10 +43,15 @@ class RemoteService:
         return self._check(lambda: self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
 
     def _check(self, send: Any) -> Any:
-        try:
-            response = send() if callable(send) else send
-        except httpx.HTTPError as error:
-            raise StoreError(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
+        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        while True:
+            try:
+                response = send()
+            except httpx.HTTPError as error:
+                raise StoreError(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
+            if response.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         if response.status_code == 404:
             raise NotFound(response.json().get("error", "not found"))
         if response.status_code >= 400:

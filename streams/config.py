@@ -31,6 +31,7 @@ _ENV = {
     "batch_size": "AGENTLOG_BATCH_SIZE",
     "auto_compact": "AGENTLOG_AUTO_COMPACT",
     "partitions": "AGENTLOG_PARTITIONS",
+    "dedup_horizon": "AGENTLOG_DEDUP_HORIZON",
     "kafka_namespace": "AGENTLOG_KAFKA_NAMESPACE",
     "faust_store": "AGENTLOG_FAUST_STORE",
     "worker_port": "AGENTLOG_WORKER_PORT",
@@ -56,6 +57,9 @@ class Settings:
     checkpoint_seconds: float = 2.0
     batch_size: int = 5000
     partitions: int = 4
+    # Kafka processor: how many source records per partition its dedup ids cover
+    # (streams.batch_seen); memory is about 150 bytes per id.
+    dedup_horizon: int = 1_000_000
     kafka_namespace: str = ""
     faust_store: str = "memory://"
     worker_port: int = 6066

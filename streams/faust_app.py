@@ -28,7 +28,6 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 import faust
@@ -44,6 +43,7 @@ from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
 from streams.accepted import by_partition, chunks, read_messages, write_log
 from streams.batch_producer import BatchProducer
+from streams.batch_seen import BatchSeen
 from streams.config import Settings
 from streams.context_api import context_for
 from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic
@@ -55,37 +55,6 @@ from streams.wiring import open_log_store, open_search_index
 from streams.worker_service import Unlogged, WorkerService
 
 log = logging.getLogger("agentlog.faust")
-
-class BatchSeen:
-    """``SeenIds`` over a faust table with one entry per processed batch and partition
-    (one changelog record per batch instead of one per event); the ids are indexed in
-    memory on first use after an assignment."""
-
-    def __init__(self, table: Any) -> None:
-        self.table = table
-        self._ids: set[str] | None = None
-
-    def _index(self) -> set[str]:
-        if self._ids is None:
-            self._ids = {i for ids in self.table.data.values() for i in orjson.loads(ids)}
-        return self._ids
-
-    def unseen(self, ids: Sequence[str]) -> set[str]:
-        known = self._index()
-        return {i for i in ids if i not in known}
-
-    def add(self, ids: Iterable[str]) -> None:
-        self._index().update(ids)
-
-    def forget(self) -> None:
-        self._ids = None
-
-    def last_offset(self, partition: int) -> int | None:
-        """The last source offset of the last batch processed for a partition."""
-        prefix = f"{partition}:"
-        offsets = [int(k[len(prefix):]) for k in self.table.data.keys() if k.startswith(prefix)]
-        return max(offsets) if offsets else None
-
 
 def create_app(settings: Settings) -> faust.App:
     ns = settings.kafka_namespace
@@ -122,7 +91,7 @@ def create_app(settings: Settings) -> faust.App:
 
     # Parsed thread processors stay in memory between batches (the table holds the
     # durable copy); a rebalance may hand a thread to another worker, so it empties them.
-    seen = BatchSeen(seen_table)
+    seen = BatchSeen(seen_table.data, settings.dedup_horizon)
     pipeline = Pipeline(seen, load, settings.pairing, settings.max_event_bytes)
     unlogged = Unlogged()
     log_store = open_log_store(settings)
@@ -133,8 +102,23 @@ def create_app(settings: Settings) -> faust.App:
     expected: dict[int, int] = {}
     skipped = RangeReader(settings.kafka_bootstrap or "", events.get_topic_name())
 
+    # Between an assignment and the end of its table recovery the tables are incomplete:
+    # queries then answer 503 (try again), never a wrong "no events for thread".
+    tables = {"restored": False}
+
+    @app.on_rebalance_complete.connect
+    async def restored(_app: Any, **_kwargs: Any) -> None:
+        tables["restored"] = True
+
+    def restoring(web: Any) -> Any:
+        if tables["restored"] and not app.in_recovery:
+            return None
+        return web.json({"error": "this worker is restoring its state tables (after a start or a rebalance); "
+                                  "try again in a few seconds"}, status=503)  # fmt: skip
+
     @app.on_partitions_revoked.connect
     async def forget(_app: Any, revoked: Any, **_kwargs: Any) -> None:
+        tables["restored"] = False
         pipeline.threads.clear()
         seen.forget()
         unlogged.clear()
@@ -236,15 +220,13 @@ def create_app(settings: Settings) -> faust.App:
             await asyncio.gather(*futures)
             futures = []
             for p, event in last_event.items():  # every partition, so its last offset is known durably
-                key = f"{p}:{event.message.offset}"
-                value = orjson.dumps(groups[p]["ids"] if p in groups else [])
                 token = _current_event.set(weakref.ref(event))
                 try:
-                    seen_table.data[key] = value
+                    records = seen.batch_written(p, event.message.offset, groups[p]["ids"] if p in groups else [])
                 finally:
                     _current_event.reset(token)
                 futures += await changelogs.send(seen_table.changelog_topic.get_topic_name(), p,
-                                                 [(changelog_key(seen_table, key), value)])  # fmt: skip
+                                                 [(changelog_key(seen_table, k), v) for k, v in records])  # fmt: skip
             await asyncio.gather(*futures)
             written["processed"] += len(result.applied)
             METRICS.processed(result)
@@ -320,6 +302,8 @@ def create_app(settings: Settings) -> faust.App:
     async def search(web: Any, request: Any) -> Any:
         # A thread's unindexed events live on the worker that owns it (read-your-writes).
         if request.query.get("thread") or request.query.get("after"):
+            if (busy := restoring(web)) is not None:
+                return busy
             await caught_up()
         return await (search_at_owner if request.query.get("thread") else search_here)(web, request)
 
@@ -328,6 +312,8 @@ def create_app(settings: Settings) -> faust.App:
         try:
             return web.json(await asyncio.to_thread(service.read, event_id))
         except NotFound:
+            if (busy := restoring(web)) is not None:
+                return busy
             await caught_up()  # just published? then it is applied now
         try:
             return web.json(await asyncio.to_thread(service.read, event_id))
@@ -340,6 +326,8 @@ def create_app(settings: Settings) -> faust.App:
         q = request.query
         if not q.get("budget"):
             return web.json({"error": "budget is required, e.g. ?budget=4000"}, status=400)
+        if (busy := restoring(web)) is not None:
+            return busy
         await caught_up()
         try:
             result = await asyncio.to_thread(context_for, service, thread_id, int(q["budget"]), q.get("query"),
@@ -375,11 +363,14 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
         counts = {**written, "index_retries": feeds["index"].retries}
-        return web.json({"status": "ok", "deployment": "kafka", "written": counts, "partitions": owned_partitions()})
+        return web.json({"status": "ok", "deployment": "kafka", "written": counts, "partitions": owned_partitions(),
+                         "dedup_ids": len(seen)})  # fmt: skip
 
     @app.page("/threads/{thread_id}/state")
     @app.table_route(table=states, match_info="thread_id")
     async def thread_state(web: Any, request: Any, thread_id: str) -> Any:
+        if (busy := restoring(web)) is not None:
+            return busy
         await caught_up()
         snapshot = load(thread_id)
         if snapshot is None:
@@ -402,4 +393,4 @@ def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     return 0
 
 
-__all__ = ["BatchSeen", "create_app", "run_worker"]
+__all__ = ["create_app", "run_worker"]

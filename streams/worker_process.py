@@ -23,7 +23,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
     env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
                AGENTLOG_OPENSEARCH_URL=settings.opensearch_url or "", AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
                AGENTLOG_KAFKA_NAMESPACE=settings.kafka_namespace, AGENTLOG_WORKER_PORT=str(settings.worker_port),
-               AGENTLOG_PARTITIONS=str(settings.partitions),
+               AGENTLOG_PARTITIONS=str(settings.partitions), AGENTLOG_DEDUP_HORIZON=str(settings.dedup_horizon),
                AGENTLOG_SESSION_TIMEOUT_SECONDS=str(settings.session_timeout_seconds))  # fmt: skip
     return env
 

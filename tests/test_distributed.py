@@ -19,7 +19,7 @@ import pytest
 from sinks.opensearch_index import OpenSearchIndex
 from streams.config import Settings
 from streams.context_api import context_for
-from streams.demo import sample_session, synthetic_events
+from streams.demo import SessionWriter, compact_json, sample_session, synthetic_events
 from streams.kafka_bus import KafkaPublisher
 from streams.service import EmbeddedService
 from streams.worker_process import free_port, start_worker, stop_worker, worker_env, worker_log
@@ -474,6 +474,48 @@ def test_a_thread_whose_state_outgrows_a_megabyte_is_saved_and_restored_on_kafka
         assert state.get("event_count") == len(events), (state, worker_log(settings)[-3000:])
         assert sum(len(c["text"]) for c in state["constraints"]) > 1_600_000
     finally:
+        stop_worker(restarted)
+        OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
+            index=settings.opensearch_index, ignore_unavailable=True)
+
+
+def test_the_workers_dedup_ids_stay_within_their_horizon_and_still_catch_recent_duplicates_after_a_restart(
+    tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
+) -> None:
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    settings = Settings(data_dir=tmp_path / "dedup", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
+                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(), partitions=1,
+                        dedup_horizon=300)  # fmt: skip
+    writer = SessionWriter("dedup-thread")
+    events = [compact_json(writer.emit("message", {"role": "user", "text": f"note {i}"})) for i in range(1_002)]
+    publisher = KafkaPublisher(settings)
+    health = f"http://127.0.0.1:{settings.worker_port}/healthz"
+    worker = start_worker(settings)
+    try:
+        wait_written(settings, worker, 0, 0)
+        for start in range(0, 1_000, 200):  # five batches, each beyond the last one's reach
+            publisher.publish(b"\n".join(events[start : start + 200]))
+            wait_written(settings, worker, start + 200, 0)
+        assert httpx.get(health, timeout=5).json()["dedup_ids"] <= 300 + 200
+        publisher.publish(b"\n".join([events[999], events[1_000]]))  # a recent duplicate, then a new event
+        wait_written(settings, worker, 1_001, 0)
+        assert state_when_served(settings, "dedup-thread")["event_count"] == 1_001
+    finally:
+        stop_worker(worker)
+    restarted = start_worker(settings)
+    try:
+        wait_written(settings, restarted, 0, 0)
+        state = state_when_served(settings, "dedup-thread")
+        assert state.get("event_count") == 1_001, (state, worker_log(settings)[-3000:])
+        publisher.publish(b"\n".join([events[1_000], events[1_001]]))
+        deadline = time.monotonic() + 120
+        while state_when_served(settings, "dedup-thread")["event_count"] < 1_002 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)  # a wrongly applied duplicate would land with the new event
+        assert state_when_served(settings, "dedup-thread")["event_count"] == 1_002, worker_log(settings)[-3000:]
+        assert httpx.get(health, timeout=5).json()["dedup_ids"] <= 300 + 200
+    finally:
+        publisher.close()
         stop_worker(restarted)
         OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
             index=settings.opensearch_index, ignore_unavailable=True)
