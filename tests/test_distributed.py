@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -35,7 +36,12 @@ def distributed(tmp_path: Path, kafka_bootstrap: str, opensearch_url: str):
     if worker.poll() is None:
         worker.kill()
         worker.wait()
-    OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
+    drop_index(settings)
+
+
+def drop_index(settings: Settings) -> None:
+    assert settings.opensearch_url
+    OpenSearchIndex(settings.opensearch_url, settings.opensearch_index)._client.indices.delete(
         index=settings.opensearch_index, ignore_unavailable=True)
 
 
@@ -325,8 +331,7 @@ def test_an_opensearch_outage_of_30_s_under_load_holds_up_only_the_index_which_t
     finally:
         stop_worker(worker)
         proxy.stop()
-        OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
-            index=settings.opensearch_index, ignore_unavailable=True)
+        drop_index(replace(settings, opensearch_url=opensearch_url))  # not the proxy
 
 
 def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_intact(
@@ -394,8 +399,7 @@ def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_
     finally:
         for w in workers:
             stop_worker(w)
-        OpenSearchIndex(opensearch_url, survivor.opensearch_index)._client.indices.delete(
-            index=survivor.opensearch_index, ignore_unavailable=True)
+        drop_index(survivor)
     # Nothing lost: every event is in one of the two logs, each without duplicates.
     logged: list[str] = []
     for s in both:
@@ -475,8 +479,7 @@ def test_a_thread_whose_state_outgrows_a_megabyte_is_saved_and_restored_on_kafka
         assert sum(len(c["text"]) for c in state["constraints"]) > 1_600_000
     finally:
         stop_worker(restarted)
-        OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
-            index=settings.opensearch_index, ignore_unavailable=True)
+        drop_index(settings)
 
 
 def test_the_workers_dedup_ids_stay_within_their_horizon_and_still_catch_recent_duplicates_after_a_restart(
@@ -517,5 +520,4 @@ def test_the_workers_dedup_ids_stay_within_their_horizon_and_still_catch_recent_
     finally:
         publisher.close()
         stop_worker(restarted)
-        OpenSearchIndex(opensearch_url, settings.opensearch_index)._client.indices.delete(
-            index=settings.opensearch_index, ignore_unavailable=True)
+        drop_index(settings)
