@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -68,8 +68,18 @@ def parse_ts(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
+@lru_cache(maxsize=16_384)
+def epoch_ms_of(ts: str) -> float:
+    """Milliseconds since the epoch of a (validated) RFC 3339 string.
+
+    Cached because validation computes it for its calendar check and the processors then
+    need it again for the same event, one batch later at most.
+    """
+    return parse_ts(ts).timestamp() * 1000.0
+
+
 def _real_date(value: str) -> str:
-    parse_ts(value)  # the pattern admits month 13 or February 30; the calendar does not
+    epoch_ms_of(value)  # the pattern admits month 13 or February 30; the calendar does not
     return value
 
 
@@ -250,7 +260,7 @@ class Envelope(BaseModel):
     @once
     def epoch_ms(self) -> float:
         """Event time in milliseconds since the epoch: what grace periods and timeouts use."""
-        return self.time.timestamp() * 1000.0
+        return epoch_ms_of(self.ts)
 
 
 class MessageEvent(Envelope):
