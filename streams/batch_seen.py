@@ -45,9 +45,12 @@ class BatchSeen:
         if self._ids is None:
             ids: dict[str, str] = {}
             batches: dict[int, deque[tuple[int, str]]] = {}
-            for (partition, offset), key in sorted((_parse_key(k), k) for k in self.data.keys()):
+            # items(), not a lookup per key: a partitioned store can read every partition's
+            # entries that way without the current event naming one.
+            entries = sorted((_parse_key(k), k, v) for k, v in self.data.items())
+            for (partition, offset), key, value in entries:
                 batches.setdefault(partition, deque()).append((offset, key))
-                for i in orjson.loads(self.data[key]):
+                for i in orjson.loads(value):
                     ids[i] = key  # ascending offsets: the newest batch wins
             self._ids, self._batches = ids, batches
         return self._ids
@@ -61,7 +64,9 @@ class BatchSeen:
         for i in ids:
             known[i] = _PENDING
 
-    def batch_written(self, partition: int, offset: int, ids: Sequence[str]) -> list[tuple[str, bytes | None]]:
+    def batch_written(
+        self, partition: int, offset: int, ids: Sequence[str]
+    ) -> list[tuple[str, bytes | None]]:
         """Record a partition's batch ending at ``offset``; returns the changelog records
         to send: the new entry, and a tombstone for each entry now beyond the horizon."""
         known = self._index()
