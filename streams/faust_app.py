@@ -149,9 +149,12 @@ def create_app(settings: Settings) -> faust.App:
         if not owned:
             return
         ends = await app.consumer.highwaters(*owned)
-        for tp in owned:  # nothing processed since (re)start: the committed position counts
+        for tp in owned:  # nothing processed here since (re)start: what the dedup table holds
             if tp.partition not in processed:
-                processed[tp.partition] = await app.consumer.position(tp) or 0
+                # Not the consumer's position: faust fetches ahead of what its agent has
+                # applied, so that could claim a record sitting in its buffers.
+                last = seen.last_offset(tp.partition)
+                processed[tp.partition] = 0 if last is None else last + 1
         deadline = asyncio.get_running_loop().time() + timeout
         while any(processed.get(tp.partition, 0) < end for tp, end in ends.items() if end):
             if asyncio.get_running_loop().time() > deadline:
@@ -230,6 +233,7 @@ def create_app(settings: Settings) -> faust.App:
             await asyncio.gather(*futures)
             written["processed"] += len(result.applied)
             METRICS.processed(result)
+            METRICS.dedup_ids.set(len(seen))
             METRICS.batch_seconds.observe(time.perf_counter() - started)
             for e in batch:
                 processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)

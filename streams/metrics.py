@@ -23,6 +23,8 @@ class Metrics:
         self.batch_seconds = Histogram("agentlog_batch_seconds", "Time to process one batch", registry=r)
         self.index_lag = Gauge("agentlog_index_lag_events", "Events processed but not yet searchable", registry=r)
         self.requests = Histogram("agentlog_http_request_seconds", "HTTP request latency", ["route"], registry=r)
+        self.dedup_ids = Gauge("agentlog_dedup_ids", "Event ids a Kafka worker remembers to drop duplicates "
+                               "(bounded by AGENTLOG_DEDUP_HORIZON)", registry=r)  # fmt: skip
 
     def processed(self, result: BatchResult) -> None:
         """Count a batch's outcome (both deployments' processors)."""

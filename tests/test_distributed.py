@@ -244,6 +244,7 @@ def test_the_worker_takes_post_events_and_serves_prometheus_metrics_like_agentlo
     assert values["agentlog_events_applied_total"] == 2.0
     assert values["agentlog_events_rejected_total"] == 1.0
     assert values["agentlog_published_total"] == 3.0
+    assert values["agentlog_dedup_ids"] == 2.0
 
 
 def test_the_worker_answers_a_search_read_and_context_that_name_a_just_published_event(distributed) -> None:
