@@ -99,7 +99,9 @@ class BatchSeen:
         return batches[-1][0] if batches else None
 
     def __len__(self) -> int:
-        return len(self._index())
+        """Ids indexed in memory (none before first use: a health check must not index a
+        table still being restored)."""
+        return 0 if self._ids is None else len(self._ids)
 
 
 __all__ = ["DEFAULT_HORIZON", "BatchSeen", "batch_key"]

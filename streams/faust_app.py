@@ -105,16 +105,7 @@ def create_app(settings: Settings) -> faust.App:
     # Between an assignment and the end of its table recovery the tables are incomplete:
     # queries then answer 503 (try again), never a wrong "no events for thread".
     tables = {"restored": False}
-
-    @app.on_rebalance_complete.connect
-    async def restored(_app: Any, **_kwargs: Any) -> None:
-        tables["restored"] = True
-
-    def restoring(web: Any) -> Any:
-        if tables["restored"] and not app.in_recovery:
-            return None
-        return web.json({"error": "this worker is restoring its state tables (after a start or a rebalance); "
-                                  "try again in a few seconds"}, status=503)  # fmt: skip
+    processed: dict[int, int] = {}  # source partition -> next offset applied here
 
     @app.on_partitions_revoked.connect
     async def forget(_app: Any, revoked: Any, **_kwargs: Any) -> None:
@@ -123,6 +114,12 @@ def create_app(settings: Settings) -> faust.App:
         seen.forget()
         unlogged.clear()
         expected.clear()
+        processed.clear()  # another worker may apply more meanwhile: re-derived from the table
+
+    @app.on_rebalance_complete.connect
+    async def restored(_app: Any, **_kwargs: Any) -> None:
+        seen.forget()  # indexed before recovery ended (a health check)? read the whole table again
+        tables["restored"] = True
 
     async def with_skipped(records: list[Record]) -> list[Record]:
         """The batch with any records faust left out before it, read from Kafka."""
@@ -139,15 +136,17 @@ def create_app(settings: Settings) -> faust.App:
             records = await skipped.read(p, start, end) + records
         return sorted(records, key=lambda r: (r.partition, r.offset))
 
-    processed: dict[int, int] = {}  # source partition -> next offset to process
-
-    async def caught_up(timeout: float = 10.0) -> None:
+    async def caught_up(web: Any, timeout: float = 10.0) -> Any:
         """Read-your-writes: wait until every event the broker held when this was called
-        has been applied here (cheap when the processor is not behind)."""
+        has been applied here (cheap when the processor is not behind). Returns a 503
+        response instead while the tables are still being restored."""
+        if not tables["restored"] or app.in_recovery:
+            return web.json({"error": "this worker is restoring its state tables (after a start or a rebalance); "
+                                      "try again in a few seconds"}, status=503)  # fmt: skip
         source = events.get_topic_name()
         owned = [tp for tp in app.consumer.assignment() if tp.topic == source]
         if not owned:
-            return
+            return None
         ends = await app.consumer.highwaters(*owned)
         for tp in owned:  # nothing processed here since (re)start: what the dedup table holds
             if tp.partition not in processed:
@@ -159,8 +158,9 @@ def create_app(settings: Settings) -> faust.App:
         while any(processed.get(tp.partition, 0) < end for tp, end in ends.items() if end):
             if asyncio.get_running_loop().time() > deadline:
                 log.warning("answering before the processor caught up: %s behind %s", processed, ends)
-                return
+                return None
             await asyncio.sleep(0.01)
+        return None
 
     changelogs = BatchProducer(settings.kafka_bootstrap or "")
 
@@ -306,9 +306,8 @@ def create_app(settings: Settings) -> faust.App:
     async def search(web: Any, request: Any) -> Any:
         # A thread's unindexed events live on the worker that owns it (read-your-writes).
         if request.query.get("thread") or request.query.get("after"):
-            if (busy := restoring(web)) is not None:
+            if (busy := await caught_up(web)) is not None:
                 return busy
-            await caught_up()
         return await (search_at_owner if request.query.get("thread") else search_here)(web, request)
 
     @app.page("/events/{event_id}")
@@ -316,9 +315,8 @@ def create_app(settings: Settings) -> faust.App:
         try:
             return web.json(await asyncio.to_thread(service.read, event_id))
         except NotFound:
-            if (busy := restoring(web)) is not None:
+            if (busy := await caught_up(web)) is not None:  # just published? then it is applied now
                 return busy
-            await caught_up()  # just published? then it is applied now
         try:
             return web.json(await asyncio.to_thread(service.read, event_id))
         except NotFound as error:
@@ -330,9 +328,8 @@ def create_app(settings: Settings) -> faust.App:
         q = request.query
         if not q.get("budget"):
             return web.json({"error": "budget is required, e.g. ?budget=4000"}, status=400)
-        if (busy := restoring(web)) is not None:
+        if (busy := await caught_up(web)) is not None:
             return busy
-        await caught_up()
         try:
             result = await asyncio.to_thread(context_for, service, thread_id, int(q["budget"]), q.get("query"),
                                              q.get("model"))  # fmt: skip
@@ -373,9 +370,8 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/threads/{thread_id}/state")
     @app.table_route(table=states, match_info="thread_id")
     async def thread_state(web: Any, request: Any, thread_id: str) -> Any:
-        if (busy := restoring(web)) is not None:
+        if (busy := await caught_up(web)) is not None:
             return busy
-        await caught_up()
         snapshot = load(thread_id)
         if snapshot is None:
             return web.json({"error": f"no events for thread {thread_id!r}"}, status=404)
