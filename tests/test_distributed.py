@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,11 +27,17 @@ from streams.service import EmbeddedService
 from streams.worker_process import free_port, start_worker, stop_worker, worker_env, worker_log
 
 
+def kafka_settings(data_dir: Path, kafka_bootstrap: str, opensearch_url: str, **overrides: Any) -> Settings:
+    """A fresh namespace of topics, groups and index on the test servers, for one test."""
+    ns = overrides.pop("kafka_namespace", f"t{uuid.uuid4().hex[:8]}")
+    return Settings(**{"data_dir": data_dir, "kafka_bootstrap": kafka_bootstrap, "opensearch_url": opensearch_url,
+                       "opensearch_index": f"agentlog-{ns}", "kafka_namespace": ns, "worker_port": free_port(),
+                       **overrides})  # fmt: skip
+
+
 @pytest.fixture
 def distributed(tmp_path: Path, kafka_bootstrap: str, opensearch_url: str):
-    ns = f"t{uuid.uuid4().hex[:8]}"
-    settings = Settings(data_dir=tmp_path / "dist", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
-                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(), partitions=3)  # fmt: skip
+    settings = kafka_settings(tmp_path / "dist", kafka_bootstrap, opensearch_url, partitions=3)
     worker = start_worker(settings)
     yield settings, worker
     if worker.poll() is None:
@@ -281,10 +288,7 @@ def test_an_opensearch_outage_of_30_s_under_load_holds_up_only_the_index_which_t
 
     host, port = opensearch_url.rsplit("//", 1)[1].rsplit(":", 1)
     proxy = TcpProxy(host, int(port))  # the worker reaches OpenSearch only through it
-    ns = f"t{uuid.uuid4().hex[:8]}"
-    settings = Settings(data_dir=tmp_path / "dist", kafka_bootstrap=kafka_bootstrap,
-                        opensearch_url=f"http://127.0.0.1:{proxy.port}", opensearch_index=f"agentlog-{ns}",
-                        kafka_namespace=ns, worker_port=free_port(), partitions=3)  # fmt: skip
+    settings = kafka_settings(tmp_path / "dist", kafka_bootstrap, f"http://127.0.0.1:{proxy.port}", partitions=3)
     worker = start_worker(settings)
     base = f"http://127.0.0.1:{settings.worker_port}"
     health = lambda: httpx.get(f"{base}/healthz", timeout=10).json()["written"]  # noqa: E731
@@ -343,9 +347,8 @@ def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_
     ns = f"t{uuid.uuid4().hex[:8]}"
     # One consumer group; each worker has its own chDB file (chDB is in-process; with a
     # ClickHouse server both would write one log) and both share the OpenSearch index.
-    both = [Settings(data_dir=tmp_path / name, kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
-                     opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(),
-                     partitions=4, session_timeout_seconds=8.0) for name in ("a", "b")]  # fmt: skip
+    both = [kafka_settings(tmp_path / name, kafka_bootstrap, opensearch_url, kafka_namespace=ns, partitions=4,
+                           session_timeout_seconds=8.0) for name in ("a", "b")]  # fmt: skip
     doomed, survivor = both
     workers = [start_worker(s) for s in both]
     health = lambda s: httpx.get(f"http://127.0.0.1:{s.worker_port}/healthz", timeout=10).json()["written"]  # noqa: E731
@@ -457,9 +460,7 @@ def test_a_thread_whose_state_outgrows_a_megabyte_is_saved_and_restored_on_kafka
                                                                                   opensearch_url: str) -> None:  # fmt: skip
     """Constraints are pinned whole in the state, so a thread can hold more than the
     broker's default 1 MiB message: its changelog takes it, and a restart restores it."""
-    ns = f"t{uuid.uuid4().hex[:8]}"
-    settings = Settings(data_dir=tmp_path / "big", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
-                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(), partitions=1)  # fmt: skip
+    settings = kafka_settings(tmp_path / "big", kafka_bootstrap, opensearch_url, partitions=1)
     events = [{"event_id": f"big-{i}", "thread_id": "big-thread", "kind": "constraint", "ts": f"2026-11-30T12:00:{i:02d}Z",
                "payload": {"op": "add", "constraint_id": f"c{i}", "text": f"rule {i} " + "x" * 200_000}}
               for i in range(8)]  # fmt: skip
@@ -486,10 +487,7 @@ def test_a_thread_whose_state_outgrows_a_megabyte_is_saved_and_restored_on_kafka
 def test_the_workers_dedup_ids_stay_within_their_horizon_and_still_catch_recent_duplicates_after_a_restart(
     tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
 ) -> None:
-    ns = f"t{uuid.uuid4().hex[:8]}"
-    settings = Settings(data_dir=tmp_path / "dedup", kafka_bootstrap=kafka_bootstrap, opensearch_url=opensearch_url,
-                        opensearch_index=f"agentlog-{ns}", kafka_namespace=ns, worker_port=free_port(), partitions=1,
-                        dedup_horizon=300)  # fmt: skip
+    settings = kafka_settings(tmp_path / "dedup", kafka_bootstrap, opensearch_url, partitions=1, dedup_horizon=300)
     writer = SessionWriter("dedup-thread")
     events = [compact_json(writer.emit("message", {"role": "user", "text": f"note {i}"})) for i in range(1_002)]
     publisher = KafkaPublisher(settings)
