@@ -245,6 +245,8 @@ def assemble(
             remaining -= cost
             sections.append({"name": "memory", "tokens": cost, "content": text})
     recall_msg = None
+    # Search finds orphans too (the log keeps them searchable); a model never sees one.
+    recall = [h for h in recall or [] if h["event_id"] not in (orphans or ())]
     if recall:
         lines, used = [], 0
         for hit in recall:

@@ -27,6 +27,8 @@ from schemas.state import (
 )
 
 FAILED_PAIR_STATUSES = frozenset({"error", "timeout", "cancelled", "missing"})
+FAILURE_MESSAGE_CHARS = 200
+"""A failed tool's output is quoted in ``failures`` up to this many characters."""
 
 
 def advances(old: str, new: str) -> bool:
@@ -156,6 +158,20 @@ def _error(s: WorkingState, e: Envelope) -> None:
     ))  # fmt: skip
 
 
+def _forget_synthetic_failure(s: WorkingState, call_id: str) -> None:
+    """A real result replaces the synthetic one (SPEC §3): the call was not "missing" after all."""
+    s.failures[:] = [f for f in s.failures if not (f.call_id == call_id and f.status == "missing")]
+
+
+def _output_head(event: Envelope, pair: ToolPair) -> str:
+    """What a failed tool said, when this event is its result (a result that waited for its
+    call is paired by the call's event, and the state keeps no outputs)."""
+    if event.kind != "tool_result" or event.event_id != pair.result_event_id:
+        return ""
+    output: str = event.payload.output  # type: ignore[attr-defined]
+    return output if len(output) <= FAILURE_MESSAGE_CHARS else output[: FAILURE_MESSAGE_CHARS - 1] + "…"
+
+
 def _fail(s: WorkingState, failure: Failure) -> None:
     s.failures.append(failure)
     if len(s.failures) > MAX_FAILURES:
@@ -188,12 +204,14 @@ def reduce(state: WorkingState, event: Envelope, pairs: list[ToolPair], opened: 
     for pair in pairs:
         if pair.status != "orphan":
             state.pending_calls.pop(pair.call_id, None)
+        if not pair.synthetic and pair.status != "orphan":
+            _forget_synthetic_failure(state, pair.call_id)
         if pair.status in FAILED_PAIR_STATUSES:
             _fail(state, Failure(
                 event_id=pair.result_event_id or pair.call_event_id, kind="tool_result",
                 ts=pair.result_ts or pair.call_ts or event.ts, call_id=pair.call_id,
                 tool_name=pair.tool_name, status=pair.status,
-                message="no result (synthetic)" if pair.synthetic else "",
+                message="no result (synthetic)" if pair.synthetic else _output_head(event, pair),
             ))  # fmt: skip
     state.event_count += 1
     state.last_event_id = event.event_id

@@ -58,3 +58,20 @@ def test_a_redelivered_event_appears_in_the_context_once(service: EmbeddedServic
     service.catch_up()
     ctx = context_for(service, "t1", 4000)
     assert [m["content"] for m in ctx["messages"]].count("please fix the flaky test") == 1
+
+
+def test_an_orphan_found_by_the_query_is_never_recalled_into_the_context(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "ship it"}, 0),
+             raw("o1", "tool_result", {"call_id": "ghost", "output": "zebracorn stray output"}, 1),
+             raw("m1", "message", {"role": "assistant", "text": "zebracorn noted"}, 2)]  # fmt: skip
+    lines += [raw(f"u{i}", "message", {"role": "user", "text": f"filler {i}"}, 60 + i) for i in range(3)]
+    # Out of the raw window, so only recall could bring them back.
+    lines += [raw("w", "window_switch", {"new_window_id": "w2"}, 70), raw("u9", "message", {"role": "user", "text": "go on"}, 71)]
+    service.publish(b"\n".join(lines))
+    service.catch_up()
+    assert service.orphans("t1") == {"o1"}
+    assert "o1" in [h["event_id"] for h in service.search("zebracorn")["hits"]]  # searchable, in the log
+    ctx = context_for(service, "t1", 4000, query="zebracorn")
+    text = "\n".join(m.get("content") or "" for m in ctx["messages"])
+    assert "zebracorn stray output" not in text and "o1" not in text
+    assert "zebracorn noted" in text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from processors.thread import ThreadProcessor
-from tests.helpers import call, ev
+from tests.helpers import call, ev, result
 
 
 def reduce_all(*events) -> dict:
@@ -83,3 +83,16 @@ def test_pending_calls_failures_last_event_and_count_are_kept() -> None:
     assert [c["call_id"] for c in s["pending_calls"]] == ["c1", "c2"]
     assert s["failures"][0]["message"] == "boom" and s["failures"][0]["status"] == "7"
     assert (s["last_event_id"], s["event_count"]) == ("e3", 3)
+
+
+def test_a_late_real_result_takes_the_synthetic_missing_out_of_the_failures() -> None:
+    s = reduce_all(call("e1", "c1", 0, turn_id="u1"), ev("e2", "turn_end", {}, 1, turn_id="u1"),
+                   result("e3", "c1", 2, output="ok, 3 passed"))  # fmt: skip
+    assert s["failures"] == []
+
+
+def test_a_failed_tool_result_is_listed_with_the_head_of_its_output() -> None:
+    s = reduce_all(call("e1", "c1", 0), result("e2", "c1", 1, output="E42 " + "x" * 500, status="error"))
+    (failure,) = s["failures"]
+    assert failure["status"] == "error" and failure["event_id"] == "e2"
+    assert failure["message"].startswith("E42 x") and len(failure["message"]) == 200
