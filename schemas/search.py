@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from schemas.events import RFC3339_PATTERN, epoch_ms_of
+
+_RFC3339 = re.compile(RFC3339_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,4 +39,25 @@ class Hit:
     offset: int = 0
 
 
-__all__ = ["Hit", "SearchFilters"]
+def time_bound_ms(value: str | None) -> int | None:
+    """A search time bound given as RFC 3339 (``2026-11-30T10:00:00Z``) or epoch milliseconds."""
+    if value is None or value == "":
+        return None
+    if value.isdigit():
+        return int(value)
+    if _RFC3339.match(value):
+        try:
+            return int(epoch_ms_of(value))
+        except ValueError:
+            pass
+    raise ValueError(f"time bound {value!r} is neither an RFC 3339 time with offset "
+                     "(e.g. 2026-11-30T10:00:00Z) nor epoch milliseconds")  # fmt: skip
+
+
+def time_bounds(params: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """``since``/``until`` of an HTTP query (``since_ms``/``until_ms`` also accepted)."""
+    return (time_bound_ms(params.get("since") or params.get("since_ms")),
+            time_bound_ms(params.get("until") or params.get("until_ms")))  # fmt: skip
+
+
+__all__ = ["Hit", "SearchFilters", "time_bound_ms", "time_bounds"]

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from processors.context import BudgetTooSmall
+from schemas.search import time_bound_ms
 from sinks.base import QueryResult, StoreError
 from sinks.memory_sqlite import StaleToken
 from streams.config import Settings
@@ -191,6 +192,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     with backend(settings) as svc:
         result = svc.search(args.query, thread_id=args.thread, kind=args.kind, tool_name=args.tool,
                             window_id=args.window, project=args.project, after=args.after,
+                            since_ms=time_bound_ms(args.since), until_ms=time_bound_ms(args.until),
                             limit=args.limit)  # fmt: skip
     if args.json:
         _print_json(result)
@@ -354,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", help="only this window")
     p.add_argument("--project", help="only this project")
     p.add_argument("--after", metavar="EVENT_ID", help="read-your-writes: see this event's thread up to it")
+    p.add_argument("--since", metavar="TIME", help="only events at or after this event time "
+                   "(RFC 3339, e.g. 2026-11-30T10:00:00Z, or epoch milliseconds)")
+    p.add_argument("--until", metavar="TIME", help="only events at or before this event time (same forms)")
     p.add_argument("--limit", type=int, default=10, help="at most this many hits (default 10)")
     p = add("read", cmd_read, "the original event, by id, from the log")
     p.add_argument("event_id", metavar="EVENT_ID")

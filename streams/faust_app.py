@@ -39,6 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from processors.context import BudgetTooSmall
 from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
+from schemas.search import time_bounds
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
 from streams.accepted import by_partition, chunks, read_messages, write_log
@@ -293,10 +294,13 @@ def create_app(settings: Settings) -> faust.App:
 
     async def search_here(web: Any, request: Any) -> Any:
         q = request.query
-        opt = lambda name: int(q[name]) if q.get(name) else None  # noqa: E731
+        try:
+            since_ms, until_ms = time_bounds(q)
+        except ValueError as error:
+            return web.json({"error": str(error)}, status=400)
         result = await asyncio.to_thread(
             service.search, q.get("q", ""), q.get("thread"), q.get("kind"), q.get("tool"), q.get("window"),
-            q.get("project"), q.get("after"), opt("since_ms"), opt("until_ms"), int(q.get("limit", "10")),
+            q.get("project"), q.get("after"), since_ms, until_ms, int(q.get("limit", "10")),
         )  # fmt: skip
         return web.json(result)
 

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from schemas.search import time_bounds
 from sinks.base import StoreError
 from streams.metrics import METRICS
 from streams.service import EmbeddedService, NotFound
@@ -28,11 +29,6 @@ class OrjsonResponse(JSONResponse):
 
 def _error(status: int, message: str) -> OrjsonResponse:
     return OrjsonResponse({"error": message}, status_code=status)
-
-
-def _opt_int(request: Request, name: str) -> int | None:
-    value = request.query_params.get(name)
-    return None if value in (None, "") else int(value)
 
 
 def build_app(service: EmbeddedService) -> Starlette:
@@ -86,8 +82,7 @@ def build_app(service: EmbeddedService) -> Starlette:
         q = request.query_params
         return await run_in_threadpool(
             service.search, q.get("q", ""), q.get("thread"), q.get("kind"), q.get("tool"),
-            q.get("window"), q.get("project"), q.get("after"), _opt_int(request, "since_ms"),
-            _opt_int(request, "until_ms"), int(q.get("limit", "10")),
+            q.get("window"), q.get("project"), q.get("after"), *time_bounds(q), int(q.get("limit", "10")),
         )  # fmt: skip
 
     async def get_event(request: Request) -> Any:

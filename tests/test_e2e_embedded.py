@@ -68,6 +68,11 @@ def test_publish_run_then_state_search_read_and_sql_give_the_right_answers(cli_e
     assert all(h["thread_id"] == "t1" for h in hits)
     tool_hits = json.loads(agentlog(cli_env, "search", "src", "--tool", "grep", "--json").stdout)["hits"]
     assert {h["event_id"] for h in tool_hits} == {"e7", "e9"}
+    late = json.loads(agentlog(cli_env, "search", "src", "--since", "2026-01-01T12:00:08Z", "--json").stdout)["hits"]
+    early = json.loads(agentlog(cli_env, "search", "src", "--until", "2026-01-01T13:00:07+01:00", "--json").stdout)["hits"]
+    assert {h["event_id"] for h in late} == {"e9", "e10"} and [h["event_id"] for h in early] == ["e7"]
+    bad = agentlog(cli_env, "search", "src", "--since", "yesterday", check=False)
+    assert bad.returncode == 1 and b"RFC 3339" in bad.stderr
 
     read = json.loads(agentlog(cli_env, "read", "e5", "--json").stdout)
     assert read["event"]["payload"]["output"] == "AssertionError in test_login_redirect"
@@ -141,6 +146,10 @@ def test_read_your_writes_a_search_naming_the_last_event_never_misses_it(server)
         read = httpx.get(f"{url}/events/{eid}").json()
         assert read["event"]["event_id"] == eid
     assert "active" in sources
+    windowed = httpx.get(f"{url}/search", params={"q": "kiwi", "thread": "ryw", "limit": 50,
+                                                  "since": "2026-01-01T12:00:20Z", "until": "2026-01-01T12:00:22Z"})  # fmt: skip
+    assert sorted(h["event_id"] for h in windowed.json()["hits"]) == ["w20", "w21", "w22"]
+    assert httpx.get(f"{url}/search", params={"q": "kiwi", "since": "soon"}).status_code == 400
 
 
 def test_health_and_state_routes(server) -> None:
