@@ -44,8 +44,15 @@ class NotFound(LookupError):
 
 
 def split_records(data: bytes) -> list[bytes]:
-    """JSON lines (blank lines skipped); a body that is one JSON array gives its items."""
+    """JSON lines (blank lines skipped); a body that is one JSON array gives its items, and
+    one object spread over several lines (pretty-printed) is one record."""
     stripped = data.strip()
+    if stripped.startswith(b"{") and b"\n" in stripped:
+        try:
+            orjson.loads(stripped)
+            return [stripped]
+        except orjson.JSONDecodeError:
+            pass  # JSON lines: the first object ends at its line
     if stripped.startswith(b"[") and stripped.endswith(b"]"):
         try:
             items = orjson.loads(stripped)
