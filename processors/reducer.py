@@ -160,7 +160,10 @@ def _error(s: WorkingState, e: Envelope) -> None:
 
 def _forget_synthetic_failure(s: WorkingState, call_id: str) -> None:
     """A real result replaces the synthetic one (SPEC §3): the call was not "missing" after all."""
-    s.failures[:] = [f for f in s.failures if not (f.call_id == call_id and f.status == "missing")]
+    for i, f in enumerate(s.failures):  # a call is synthesized at most once
+        if f.call_id == call_id and f.status == "missing":
+            del s.failures[i]
+            return
 
 
 def _output_head(event: Envelope, pair: ToolPair) -> str:
