@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -31,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("AGENTLOG_INFRA_CACHE", HERE / ".cache"))
 RUN = Path(os.environ.get("AGENTLOG_INFRA_RUN", HERE / ".run"))
 STATE = RUN / "state.json"
+SASL_USER = "agentlog"
 
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.25.3"
@@ -165,15 +167,22 @@ def start_kafka(state: dict[str, dict]) -> None:
     home = RUN / "kafka"
     shutil.rmtree(home, ignore_errors=True)
     (home / "data").mkdir(parents=True)
-    port, controller = free_port(), free_port()
+    port, sasl_port, controller = free_port(), free_port(), free_port()
+    # A second listener with SASL/PLAIN and a password made for this broker, so the
+    # clients' security settings are tested on a real broker too.
+    sasl_password = secrets.token_urlsafe(16)
     props = home / "server.properties"
     props.write_text("\n".join([
         "process.roles=broker,controller", "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{controller}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+        f"CONTROLLER://127.0.0.1:{controller}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
         "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms=PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+        f'required username="{SASL_USER}" password="{sasl_password}" user_{SASL_USER}="{sasl_password}";',
         f"log.dirs={home / 'data'}", "num.partitions=4", "offsets.topic.replication.factor=1",
         "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
         "group.initial.rebalance.delay.ms=0", "auto.create.topics.enable=true",
@@ -197,7 +206,8 @@ def start_kafka(state: dict[str, dict]) -> None:
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     bootstrap = f"127.0.0.1:{port}"
-    state["kafka"] = {"pid": proc.pid, "bootstrap": bootstrap, "log": str(log)}
+    state["kafka"] = {"pid": proc.pid, "bootstrap": bootstrap, "log": str(log),
+                      "sasl_bootstrap": f"127.0.0.1:{sasl_port}", "sasl_password": sasl_password}  # fmt: skip
     save_state(state)
     wait(lambda: kafka_ready(bootstrap), "Kafka", log)
     say(f"kafka ready at {bootstrap} (log {log})")
@@ -253,7 +263,11 @@ def up(services: list[str]) -> None:
         start_opensearch(state)
     state = load_state()
     if "kafka" in state and "kafka" in services:
-        print(f"export AGENTLOG_KAFKA_BOOTSTRAP={state['kafka']['bootstrap']}")
+        kafka = state["kafka"]
+        print(f"export AGENTLOG_KAFKA_BOOTSTRAP={kafka['bootstrap']}")
+        if "sasl_bootstrap" in kafka:  # for the security tests (tests/test_kafka_security.py)
+            print(f"export AGENTLOG_TEST_KAFKA_SASL_BOOTSTRAP={kafka['sasl_bootstrap']} "
+                  f"AGENTLOG_TEST_KAFKA_SASL_USERNAME={SASL_USER} AGENTLOG_TEST_KAFKA_SASL_PASSWORD={kafka['sasl_password']}")
     if "opensearch" in state and "opensearch" in services:
         print(f"export AGENTLOG_OPENSEARCH_URL={state['opensearch']['url']}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from processors.thread import ThreadSnapshot
 from schemas.search import Hit, SearchFilters
@@ -93,6 +94,16 @@ class StateStore(Protocol):
     def close(self) -> None: ...
 
 
+def redact_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 __all__ = [
-    "LogStore", "LoggedEvent", "QueryResult", "SearchIndex", "StateStore", "StoreError",
+    "LogStore", "LoggedEvent", "QueryResult", "SearchIndex", "StateStore", "StoreError", "redact_url",
 ]  # fmt: skip

@@ -16,7 +16,7 @@ import orjson
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from schemas.tables import DDL, MEMORY_DDL, REJECTED_COLUMNS
-from sinks.base import LoggedEvent, QueryResult, StoreError
+from sinks.base import LoggedEvent, QueryResult, StoreError, redact_url
 
 _INSERT_SETTINGS = {"date_time_input_format": "best_effort", "input_format_skip_unknown_fields": 1}
 
@@ -39,7 +39,7 @@ class ClickHouseLogStore:
                 client = clickhouse_connect.get_client(dsn=url, **kwargs)
             except Exception as error:  # noqa: BLE001 - the driver raises many kinds
                 raise StoreError(
-                    f"cannot reach ClickHouse at {url}: {error}. Check AGENTLOG_CLICKHOUSE_URL "
+                    f"cannot reach ClickHouse at {redact_url(url)}: {error}. Check AGENTLOG_CLICKHOUSE_URL "
                     "or unset it to use the embedded chDB log."
                 ) from error
             return cls(client, f"ClickHouse server {url.split('@')[-1]}")

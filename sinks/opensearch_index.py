@@ -20,7 +20,7 @@ from opensearchpy.exceptions import OpenSearchException
 from processors.textsearch import snippet, tokenize
 from schemas.search import Hit, SearchFilters
 from schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
-from sinks.base import StoreError
+from sinks.base import StoreError, redact_url
 
 BULK_DOCS = 5000
 """Documents per bulk request (well under OpenSearch's 100 MB request limit)."""
@@ -62,7 +62,7 @@ class OpenSearchIndex:
                 self._client.indices.create(index=index, body=index_body(refresh_interval))
         except OSConnectionError as error:
             raise StoreError(
-                f"cannot reach OpenSearch at {url}: start it (`eval \"$(infra/up)\"`) or unset "
+                f"cannot reach OpenSearch at {redact_url(url)}: start it (`eval \"$(infra/up)\"`) or unset "
                 "AGENTLOG_OPENSEARCH_URL to use the embedded index"
             ) from error
         except OpenSearchException as error:

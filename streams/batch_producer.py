@@ -16,14 +16,16 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaProducer
 
 from streams.kafka_topics import MAX_MESSAGE_BYTES
+from streams.security import KafkaSecurity
 
 # Under the max.message.bytes of the changelog topics (streams.kafka_topics).
 MAX_BATCH_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 
 class BatchProducer:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: KafkaSecurity = KafkaSecurity()) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.producer: AIOKafkaProducer | None = None
 
     async def _started(self) -> AIOKafkaProducer:
@@ -31,7 +33,7 @@ class BatchProducer:
         if self.producer is None:
             self.producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
                                              max_batch_size=MAX_BATCH_BYTES, max_request_size=MAX_MESSAGE_BYTES,
-                                             linger_ms=0)  # fmt: skip
+                                             linger_ms=0, **self.security.aiokafka())  # fmt: skip
             await self.producer.start()
         return self.producer
 

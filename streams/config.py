@@ -14,6 +14,7 @@ from pathlib import Path
 
 from processors.thread import PairingConfig
 from schemas.events import MAX_EVENT_BYTES
+from streams.security import KafkaSecurity
 
 _ENV = {
     "data_dir": "AGENTLOG_DATA_DIR",
@@ -38,6 +39,21 @@ _ENV = {
     "session_timeout_seconds": "AGENTLOG_SESSION_TIMEOUT_SECONDS",
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
+    # Security of each server (streams.security); passwords stay out of every repr.
+    "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
+    "kafka_sasl_mechanism": "AGENTLOG_KAFKA_SASL_MECHANISM",
+    "kafka_sasl_username": "AGENTLOG_KAFKA_SASL_USERNAME",
+    "kafka_sasl_password": "AGENTLOG_KAFKA_SASL_PASSWORD",
+    "kafka_ssl_cafile": "AGENTLOG_KAFKA_SSL_CAFILE",
+    "kafka_ssl_certfile": "AGENTLOG_KAFKA_SSL_CERTFILE",
+    "kafka_ssl_keyfile": "AGENTLOG_KAFKA_SSL_KEYFILE",
+    "opensearch_username": "AGENTLOG_OPENSEARCH_USERNAME",
+    "opensearch_password": "AGENTLOG_OPENSEARCH_PASSWORD",
+    "opensearch_ca_certs": "AGENTLOG_OPENSEARCH_CA_CERTS",
+    "opensearch_verify_certs": "AGENTLOG_OPENSEARCH_VERIFY_CERTS",
+    "clickhouse_username": "AGENTLOG_CLICKHOUSE_USERNAME",
+    "clickhouse_password": "AGENTLOG_CLICKHOUSE_PASSWORD",
+    "clickhouse_ca_certs": "AGENTLOG_CLICKHOUSE_CA_CERTS",
 }
 
 
@@ -68,6 +84,20 @@ class Settings:
     auto_compact: bool = True
     summary_url: str | None = None
     summary_model: str = "gpt-4o-mini"
+    kafka_security_protocol: str = "PLAINTEXT"  # SSL, SASL_PLAINTEXT, SASL_SSL
+    kafka_sasl_mechanism: str = "PLAIN"  # SCRAM-SHA-256, SCRAM-SHA-512
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = field(default=None, repr=False)
+    kafka_ssl_cafile: str | None = None
+    kafka_ssl_certfile: str | None = None
+    kafka_ssl_keyfile: str | None = None
+    opensearch_username: str | None = None
+    opensearch_password: str | None = field(default=None, repr=False)
+    opensearch_ca_certs: str | None = None
+    opensearch_verify_certs: bool = True
+    clickhouse_username: str | None = None
+    clickhouse_password: str | None = field(default=None, repr=False)
+    clickhouse_ca_certs: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -99,9 +129,22 @@ class Settings:
                 kwargs[name] = str(value)
         return cls(**kwargs)  # type: ignore[arg-type]
 
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that give a child process these settings."""
+        out: dict[str, str] = {}
+        for name, var in _ENV.items():
+            value = getattr(self, name)
+            if value is not None:
+                out[var] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
     @property
     def distributed(self) -> bool:
         return bool(self.kafka_bootstrap)
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        return KafkaSecurity.of(self)
 
     @property
     def pairing(self) -> PairingConfig:

@@ -62,6 +62,7 @@ def create_app(settings: Settings) -> faust.App:
     app = faust.App(
         f"agentlog-{ns}" if ns else "agentlog",
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=settings.kafka_security.faust_credentials(),
         store=settings.faust_store,
         topic_partitions=settings.partitions,
         datadir=str(settings.path("faust")),
@@ -101,7 +102,7 @@ def create_app(settings: Settings) -> faust.App:
 
     # The next source offset to process per partition (streams.offset_guard).
     expected: dict[int, int] = {}
-    skipped = RangeReader(settings.kafka_bootstrap or "", events.get_topic_name())
+    skipped = RangeReader(settings.kafka_bootstrap or "", events.get_topic_name(), settings.kafka_security)
 
     # Between an assignment and the end of its table recovery the tables are incomplete:
     # queries then answer 503 (try again), never a wrong "no events for thread".
@@ -163,7 +164,7 @@ def create_app(settings: Settings) -> faust.App:
             await asyncio.sleep(0.01)
         return None
 
-    changelogs = BatchProducer(settings.kafka_bootstrap or "")
+    changelogs = BatchProducer(settings.kafka_bootstrap or "", settings.kafka_security)
 
     def changelog_key(table: Any, key: str) -> bytes:
         """A table key as faust encodes it in the changelog (its recovery reads them back)."""
@@ -242,7 +243,8 @@ def create_app(settings: Settings) -> faust.App:
     # Two sinks on the accepted topic, each with its own committed offsets, so an index
     # outage does not hold up the log.
     group = f"agentlog-{ns}" if ns else "agentlog"
-    feeds = {name: SinkFeed(settings.kafka_bootstrap or "", accepted.get_topic_name(), f"{group}-{name}-sink")
+    feeds = {name: SinkFeed(settings.kafka_bootstrap or "", accepted.get_topic_name(), f"{group}-{name}-sink",
+                              security=settings.kafka_security)
              for name in ("log", "index")}  # fmt: skip
 
     async def write_log_batch(batch: list[bytes]) -> None:
@@ -387,7 +389,8 @@ def create_app(settings: Settings) -> faust.App:
 
 def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     """``agentlog run`` in the distributed deployment: one faust worker."""
-    ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace)  # type: ignore[arg-type]
+    ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace,  # type: ignore[arg-type]
+                  settings.kafka_security)
     app = create_app(settings)
     # The index sink logs one line per failed attempt with the reason; the client's own
     # per-request warnings would repeat it for every retry of every connection.

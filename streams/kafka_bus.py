@@ -15,13 +15,14 @@ from streams.service import PublishReport, check_records, split_records
 class KafkaPublisher:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace)  # type: ignore[arg-type]
+        ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace,  # type: ignore[arg-type]
+                  settings.kafka_security)
         self.events_topic = topic(EVENTS, settings.kafka_namespace)
         self.dlq_topic = topic(DLQ, settings.kafka_namespace)
         self.producer = KafkaProducer(
             bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
             compression_type="gzip", linger_ms=5, batch_size=256 * 1024, retries=5,
-            max_request_size=settings.max_event_bytes + 64 * 1024,
+            max_request_size=settings.max_event_bytes + 64 * 1024, **settings.kafka_security.kafka_python(),
         )  # fmt: skip
 
     def publish(self, data: bytes) -> PublishReport:

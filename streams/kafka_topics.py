@@ -4,7 +4,10 @@ consumer that subscribes to a missing topic ignores it until the next rebalance)
 from __future__ import annotations
 
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from sinks.base import StoreError
+from streams.security import KafkaSecurity
 
 EVENTS = "agent.events"
 DLQ = "agent.events.dlq"
@@ -20,9 +23,17 @@ def topic(name: str, namespace: str = "") -> str:
     return f"{namespace}.{name}" if namespace else name
 
 
-def ensure_topics(bootstrap: str, partitions: int, namespace: str = "") -> None:
+def ensure_topics(bootstrap: str, partitions: int, namespace: str = "",
+                  security: KafkaSecurity = KafkaSecurity()) -> None:  # fmt: skip
     names = [topic(n, namespace) for n in (EVENTS, DLQ, ACCEPTED)]
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="agentlog-admin")
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="agentlog-admin", **security.kafka_python())
+    except KafkaError as error:  # kafka-python reports a refused login as a bootstrap timeout
+        raise StoreError(
+            f"cannot connect to Kafka at {bootstrap} over {security.protocol} ({error}): check "
+            "AGENTLOG_KAFKA_BOOTSTRAP and AGENTLOG_KAFKA_SECURITY_PROTOCOL"
+            + (", and AGENTLOG_KAFKA_SASL_USERNAME/PASSWORD (a wrong password looks like this too)" if security.sasl else "")
+        ) from error
     try:
         existing = set(admin.list_topics())
         config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}

@@ -18,11 +18,12 @@ def pull_events(settings: Settings, bus: SqliteEventBus) -> int:
     """Copy what the events topic holds now (up to its end offsets at the call) into
     ``bus``; returns how many records were copied."""
     name = topic(EVENTS, settings.kafka_namespace)
-    ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace)  # type: ignore[arg-type]
+    ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace,  # type: ignore[arg-type]
+                  settings.kafka_security)
     group = f"agentlog-memory-{settings.kafka_namespace}" if settings.kafka_namespace else "agentlog-memory"
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group,
                              enable_auto_commit=False, auto_offset_reset="earliest",
-                             max_partition_fetch_bytes=8 * 1024 * 1024)  # fmt: skip
+                             max_partition_fetch_bytes=8 * 1024 * 1024, **settings.kafka_security.kafka_python())  # fmt: skip
     try:
         tps = [TopicPartition(name, p) for p in sorted(consumer.partitions_for_topic(name) or ())]
         consumer.assign(tps)

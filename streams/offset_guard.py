@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processors.pipeline import Record
 from streams.kafka_topics import MAX_MESSAGE_BYTES
+from streams.security import KafkaSecurity
 
 log = logging.getLogger("agentlog.faust")
 
@@ -41,15 +42,17 @@ def missing_ranges(expected: dict[int, int], records: Sequence[Record]) -> list[
 class RangeReader:
     """Reads offset ranges of one topic with a plain consumer of no group."""
 
-    def __init__(self, bootstrap: str, topic_name: str) -> None:
+    def __init__(self, bootstrap: str, topic_name: str, security: KafkaSecurity = KafkaSecurity()) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.topic = topic_name
         self.consumer: AIOKafkaConsumer | None = None
 
     async def read(self, partition: int, start: int, end: int, timeout_s: float = 60.0) -> list[Record]:
         if self.consumer is None:
             self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                             max_partition_fetch_bytes=MAX_MESSAGE_BYTES)  # fmt: skip
+                                             max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+                                             **self.security.aiokafka())  # fmt: skip
             await self.consumer.start()
         tp = TopicPartition(self.topic, partition)
         self.consumer.assign([tp])

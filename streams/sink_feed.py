@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from streams.kafka_topics import MAX_MESSAGE_BYTES
+from streams.security import KafkaSecurity
 
 log = logging.getLogger("agentlog.sinks")
 
@@ -33,8 +34,10 @@ RETRY_MAX_S = 5.0
 
 
 class SinkFeed:
-    def __init__(self, bootstrap: str, topic_name: str, group_id: str, max_records: int = 64) -> None:
+    def __init__(self, bootstrap: str, topic_name: str, group_id: str, max_records: int = 64,
+                 security: KafkaSecurity = KafkaSecurity()) -> None:  # fmt: skip
         self.topic = topic_name
+        self.security = security
         self.max_records = max_records
         self.bootstrap = bootstrap
         self.group_id = group_id
@@ -48,7 +51,7 @@ class SinkFeed:
             self.consumer = AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap, group_id=self.group_id, enable_auto_commit=False,
                 auto_offset_reset="earliest", max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-                fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+                fetch_max_bytes=4 * MAX_MESSAGE_BYTES, **self.security.aiokafka(),
             )  # fmt: skip
             await self.consumer.start()
             self._started = True

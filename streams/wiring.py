@@ -5,11 +5,12 @@ from __future__ import annotations
 from sinks.base import LogStore, SearchIndex
 from sinks.clickhouse import ClickHouseLogStore
 from streams.config import Settings
+from streams.security import clickhouse_options, opensearch_options
 
 
 def open_log_store(settings: Settings) -> LogStore:
     """A ClickHouse server if ``AGENTLOG_CLICKHOUSE_URL`` names one, else chDB in the data directory."""
-    return ClickHouseLogStore.open(settings.clickhouse_url, str(settings.path("log")))
+    return ClickHouseLogStore.open(settings.clickhouse_url, str(settings.path("log")), **clickhouse_options(settings))
 
 
 def open_search_index(settings: Settings) -> SearchIndex:
@@ -17,7 +18,7 @@ def open_search_index(settings: Settings) -> SearchIndex:
     if settings.opensearch_url:
         from sinks.opensearch_index import OpenSearchIndex  # noqa: PLC0415 - optional dependency
 
-        return OpenSearchIndex(settings.opensearch_url, settings.opensearch_index)
+        return OpenSearchIndex(settings.opensearch_url, settings.opensearch_index, **opensearch_options(settings))
     from sinks.tantivy_index import TantivySearchIndex  # noqa: PLC0415
 
     return TantivySearchIndex(str(settings.path("index")))

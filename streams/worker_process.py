@@ -20,11 +20,7 @@ def free_port() -> int:
 def worker_env(settings: Settings) -> dict[str, str]:
     """The environment of a user of this distributed deployment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(AGENTLOG_DATA_DIR=str(settings.data_dir), AGENTLOG_KAFKA_BOOTSTRAP=settings.kafka_bootstrap or "",
-               AGENTLOG_OPENSEARCH_URL=settings.opensearch_url or "", AGENTLOG_OPENSEARCH_INDEX=settings.opensearch_index,
-               AGENTLOG_KAFKA_NAMESPACE=settings.kafka_namespace, AGENTLOG_WORKER_PORT=str(settings.worker_port),
-               AGENTLOG_PARTITIONS=str(settings.partitions), AGENTLOG_DEDUP_HORIZON=str(settings.dedup_horizon),
-               AGENTLOG_SESSION_TIMEOUT_SECONDS=str(settings.session_timeout_seconds))  # fmt: skip
+    env.update(settings.to_env())
     return env
 
 
