@@ -241,12 +241,17 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    with backend(settings) as svc:
-        update, done = _progress("rebuilding")
-        try:
-            result = svc.rebuild(update)
-        finally:
-            done()
+    update, done = _progress("rebuilding")
+    try:
+        if settings.distributed:  # the workers are stopped: the stores are opened here
+            from streams.kafka_rebuild import rebuild_on_kafka  # noqa: PLC0415 - needs faust
+
+            result = rebuild_on_kafka(settings, update)
+        else:
+            with backend(settings) as svc:
+                result = svc.rebuild(update)
+    finally:
+        done()
     if args.json:
         _print_json(result)
     else:
@@ -377,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--high-risk", action="append", metavar="KEY_GLOB",
                    help="for consolidate: keys whose fallback value becomes 'unknown, needs check'")
     p.add_argument("--pause-before-publish", type=float, default=0.0, help=argparse.SUPPRESS)
-    add("rebuild", cmd_rebuild, "replay the log into state, pairs and index (with a progress bar)")
+    add("rebuild", cmd_rebuild, "replay the log into state, pairs and index (with a progress bar); "
+        "on Kafka, stop the workers first: it writes the snapshots the workers restore")
     p = add("bench", cmd_bench, "measure throughput and latency percentiles of the hot paths", json_flag=False)
     p.add_argument("--events", type=int, default=200_000, help="events for the pipeline benchmark")
     p.add_argument("--threads", type=int, default=1_000, help="threads they spread over")
@@ -401,12 +407,6 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()
     try:
         settings = Settings.from_env()
-        if settings.distributed and args.command == "rebuild":
-            raise UsageError(
-                "`agentlog rebuild` is not available on the Kafka deployment: its state tables are "
-                "rebuilt from their changelog topics when a worker starts; unset "
-                "AGENTLOG_KAFKA_BOOTSTRAP to rebuild an embedded data directory"
-            )
         return int(args.fn(args, settings))
     except NotFound as error:
         print(f"agentlog: not found: {error}", file=sys.stderr)

@@ -57,7 +57,9 @@ from streams.worker_service import Unlogged, WorkerService
 
 log = logging.getLogger("agentlog.faust")
 
-def create_app(settings: Settings) -> faust.App:
+def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
+    """The worker's faust app and its two tables (thread snapshots, dedup ids), declared
+    once for the worker and for ``agentlog rebuild`` (which writes the state changelog)."""
     ns = settings.kafka_namespace
     app = faust.App(
         f"agentlog-{ns}" if ns else "agentlog",
@@ -75,17 +77,29 @@ def create_app(settings: Settings) -> faust.App:
         consumer_max_fetch_size=MAX_MESSAGE_BYTES,
         autodiscover=False,
     )
-    events = app.topic(topic(EVENTS, ns), key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
-    dlq = app.topic(topic(DLQ, ns), key_serializer="raw", value_serializer="raw")
-    accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
-                         partitions=settings.partitions)  # fmt: skip
-    written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0}
     # Changelogs take messages as large as the other topics (a long thread's snapshot).
     changelog_config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
     states = app.Table("agentlog-state", default=None, key_type=str, value_type=bytes,
                        partitions=settings.partitions, extra_topic_configs=changelog_config)  # fmt: skip
     seen_table = app.Table("agentlog-seen", default=None, key_type=str, value_type=bytes,
                            partitions=settings.partitions, extra_topic_configs=changelog_config)  # fmt: skip
+    return app, states, seen_table
+
+
+def changelog_key(app: faust.App, table: Any, key: str) -> bytes:
+    """A table key as faust encodes it in the changelog (its recovery reads them back)."""
+    changelog = table.changelog_topic
+    return app.serializers.dumps_key(changelog.key_type, key, serializer=changelog.key_serializer)
+
+
+def create_app(settings: Settings) -> faust.App:
+    ns = settings.kafka_namespace
+    app, states, seen_table = declare_app(settings)
+    events = app.topic(topic(EVENTS, ns), key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
+    dlq = app.topic(topic(DLQ, ns), key_serializer="raw", value_serializer="raw")
+    accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
+                         partitions=settings.partitions)  # fmt: skip
+    written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0}
 
     def load(thread_id: str) -> ThreadSnapshot | None:
         raw = states.get(thread_id)
@@ -166,11 +180,6 @@ def create_app(settings: Settings) -> faust.App:
 
     changelogs = BatchProducer(settings.kafka_bootstrap or "", settings.kafka_security)
 
-    def changelog_key(table: Any, key: str) -> bytes:
-        """A table key as faust encodes it in the changelog (its recovery reads them back)."""
-        changelog = table.changelog_topic
-        return app.serializers.dumps_key(changelog.key_type, key, serializer=changelog.key_serializer)
-
     async def delivered(sends: list[Any]) -> None:
         """Hand every message to the producer at once, then wait until all are acked."""
         await asyncio.gather(*await asyncio.gather(*sends))
@@ -218,7 +227,7 @@ def create_app(settings: Settings) -> faust.App:
                     for thread_id in group["threads"]:
                         value = pipeline.threads[thread_id].snapshot().model_dump_json().encode()
                         states.data[thread_id] = value
-                        messages.append((changelog_key(states, thread_id), value))
+                        messages.append((changelog_key(app, states, thread_id), value))
                 finally:
                     _current_event.reset(token)
                 futures += await changelogs.send(states.changelog_topic.get_topic_name(), p, messages)
@@ -231,7 +240,7 @@ def create_app(settings: Settings) -> faust.App:
                 finally:
                     _current_event.reset(token)
                 futures += await changelogs.send(seen_table.changelog_topic.get_topic_name(), p,
-                                                 [(changelog_key(seen_table, k), v) for k, v in records])  # fmt: skip
+                                                 [(changelog_key(app, seen_table, k), v) for k, v in records])  # fmt: skip
             await asyncio.gather(*futures)
             written["processed"] += len(result.applied)
             METRICS.processed(result)
@@ -242,7 +251,7 @@ def create_app(settings: Settings) -> faust.App:
 
     # Two sinks on the accepted topic, each with its own committed offsets, so an index
     # outage does not hold up the log.
-    group = f"agentlog-{ns}" if ns else "agentlog"
+    group = app.conf.id  # faust's own consumer group; the sinks' groups are named after it
     feeds = {name: SinkFeed(settings.kafka_bootstrap or "", accepted.get_topic_name(), f"{group}-{name}-sink",
                               security=settings.kafka_security)
              for name in ("log", "index")}  # fmt: skip
@@ -400,4 +409,4 @@ def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     return 0
 
 
-__all__ = ["create_app", "run_worker"]
+__all__ = ["changelog_key", "create_app", "declare_app", "run_worker"]

@@ -20,8 +20,7 @@ from typing import Any
 import orjson
 
 from processors.compaction import Summariser
-from processors.pipeline import MemorySeen, Pipeline, Record
-from processors.records import active_hits, search_docs
+from processors.records import active_hits
 from processors.textsearch import tokenize
 from processors.validation import Rejection, validate
 from schemas.events import Envelope
@@ -33,6 +32,7 @@ from sinks.sqlite_state import SqliteStateStore
 from streams.bus import SqliteEventBus
 from streams.config import Settings
 from streams.driver import EmbeddedDriver
+from streams.rebuild import replay_log
 from streams.wiring import open_log_store, open_search_index
 from streams.metrics import METRICS
 
@@ -311,37 +311,14 @@ class EmbeddedService:
         with self.lock:
             self.driver.run_until_idle()
             positions = {"events": self.driver.events_pos, "dlq": self.driver.dlq_pos}
-            total = self.log.count_events()
             self.states.reset()
-            self.index.clear()
-            self.log.truncate_derived()
-            pipeline = Pipeline(MemorySeen(), lambda _t: None, self.settings.pairing)
-            done = 0
-            batch: list[Record] = []
-
-            def flush() -> None:
-                result = pipeline.process(batch)
-                self.log.upsert_pairs([p.row() for p in result.pairs])
-                self.index.add(search_docs(result.applied))
-                batch.clear()
-
-            for logged in self.log.replay():
-                batch.append(Record(logged.partition, logged.offset, logged.raw))
-                if len(batch) >= 5000:
-                    done += len(batch)
-                    flush()
-                    if on_progress:
-                        on_progress(done, total)
-            done += len(batch)
-            flush()
-            if on_progress:
-                on_progress(done, total)
-            self.index.refresh()
+            replay = replay_log(self.log, self.index, self.settings.pairing, on_progress)
+            threads = replay.pipeline.threads
             self.states.checkpoint(
-                [tp.snapshot() for tp in pipeline.threads.values()], list(pipeline.seen.ids), positions  # type: ignore[attr-defined]
+                [tp.snapshot() for tp in threads.values()], list(replay.pipeline.seen.ids), positions  # type: ignore[attr-defined]
             )
             self.driver = self._new_driver()
-        return {"events": done, "threads": len(pipeline.threads)}
+        return {"events": replay.events, "threads": len(threads)}
 
     def _memory_store(self) -> MemoryStore:
         if self._memory is None:

@@ -520,3 +520,62 @@ def test_the_workers_dedup_ids_stay_within_their_horizon_and_still_catch_recent_
         publisher.close()
         stop_worker(restarted)
         drop_index(settings)
+
+
+def test_rebuild_on_kafka_replays_the_log_into_the_state_the_workers_restore(
+    tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
+) -> None:
+    from kafka import KafkaProducer  # noqa: PLC0415
+
+    from processors.pipeline import Pipeline, Record  # noqa: PLC0415
+    from streams.faust_app import changelog_key, declare_app  # noqa: PLC0415
+
+    settings = kafka_settings(tmp_path / "rb", kafka_bootstrap, opensearch_url, partitions=2)
+    lines, info = sample_session()
+    publisher = KafkaPublisher(settings)
+    publisher.publish(b"\n".join(lines))
+    publisher.close()
+    env = worker_env(settings)
+    cli = [sys.executable, "-m", "streams.cli"]
+    sql = "SELECT thread_id, call_id, orphan_event_id, status, synthetic, latency_ms FROM tool_calls FINAL ORDER BY ALL"
+    base = f"http://127.0.0.1:{settings.worker_port}"
+    worker = start_worker(settings)
+    try:
+        wait_written(settings, worker, info["distinct_events"], 2)
+        settle(settings)
+        threads = [r[0] for r in httpx.post(f"{base}/sql", json={"sql": "SELECT DISTINCT thread_id FROM events"},
+                                            timeout=30).json()["rows"]]  # fmt: skip
+        before = {t: state_when_served(settings, t) for t in threads}
+        pairs_before = httpx.post(f"{base}/sql", json={"sql": sql}, timeout=30).json()["rows"]
+        victim = "demo-docs"
+        partition = httpx.post(f"{base}/sql", json={"sql": f"SELECT any(partition) FROM events WHERE thread_id = '{victim}'"},
+                               timeout=30).json()["rows"][0][0]  # fmt: skip
+        running = subprocess.run([*cli, "rebuild"], env=env, capture_output=True, timeout=300)
+        assert running.returncode == 1 and b"stop every `agentlog run`" in running.stderr, running.stderr
+    finally:
+        stop_worker(worker)
+
+    # A faulty release saved a wrong snapshot for one thread: rebuild replaces it from the log.
+    wrong = Pipeline()
+    wrong.process([Record(partition, 0, compact_json({"event_id": "bad", "thread_id": victim, "kind": "goal",
+                                                      "ts": "2026-11-30T00:00:00Z", "payload": {"text": "WRONG"}}))])  # fmt: skip
+    app, states, _seen = declare_app(settings)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    producer.send(states.changelog_topic.get_topic_name(), key=changelog_key(app, states, victim),
+                  value=wrong.threads[victim].snapshot().model_dump_json().encode(), partition=partition).get(30)  # fmt: skip
+    producer.close()
+
+    rebuilt = json.loads(subprocess.run([*cli, "rebuild", "--json"], env=env, capture_output=True, check=True,
+                                        timeout=600).stdout)  # fmt: skip
+    assert rebuilt == {"events": info["distinct_events"], "threads": len(threads)}
+    worker = start_worker(settings)
+    try:
+        wait_written(settings, worker, 0, 0)  # serving
+        after = {t: state_when_served(settings, t) for t in threads}
+        assert after[victim]["goal"] == before[victim]["goal"] and after == before
+        assert httpx.post(f"{base}/sql", json={"sql": sql}, timeout=30).json()["rows"] == pairs_before
+        hits = httpx.get(f"{base}/search", params={"q": "runbook", "limit": 50}, timeout=30).json()["hits"]
+        assert hits and {h["source"] for h in hits} == {"index"}
+    finally:
+        stop_worker(worker)
+        drop_index(settings)

@@ -1,0 +1,92 @@
+"""``agentlog rebuild`` on the Kafka deployment: the log replayed into the state table.
+
+The workers' state lives in the ``agentlog-state`` table, whose durable form is its
+changelog topic. Rebuilding writes each thread's replayed snapshot there (on the
+thread's own partition, keyed as faust keys it), empties and refills ``tool_calls``
+and the search index, and leaves the dedup table and the committed offsets alone: they
+describe the same applied events as the log, once the log sink has caught up. Workers
+read the new snapshots when they next restore the table.
+
+Two checks come first, each with what to do: no worker may be running (it would
+overwrite the snapshots from memory), and the log sink must have written everything
+the processors forwarded (else the log is missing applied events, and the rebuilt
+state would miss them).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
+
+from sinks.base import StoreError
+from streams.config import Settings
+from streams.faust_app import changelog_key, declare_app
+from streams.kafka_topics import ACCEPTED, MAX_MESSAGE_BYTES, topic
+from streams.rebuild import Progress, replay_log
+from streams.wiring import open_log_store, open_search_index
+
+log = logging.getLogger("agentlog.rebuild")
+
+
+def rebuild_on_kafka(settings: Settings, on_progress: Progress | None = None) -> dict[str, int]:
+    app, states, _seen = declare_app(settings)
+    group = app.conf.id
+    kafka = {"bootstrap_servers": settings.kafka_bootstrap, **settings.kafka_security.kafka_python()}
+    admin = KafkaAdminClient(client_id="agentlog-rebuild", **kafka)
+    try:
+        _refuse_while_workers_run(admin, group)
+        _require_log_caught_up(admin, kafka, f"{group}-log-sink", topic(ACCEPTED, settings.kafka_namespace))
+    finally:
+        admin.close()
+    log_store, index = open_log_store(settings), open_search_index(settings)
+    try:
+        replay = replay_log(log_store, index, settings.pairing, on_progress)
+    finally:
+        log_store.close()
+        index.close()
+    producer = KafkaProducer(acks="all", enable_idempotence=True, max_request_size=MAX_MESSAGE_BYTES, **kafka)
+    changelog = states.changelog_topic.get_topic_name()
+    try:
+        for thread_id, processor in replay.pipeline.threads.items():
+            producer.send(changelog, key=changelog_key(app, states, thread_id),
+                          value=processor.snapshot().model_dump_json().encode(),
+                          partition=replay.partition_of[thread_id])  # fmt: skip
+        producer.flush()
+    finally:
+        producer.close()
+    log.info("rebuilt %d threads from %d logged events into %s", len(replay.pipeline.threads), replay.events, changelog)
+    return {"events": replay.events, "threads": len(replay.pipeline.threads)}
+
+
+def _refuse_while_workers_run(admin: KafkaAdminClient, group: str) -> None:
+    # Every worker is a member of faust's group (the sink feeds assign their partitions).
+    members = admin.describe_groups([group])[group]["members"]
+    if members:
+        raise StoreError(
+            f"{len(members)} agentlog worker(s) are consuming as group {group!r}: stop every "
+            "`agentlog run` of this deployment first (a running worker would overwrite the rebuilt "
+            "state with its own), then rebuild and start them again"
+        )
+
+
+def _require_log_caught_up(admin: KafkaAdminClient, kafka: dict, sink_group: str, accepted: str) -> None:
+    committed = admin.list_group_offsets(sink_group).get(sink_group, {})
+    consumer = KafkaConsumer(**kafka)
+    try:
+        partitions = [TopicPartition(accepted, p) for p in sorted(consumer.partitions_for_topic(accepted) or ())]
+        ends = consumer.end_offsets(partitions) if partitions else {}
+    finally:
+        consumer.close()
+    behind = {tp.partition: end - (committed[tp].offset if tp in committed else 0)
+              for tp, end in ends.items() if end > (committed[tp].offset if tp in committed else 0)}  # fmt: skip
+    if behind:
+        raise StoreError(
+            f"the log is behind what the processors applied ({sum(behind.values())} accepted batches not yet "
+            f"written, partitions {sorted(behind)}): start a worker until its /healthz shows the log caught "
+            "up, stop it, then rebuild"
+        )
+
+
+__all__ = ["rebuild_on_kafka"]

@@ -1,0 +1,58 @@
+"""Replaying the immutable log (SPEC §3: the state and the index are projections of it).
+
+Both deployments' ``agentlog rebuild`` run the log through a fresh pipeline with this;
+they differ only in where the resulting thread snapshots go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from processors.pipeline import MemorySeen, Pipeline, Record
+from processors.records import search_docs
+from processors.thread import PairingConfig
+from sinks.base import LogStore, SearchIndex
+
+REPLAY_BATCH = 5000
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Replay:
+    pipeline: Pipeline
+    events: int = 0
+    partition_of: dict[str, int] = field(default_factory=dict)
+    """Each thread's source partition (where its changelog records belong on Kafka)."""
+
+
+def replay_log(log: LogStore, index: SearchIndex, pairing: PairingConfig, on_progress: Progress | None = None) -> Replay:
+    """Empty the derived table and the index, then replay every logged event through a
+    fresh pipeline, writing pair rows and search documents as it goes."""
+    total = log.count_events()
+    log.truncate_derived()
+    index.clear()
+    replay = Replay(Pipeline(MemorySeen(), lambda _t: None, pairing))
+    batch: list[Record] = []
+
+    def flush() -> None:
+        result = replay.pipeline.process(batch)
+        log.upsert_pairs([p.row() for p in result.pairs])
+        index.add(search_docs(result.applied))
+        replay.events += len(batch)
+        batch.clear()
+        if on_progress:
+            on_progress(replay.events, total)
+
+    for logged in log.replay():
+        batch.append(Record(logged.partition, logged.offset, logged.raw))
+        replay.partition_of[logged.thread_id] = logged.partition
+        if len(batch) >= REPLAY_BATCH:
+            flush()
+    flush()
+    index.refresh()
+    return replay
+
+
+__all__ = ["Replay", "replay_log"]
