@@ -142,9 +142,11 @@ class Memory:
         ]  # fmt: skip
         return {"version": version, "project": project, "facts": items}
 
-    def revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
-        """Withdraw a source: a ``revoke`` event in its thread (so the log has it) and a
-        revocation the next consolidation applies."""
+    def revoke(self, event_id: str, reason: str | None = None, lease_s: float = 60.0) -> dict[str, Any]:
+        """Withdraw a source: a ``revoke`` event in its thread (so the log has it), then a
+        consolidation under the lease, so the published view is rebuilt without it at once
+        (SPEC §6). If another consolidation holds the lease, the revocation waits for the
+        next one, and ``view`` says so."""
         self.pull()
         target = self.bus.find(event_id)
         parsed = validate(target.value) if target is not None else None
@@ -164,7 +166,8 @@ class Memory:
         else:
             publish_to(self.bus, body, self.settings.max_event_bytes)
         self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason))
-        return {"revoked": event_id, "revoke_event_id": revoke_id}
+        view = self.consolidate(lease_s=lease_s)
+        return {"revoked": event_id, "revoke_event_id": revoke_id, "view": view}
 
     def status(self) -> dict[str, Any]:
         self.pull()

@@ -87,6 +87,35 @@ def test_the_seed_example_java_8_then_17_then_revoking_17_brings_back_8_needing_
     assert f["value"] is None and f["status"] == "unknown" and "unknown, needs check" in f["note"]
 
 
+def test_a_revoke_rebuilds_the_published_view_without_its_source_at_once(settings: Settings, mem: Memory) -> None:
+    publish(settings,
+            fact("obs-8", "java.version", "8", "tool_observed", 0, thread="old"),
+            fact("user-17", "java.version", "17", "user_confirmed", 3600, thread="new"))  # fmt: skip
+    mem.extract()
+    mem.consolidate()
+    result = mem.revoke("user-17", "wrong build")
+    assert result["view"]["published"] is True and result["view"]["version"] == 2
+    (f,) = mem.show("svc", "java.version")["facts"]  # no consolidation run by hand in between
+    assert (f["value"], f["status"], f["revoked"]) == ("8", "needs_refresh", ["user-17"])
+
+
+def test_a_revoke_while_another_consolidation_holds_the_lease_waits_for_the_next_one(settings: Settings) -> None:
+    publish(settings, fact("obs-8", "java.version", "8", "tool_observed", 0),
+            fact("user-17", "java.version", "17", "user_confirmed", 3600))  # fmt: skip
+    clock = FakeClock()
+    mem = Memory(settings, clock)
+    mem.extract()
+    mem.consolidate()
+    assert mem.store.acquire("someone-else", mem.clock(), 60.0) is not None
+    result = mem.revoke("user-17")
+    assert result["view"]["published"] is False and "someone-else" in result["view"]["reason"]
+    assert mem.show("svc", "java.version")["facts"][0]["value"] == "17"  # not yet rebuilt: fenced
+    clock.now += 120  # the other holder's lease expires
+    mem.consolidate()
+    assert mem.show("svc", "java.version")["facts"][0]["value"] == "8"
+    mem.close()
+
+
 def test_a_web_page_asking_to_write_the_api_key_into_memory_becomes_no_instruction_and_the_key_leaks_nowhere(
     settings: Settings, mem: Memory, service,
 ) -> None:
