@@ -244,7 +244,7 @@ def assemble(
             kept_system.append(msg)
             remaining -= cost
             sections.append({"name": "memory", "tokens": cost, "content": text})
-    recall_msg = None
+    recall_msg, recall_section = None, None
     # Search finds orphans too (the log keeps them searchable); a model never sees one.
     recall = [h for h in recall or [] if h["event_id"] not in (orphans or ())]
     if recall:
@@ -260,8 +260,8 @@ def assemble(
         if lines:
             recall_msg = {"role": "system", "content": "Recalled evidence (read an id for the whole event):\n" + "\n".join(lines)}
             remaining -= message_tokens(counter, recall_msg)
-            sections.append({"name": "recall", "tokens": message_tokens(counter, recall_msg),
-                             "hits": [h["event_id"] for h in recall if h["event_id"] not in dropped["recall"]]})  # fmt: skip
+            recall_section = {"name": "recall", "tokens": message_tokens(counter, recall_msg),
+                              "hits": [h["event_id"] for h in recall if h["event_id"] not in dropped["recall"]]}  # fmt: skip
     chosen: list[Unit] = []
     full = False  # the window stays contiguous: once a unit does not fit, older ones go too
     for unit in reversed(units):
@@ -277,6 +277,10 @@ def assemble(
     recent = [m for u in chosen for m in u.messages]
     sections.append({"name": "recent", "tokens": sum(u.tokens for u in chosen),
                      "event_ids": [i for u in chosen for i in u.event_ids]})  # fmt: skip
+    if recall_section:
+        sections.append(recall_section)  # SPEC §4's order: pinned, state, summary, recent, recall
+    # The messages end with the conversation (its newest turn last), so the recalled
+    # evidence goes in just before it, as system context.
     messages = [pinned, *kept_system, *([recall_msg] if recall_msg else []), *recent]
     used = sum(message_tokens(counter, m) for m in messages)
     return ContextResult(sections, messages, {

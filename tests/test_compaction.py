@@ -249,7 +249,7 @@ def test_a_window_switch_starts_a_fresh_window_without_summary_and_the_state_car
     ]))  # fmt: skip
     service.catch_up()
     ctx = context_for(service, "t1", 4000, query="zebra")
-    assert ctx["sections"][-1]["event_ids"] == ["new"]
+    assert next(s for s in ctx["sections"] if s["name"] == "recent")["event_ids"] == ["new"]
     state = service.state("t1")
     assert state["summary"] is None and state["window_id"] == "w1" and state["plan"][0]["status"] == "running"
     assert "old" in [h for s in ctx["sections"] if s["name"] == "recall" for h in s["hits"]]

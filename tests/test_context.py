@@ -75,3 +75,17 @@ def test_an_orphan_found_by_the_query_is_never_recalled_into_the_context(service
     text = "\n".join(m.get("content") or "" for m in ctx["messages"])
     assert "zebracorn stray output" not in text and "o1" not in text
     assert "zebracorn noted" in text
+
+
+def test_sections_come_in_the_contracts_order_pinned_state_summary_recent_then_recall(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "ship it"}, 0),
+             raw("p", "plan", {"steps": [{"step_id": "s1", "text": "build", "status": "running"}]}, 1),
+             raw("m1", "message", {"role": "assistant", "text": "the okapi cache is cold"}, 2),
+             raw("w", "window_switch", {"new_window_id": "w2"}, 3),
+             raw("u1", "message", {"role": "user", "text": "go on"}, 4)]  # fmt: skip
+    service.publish(b"\n".join(lines))
+    service.catch_up()
+    names = [s["name"] for s in context_for(service, "t1", 4000, query="okapi")["sections"]]
+    order = ["pinned", "state", "summary", "recent", "recall"]
+    assert {"pinned", "state", "recent", "recall"} <= set(names)
+    assert [n for n in order if n in names] == [n for n in names if n in order]
