@@ -118,19 +118,22 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    if settings.distributed:
-        if args.until_idle:
-            raise UsageError("--until-idle drains the embedded topic; a Kafka worker runs until stopped")
+    if settings.distributed and not args.until_idle:
         from streams.faust_app import run_worker  # noqa: PLC0415
 
         return run_worker(settings, "info" if args.verbose else "warn")
     if args.until_idle:
-        with backend(settings) as svc:
-            update, done = _progress("processing")
-            try:
-                result = svc.catch_up(update)
-            finally:
-                done()
+        update, done = _progress("processing")
+        try:
+            if settings.distributed:
+                from streams.kafka_idle import run_until_idle_on_kafka  # noqa: PLC0415
+
+                result = run_until_idle_on_kafka(settings, update)
+            else:
+                with backend(settings) as svc:
+                    result = svc.catch_up(update)
+        finally:
+            done()
         if args.json:
             _print_json(result)
         else:

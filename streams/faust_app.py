@@ -47,7 +47,7 @@ from streams.batch_producer import BatchProducer
 from streams.batch_seen import BatchSeen
 from streams.config import Settings
 from streams.context_api import context_for
-from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic
+from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic, worker_group
 from streams.metrics import METRICS
 from streams.offset_guard import RangeReader, missing_ranges
 from streams.service import NotFound
@@ -60,9 +60,8 @@ log = logging.getLogger("agentlog.faust")
 def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
     """The worker's faust app and its two tables (thread snapshots, dedup ids), declared
     once for the worker and for ``agentlog rebuild`` (which writes the state changelog)."""
-    ns = settings.kafka_namespace
     app = faust.App(
-        f"agentlog-{ns}" if ns else "agentlog",
+        worker_group(settings.kafka_namespace),
         broker=f"kafka://{settings.kafka_bootstrap}",
         broker_credentials=settings.kafka_security.faust_credentials(),
         store=settings.faust_store,

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka import KafkaProducer
 
 from sinks.base import StoreError
 from streams.config import Settings
 from streams.faust_app import changelog_key, declare_app
+from streams.kafka_groups import GroupWatch
 from streams.kafka_topics import ACCEPTED, MAX_MESSAGE_BYTES, topic
 from streams.rebuild import Progress, replay_log
 from streams.wiring import open_log_store, open_search_index
@@ -33,20 +33,20 @@ log = logging.getLogger("agentlog.rebuild")
 def rebuild_on_kafka(settings: Settings, on_progress: Progress | None = None) -> dict[str, int]:
     app, states, _seen = declare_app(settings)
     group = app.conf.id
-    kafka = {"bootstrap_servers": settings.kafka_bootstrap, **settings.kafka_security.kafka_python()}
-    admin = KafkaAdminClient(client_id="agentlog-rebuild", **kafka)
+    watch = GroupWatch(settings)
     try:
-        _refuse_while_workers_run(admin, group)
-        _require_log_caught_up(admin, kafka, f"{group}-log-sink", topic(ACCEPTED, settings.kafka_namespace))
+        _refuse_while_workers_run(watch, group)
+        _require_log_caught_up(watch, f"{group}-log-sink", topic(ACCEPTED, settings.kafka_namespace))
     finally:
-        admin.close()
+        watch.close()
     log_store, index = open_log_store(settings), open_search_index(settings)
     try:
         replay = replay_log(log_store, index, settings.pairing, on_progress)
     finally:
         log_store.close()
         index.close()
-    producer = KafkaProducer(acks="all", enable_idempotence=True, max_request_size=MAX_MESSAGE_BYTES, **kafka)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
+                             max_request_size=MAX_MESSAGE_BYTES, **settings.kafka_security.kafka_python())  # fmt: skip
     changelog = states.changelog_topic.get_topic_name()
     try:
         for thread_id, processor in replay.pipeline.threads.items():
@@ -60,32 +60,23 @@ def rebuild_on_kafka(settings: Settings, on_progress: Progress | None = None) ->
     return {"events": replay.events, "threads": len(replay.pipeline.threads)}
 
 
-def _refuse_while_workers_run(admin: KafkaAdminClient, group: str) -> None:
+def _refuse_while_workers_run(watch: GroupWatch, group: str) -> None:
     # Every worker is a member of faust's group (the sink feeds assign their partitions).
-    members = admin.describe_groups([group])[group]["members"]
+    members = watch.members(group)
     if members:
         raise StoreError(
-            f"{len(members)} agentlog worker(s) are consuming as group {group!r}: stop every "
+            f"{members} agentlog worker(s) are consuming as group {group!r}: stop every "
             "`agentlog run` of this deployment first (a running worker would overwrite the rebuilt "
             "state with its own), then rebuild and start them again"
         )
 
 
-def _require_log_caught_up(admin: KafkaAdminClient, kafka: dict, sink_group: str, accepted: str) -> None:
-    committed = admin.list_group_offsets(sink_group).get(sink_group, {})
-    consumer = KafkaConsumer(**kafka)
-    try:
-        partitions = [TopicPartition(accepted, p) for p in sorted(consumer.partitions_for_topic(accepted) or ())]
-        ends = consumer.end_offsets(partitions) if partitions else {}
-    finally:
-        consumer.close()
-    behind = {tp.partition: end - (committed[tp].offset if tp in committed else 0)
-              for tp, end in ends.items() if end > (committed[tp].offset if tp in committed else 0)}  # fmt: skip
+def _require_log_caught_up(watch: GroupWatch, sink_group: str, accepted: str) -> None:
+    behind = watch.behind(sink_group, watch.ends(accepted))
     if behind:
         raise StoreError(
-            f"the log is behind what the processors applied ({sum(behind.values())} accepted batches not yet "
-            f"written, partitions {sorted(behind)}): start a worker until its /healthz shows the log caught "
-            "up, stop it, then rebuild"
+            f"the log is behind what the processors applied ({behind} accepted batches not yet written): "
+            "run `agentlog run --until-idle` first (it drains every sink and exits), then rebuild"
         )
 
 

@@ -23,6 +23,12 @@ def topic(name: str, namespace: str = "") -> str:
     return f"{namespace}.{name}" if namespace else name
 
 
+def worker_group(namespace: str = "") -> str:
+    """The faust app id, which is also the workers' consumer group; the sinks' groups
+    are ``{group}-log-sink`` and ``{group}-index-sink``."""
+    return f"agentlog-{namespace}" if namespace else "agentlog"
+
+
 def ensure_topics(bootstrap: str, partitions: int, namespace: str = "",
                   security: KafkaSecurity = KafkaSecurity()) -> None:  # fmt: skip
     names = [topic(n, namespace) for n in (EVENTS, DLQ, ACCEPTED)]
@@ -47,4 +53,4 @@ def ensure_topics(bootstrap: str, partitions: int, namespace: str = "",
         admin.close()
 
 
-__all__ = ["ACCEPTED", "DLQ", "EVENTS", "MAX_MESSAGE_BYTES", "ensure_topics", "topic"]
+__all__ = ["ACCEPTED", "DLQ", "EVENTS", "MAX_MESSAGE_BYTES", "ensure_topics", "topic", "worker_group"]

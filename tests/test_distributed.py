@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from schemas.search import SearchFilters
 from sinks.opensearch_index import OpenSearchIndex
 from streams.config import Settings
 from streams.context_api import context_for
@@ -578,4 +579,33 @@ def test_rebuild_on_kafka_replays_the_log_into_the_state_the_workers_restore(
         assert hits and {h["source"] for h in hits} == {"index"}
     finally:
         stop_worker(worker)
+        drop_index(settings)
+
+
+def test_run_until_idle_on_kafka_drains_what_is_pending_through_every_sink_and_exits(
+    tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
+) -> None:
+    settings = kafka_settings(tmp_path / "idle", kafka_bootstrap, opensearch_url, partitions=2)
+    env = worker_env(settings)
+    cli = [sys.executable, "-m", "streams.cli"]
+    lines, info = sample_session()
+    report = json.loads(subprocess.run([*cli, "publish", "-", "--json"], env=env, input=b"\n".join(lines),
+                                       capture_output=True, check=True, timeout=120).stdout)  # fmt: skip
+    assert report["rejected"] == 2
+    try:
+        done = subprocess.run([*cli, "run", "--until-idle", "--json"], env=env, capture_output=True, timeout=600)
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        assert json.loads(done.stdout) == {"processed": len(lines), "worker_started": 1}
+        # Everything is written and searchable: read it with the worker stopped.
+        dist = EmbeddedService(Settings(data_dir=settings.data_dir, opensearch_url=settings.opensearch_url,
+                                        opensearch_index=settings.opensearch_index))  # fmt: skip
+        try:
+            assert dist.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(info["distinct_events"],) * 2]
+            assert dist.sql("SELECT count() FROM rejected_events").rows == [(2,)]
+            assert dist.index.search("runbook", SearchFilters(), limit=5)  # refreshed before the exit
+        finally:
+            dist.close()
+        again = subprocess.run([*cli, "run", "--until-idle", "--json"], env=env, capture_output=True, timeout=600)
+        assert json.loads(again.stdout)["processed"] == 0  # nothing pending: a no-op
+    finally:
         drop_index(settings)
