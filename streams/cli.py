@@ -70,20 +70,18 @@ def backend(settings: Settings) -> Iterator[Any]:
         lock.release()
 
 
-def _progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A progress bar on stderr when it is a terminal; silent otherwise."""
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr when it is a terminal (silent otherwise); yields its
+    ``update(done, total)``."""
     if not sys.stderr.isatty():
-        return (lambda _d, _t: None), (lambda: None)
+        yield lambda _d, _t: None
+        return
     from rich.progress import Progress  # noqa: PLC0415
 
-    bar = Progress(transient=True)
-    bar.start()
-    task = bar.add_task(label, total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    return update, bar.stop
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 # -- commands -------------------------------------------------------------------------
@@ -123,17 +121,14 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
         return run_worker(settings, "info" if args.verbose else "warn")
     if args.until_idle:
-        update, done = _progress("processing")
-        try:
-            if settings.distributed:
+        with _progress("processing") as update:
+            if settings.distributed:  # waits for the workers (or one started for it)
                 from streams.kafka_idle import run_until_idle_on_kafka  # noqa: PLC0415
 
                 result = run_until_idle_on_kafka(settings, update)
             else:
                 with backend(settings) as svc:
                     result = svc.catch_up(update)
-        finally:
-            done()
         if args.json:
             _print_json(result)
         else:
@@ -244,8 +239,7 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    update, done = _progress("rebuilding")
-    try:
+    with _progress("rebuilding") as update:
         if settings.distributed:  # the workers are stopped: the stores are opened here
             from streams.kafka_rebuild import rebuild_on_kafka  # noqa: PLC0415 - needs faust
 
@@ -253,8 +247,6 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
         else:
             with backend(settings) as svc:
                 result = svc.rebuild(update)
-    finally:
-        done()
     if args.json:
         _print_json(result)
     else:
