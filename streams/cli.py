@@ -34,6 +34,26 @@ class UsageError(Exception):
     pass
 
 
+@contextmanager
+def _offline(settings: Settings, url: str) -> Iterator[Any]:
+    """Kafka with no worker answering: the log and the index, opened here."""
+    from streams.offline import OfflineService  # noqa: PLC0415
+
+    print(f"agentlog: no worker answers at {url}; answering from the log and the index "
+          "(events a worker has not processed yet are not included)", file=sys.stderr)  # fmt: skip
+    lock = DataDirLock(settings)
+    if not lock.acquire(timeout=300):
+        raise StoreError(f"another agentlog process is using {settings.data_dir}; wait for it to finish")
+    try:
+        service = OfflineService(settings)
+        try:
+            yield service
+        finally:
+            service.close()
+    finally:
+        lock.release()
+
+
 def _print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode() + "\n")
 
@@ -41,11 +61,15 @@ def _print_json(value: Any) -> None:
 @contextmanager
 def backend(settings: Settings) -> Iterator[Any]:
     """The running server's API if one holds the data directory, else the stores here."""
-    from streams.client import RemoteService, server_url  # noqa: PLC0415
+    from streams.client import RemoteService, answers, server_url  # noqa: PLC0415
 
     url = server_url(settings)
     if settings.distributed:  # the faust worker holds the stores and serves the queries
         url = f"http://{settings.http_host}:{settings.worker_port}"
+        if not answers(url):
+            with _offline(settings, url) as service:
+                yield service
+            return
     if url:
         remote = RemoteService(url)
         try:
@@ -168,13 +192,15 @@ def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
+    from streams.client import RemoteService  # noqa: PLC0415
+
     with backend(settings) as svc:
-        if hasattr(svc, "driver"):
+        if isinstance(svc, RemoteService):
+            result = svc.context(args.thread, args.budget, args.query)
+        else:
             from streams.context_api import context_for  # noqa: PLC0415
 
             result = context_for(svc, args.thread, args.budget, args.query, args.model)
-        else:
-            result = svc.context(args.thread, args.budget, args.query)
     if args.json:
         _print_json(result)
         return 0

@@ -19,17 +19,25 @@ BUSY_RETRY_SECONDS = 60.0
 thread's owner is changing hands in a rebalance)."""
 
 
+def answers(url: str) -> bool:
+    """Whether an agentlog server (``run``, or a Kafka worker) answers at ``url``."""
+    try:
+        httpx.get(f"{url}/healthz", timeout=2.0).raise_for_status()
+    except httpx.HTTPError:
+        return False
+    return True
+
+
 def server_url(settings: Settings) -> str | None:
     """The URL of the server holding this data directory, if one answers."""
     path = Path(settings.data_dir) / SERVER_FILE
     if not path.exists():
         return None
     try:
-        url = json.loads(path.read_text())["url"]
-        httpx.get(f"{url}/healthz", timeout=2.0).raise_for_status()
-    except (OSError, ValueError, KeyError, httpx.HTTPError):
+        url = str(json.loads(path.read_text())["url"])
+    except (OSError, ValueError, KeyError):
         return None
-    return str(url)
+    return url if answers(url) else None
 
 
 class RemoteService:

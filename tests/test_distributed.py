@@ -607,5 +607,27 @@ def test_run_until_idle_on_kafka_drains_what_is_pending_through_every_sink_and_e
             dist.close()
         again = subprocess.run([*cli, "run", "--until-idle", "--json"], env=env, capture_output=True, timeout=600)
         assert json.loads(again.stdout)["processed"] == 0  # nothing pending: a no-op
+
+        # No worker runs now: the commands answer from the log and the index, as the
+        # embedded default does before `run`, with the same state a replay gives.
+        embedded = EmbeddedService(Settings(data_dir=tmp_path / "embedded"))
+        try:
+            embedded.publish(b"\n".join(lines))
+            embedded.catch_up()
+            expected = embedded.state("demo-docs")
+        finally:
+            embedded.close()
+
+        def offline(*args: str) -> Any:
+            out = subprocess.run([*cli, *args, "--json"], env=env, capture_output=True, timeout=300)
+            assert out.returncode == 0 and b"no worker answers" in out.stderr, out.stderr.decode()[-2000:]
+            return json.loads(out.stdout)
+
+        assert offline("state", "demo-docs") == expected
+        assert offline("sql", "SELECT count() AS n FROM events") == [{"n": info["distinct_events"]}]
+        assert offline("read", "demo-login-bug.00007")["event"]["payload"]["status"] == "error"
+        assert "runbook" in offline("search", "runbook", "--thread", "demo-docs")["hits"][0]["snippet"].lower()
+        context = offline("context", "demo-docs", "--budget", "60000")
+        assert context["sections"][0]["goal"] == expected["goal"]
     finally:
         drop_index(settings)

@@ -1,0 +1,49 @@
+"""The Kafka deployment's queries while no worker runs, answered from the stores.
+
+The log is the source of truth (SPEC §3: the state rebuilt from the log is the live
+state), so a thread's state here is its logged events replayed through the pure
+pipeline: what a worker serves once its sinks have caught up, which
+``agentlog run --until-idle`` ensures. Search reads the index, ``read`` and ``sql`` the
+log. Events still waiting in Kafka are not seen until a worker processes them, as with
+the embedded default's stores before ``run``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from processors.pipeline import MemorySeen, Pipeline, Record
+from processors.thread import ThreadSnapshot
+from sinks.base import QueryResult
+from streams.config import Settings
+from streams.context_api import context_for
+from streams.wiring import open_log_store, open_search_index
+from streams.worker_service import Unlogged, WorkerService
+
+
+class OfflineService(WorkerService):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings, self._replayed, open_log_store(settings), open_search_index(settings), Unlogged())
+        self._snapshots: dict[str, ThreadSnapshot | None] = {}
+
+    def _replayed(self, thread_id: str) -> ThreadSnapshot | None:
+        if thread_id not in self._snapshots:  # one replay per thread per command
+            records = [Record(e.partition, e.offset, e.raw) for e in self.log.replay(thread_id)]
+            pipeline = Pipeline(MemorySeen(), lambda _t: None, self.settings.pairing)
+            pipeline.process(records)
+            processor = pipeline.threads.get(thread_id)
+            self._snapshots[thread_id] = processor.snapshot() if processor is not None else None
+        return self._snapshots[thread_id]
+
+    def context(self, thread_id: str, budget: int, query: str | None = None, model: str | None = None) -> dict[str, Any]:
+        return context_for(self, thread_id, budget, query, model)
+
+    def sql(self, statement: str) -> QueryResult:
+        return self.log.query(statement, readonly=True)
+
+    def close(self) -> None:
+        self.index.close()
+        self.log.close()
+
+
+__all__ = ["OfflineService"]
