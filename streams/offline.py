@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.pipeline import MemorySeen, Pipeline, Record
+from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
 from sinks.base import QueryResult
 from streams.config import Settings
@@ -29,7 +29,7 @@ class OfflineService(WorkerService):
     def _replayed(self, thread_id: str) -> ThreadSnapshot | None:
         if thread_id not in self._snapshots:  # one replay per thread per command
             records = [Record(e.partition, e.offset, e.raw) for e in self.log.replay(thread_id)]
-            pipeline = Pipeline(MemorySeen(), lambda _t: None, self.settings.pairing)
+            pipeline = Pipeline(config=self.settings.pairing)
             pipeline.process(records)
             processor = pipeline.threads.get(thread_id)
             self._snapshots[thread_id] = processor.snapshot() if processor is not None else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from processors.pipeline import MemorySeen, Pipeline, Record
+from processors.pipeline import Pipeline, Record
 from processors.records import search_docs
 from processors.thread import PairingConfig
 from sinks.base import LogStore, SearchIndex
@@ -33,7 +33,7 @@ def replay_log(log: LogStore, index: SearchIndex, pairing: PairingConfig, on_pro
     total = log.count_events()
     log.truncate_derived()
     index.clear()
-    replay = Replay(Pipeline(MemorySeen(), lambda _t: None, pairing))
+    replay = Replay(Pipeline(config=pairing))  # no snapshots loaded: every thread starts empty
     batch: list[Record] = []
 
     def flush() -> None:
