@@ -1,11 +1,11 @@
 """The distributed processors: a faust-streaming app over Apache Kafka.
 
-Agents, each a few lines around the same pure core as the embedded driver:
+Tasks and agents, each a few lines around the same pure core as the embedded driver:
 
-- ``process`` consumes ``agent.events`` in batches: dedup, pairing and reduction with
-  the threads' snapshots from the ``agentlog-state`` table, rejects to
-  ``agent.events.dlq``, and every applied event with its pair rows to
-  ``agentlog.accepted``;
+- ``process`` reads ``agent.events`` in batches (``streams.event_feed``, on the
+  partitions faust assigned this worker): dedup, pairing and reduction with the threads'
+  snapshots from the ``agentlog-state`` table, rejects to ``agent.events.dlq``, and every
+  applied event with its pair rows to ``agentlog.accepted``;
 - ``log_sink`` and ``index_sink`` read ``agentlog.accepted`` in batches through their
   own plain consumers (``streams.sink_feed``), on the partitions this worker processes,
   and write the log (ClickHouse or chDB) with the pairs, and the search index; each
@@ -17,9 +17,10 @@ Agents, each a few lines around the same pure core as the embedded driver:
 A batch's outputs are written in three steps, each delivered before the next starts:
 the accepted records, then the thread snapshots (which carry the source offset they
 reflect), then the dedup ids. Whatever prefix of that a crash leaves behind, the
-redelivered batch repairs it: a thread skips the records its snapshot already holds
+batch read again repairs it: a thread skips the records its snapshot already holds
 (``processors.pipeline``), ids whose snapshot was lost are applied again, and the sink
-drops what it already logged. The source offsets are committed only after all three.
+drops what it already logged. Reading resumes after the last batch the dedup table
+holds, so only a batch whose three steps all landed counts as done.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import asyncio
 import logging
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import faust
@@ -46,16 +50,37 @@ from streams.accepted import by_partition, chunks, read_messages, write_log
 from streams.batch_producer import BatchProducer
 from streams.batch_seen import BatchSeen
 from streams.config import Settings
+from streams.event_feed import EventFeed
 from streams.context_api import context_for
-from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, ensure_topics, topic, worker_group
+from streams.kafka_topics import (ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, processor_group,
+                                  topic, worker_group)  # fmt: skip
 from streams.metrics import METRICS
-from streams.offset_guard import RangeReader, missing_ranges
+from streams.offset_guard import missing_ranges
 from streams.service import NotFound
 from streams.sink_feed import SinkFeed
 from streams.wiring import open_log_store, open_search_index
 from streams.worker_service import Unlogged, WorkerService
 
 log = logging.getLogger("agentlog.faust")
+
+@contextmanager
+def _writing_partition(partition: int) -> Iterator[None]:
+    """Table writes in this block go to ``partition``'s store: faust's partitioned stores
+    take it from the current event, which a batch read outside faust does not have."""
+    mark = _PartitionMark(partition)
+    token = _current_event.set(weakref.ref(mark))  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+class _PartitionMark:
+    """What a store asks of the current event: ``event.message.partition``."""
+
+    def __init__(self, partition: int) -> None:
+        self.message = SimpleNamespace(partition=partition)
+
 
 def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
     """The worker's faust app and its two tables (thread snapshots, dedup ids), declared
@@ -94,7 +119,12 @@ def changelog_key(app: faust.App, table: Any, key: str) -> bytes:
 def create_app(settings: Settings) -> faust.App:
     ns = settings.kafka_namespace
     app, states, seen_table = declare_app(settings)
-    events = app.topic(topic(EVENTS, ns), key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
+    # faust assigns the ownership topic's partitions (never written to) and, co-partitioned
+    # with them, the tables'; the event partitions of the same numbers are read by a plain
+    # consumer (streams.event_feed).
+    ownership = app.topic(topic(OWNERSHIP, ns), key_serializer="raw", value_serializer="raw",
+                          partitions=settings.partitions)  # fmt: skip
+    event_feed = EventFeed(settings.kafka_bootstrap or "", topic(EVENTS, ns), processor_group(ns), settings.kafka_security)
     dlq = app.topic(topic(DLQ, ns), key_serializer="raw", value_serializer="raw")
     accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
                          partitions=settings.partitions)  # fmt: skip
@@ -113,64 +143,83 @@ def create_app(settings: Settings) -> faust.App:
     index = open_search_index(settings)
     service = WorkerService(settings, load, log_store, index, unlogged)
 
-    # The next source offset to process per partition (streams.offset_guard).
-    expected: dict[int, int] = {}
-    skipped = RangeReader(settings.kafka_bootstrap or "", events.get_topic_name(), settings.kafka_security)
-
-    # Between an assignment and the end of its table recovery the tables are incomplete:
-    # queries then answer 503 (try again), never a wrong "no events for thread".
-    tables = {"restored": False}
+    # From a revocation until the tables are restored nothing is applied, and queries
+    # answer 503 (try again), never a wrong "no events for thread". A batch is applied
+    # whole under the lock, so a revocation waits for the one in hand; each assignment is
+    # a new generation, and a batch fetched under an older one is dropped.
+    ready = asyncio.Event()
+    applying = asyncio.Lock()
+    generation = {"n": 0}
+    expected: dict[int, int] = {}  # source partition -> next offset (streams.offset_guard)
     processed: dict[int, int] = {}  # source partition -> next offset applied here
+
+    def owned_partitions() -> list[int]:
+        name = ownership.get_topic_name()
+        return sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == name)
+
+    @app.agent(ownership)
+    async def assignment(stream: faust.StreamT) -> None:
+        async for _ in stream.events():  # subscribed for its partitions; nothing is sent
+            pass
 
     @app.on_partitions_revoked.connect
     async def forget(_app: Any, revoked: Any, **_kwargs: Any) -> None:
-        tables["restored"] = False
-        pipeline.threads.clear()
-        seen.forget()
-        unlogged.clear()
-        expected.clear()
-        processed.clear()  # another worker may apply more meanwhile: re-derived from the table
+        ready.clear()
+        async with applying:
+            await event_feed.follow({})
+            pipeline.threads.clear()
+            seen.forget()
+            unlogged.clear()
+            expected.clear()
+            processed.clear()
 
     @app.on_rebalance_complete.connect
     async def restored(_app: Any, **_kwargs: Any) -> None:
-        seen.forget()  # indexed before recovery ended (a health check)? read the whole table again
-        tables["restored"] = True
+        async with applying:
+            seen.forget()  # indexed before recovery ended (a health check)? read the whole table again
+            positions = {}
+            for p in owned_partitions():
+                last = seen.last_offset(p)
+                positions[p] = None if last is None else last + 1
+            await event_feed.follow(positions)
+            expected.clear()
+            expected.update({p: o for p, o in positions.items() if o is not None})
+            processed.clear()
+            processed.update({p: o or 0 for p, o in positions.items()})
+            await event_feed.commit({p: o for p, o in positions.items() if o is not None})  # watchers: nothing pending
+            generation["n"] += 1
+            ready.set()
 
-    async def with_skipped(records: list[Record]) -> list[Record]:
-        """The batch with any records faust left out before it, read from Kafka."""
-        for p in {r.partition for r in records} - expected.keys():
-            last = seen.last_offset(p)
-            if last is not None:
-                expected[p] = last + 1
+    def in_order(records: list[Record]) -> list[Record]:
+        """The batch up to any gap in its partitions' offsets; the feed reads again from
+        the gap. Cannot happen with one consumer seeking where the table says: checked
+        because a skipped record would be taken for a replay later."""
         gaps = missing_ranges(expected, records)
         if not gaps:
             return records
+        cut: dict[int, int] = {}
         for p, start, end in gaps:
-            log.warning("the consumer skipped %s[%d] offsets %d..%d; reading them from Kafka",
-                        events.get_topic_name(), p, start, end - 1)  # fmt: skip
-            records = await skipped.read(p, start, end) + records
-        return sorted(records, key=lambda r: (r.partition, r.offset))
+            log.error("the event feed skipped %s[%d] offsets %d..%d; reading again from %d",
+                      event_feed.topic, p, start, end - 1, start)  # fmt: skip
+            cut[p] = min(cut.get(p, start), start)
+        for p, start in cut.items():
+            expected[p] = start
+            event_feed.rewind(p, start)
+        return [r for r in records if r.offset < cut.get(r.partition, r.offset + 1)]
 
     async def caught_up(web: Any, timeout: float = 10.0) -> Any:
         """Read-your-writes: wait until every event the broker held when this was called
         has been applied here (cheap when the processor is not behind). Returns a 503
         response instead while the tables are still being restored."""
-        if not tables["restored"] or app.in_recovery:
+        if not ready.is_set() or app.in_recovery:
             return web.json({"error": "this worker is restoring its state tables (after a start or a rebalance); "
                                       "try again in a few seconds"}, status=503)  # fmt: skip
-        source = events.get_topic_name()
-        owned = [tp for tp in app.consumer.assignment() if tp.topic == source]
+        owned = owned_partitions()
         if not owned:
             return None
-        ends = await app.consumer.highwaters(*owned)
-        for tp in owned:  # nothing processed here since (re)start: what the dedup table holds
-            if tp.partition not in processed:
-                # Not the consumer's position: faust fetches ahead of what its agent has
-                # applied, so that could claim a record sitting in its buffers.
-                last = seen.last_offset(tp.partition)
-                processed[tp.partition] = 0 if last is None else last + 1
+        ends = await event_feed.end_offsets(owned)
         deadline = asyncio.get_running_loop().time() + timeout
-        while any(processed.get(tp.partition, 0) < end for tp, end in ends.items() if end):
+        while any(processed.get(p, 0) < end for p, end in ends.items() if end):
             if asyncio.get_running_loop().time() > deadline:
                 log.warning("answering before the processor caught up: %s behind %s", processed, ends)
                 return None
@@ -183,70 +232,69 @@ def create_app(settings: Settings) -> faust.App:
         """Hand every message to the producer at once, then wait until all are acked."""
         await asyncio.gather(*await asyncio.gather(*sends))
 
-    def owned_partitions() -> list[int]:
-        source = events.get_topic_name()
-        return sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == source)
+    async def apply_batch(records: list[Record]) -> None:
+        started = time.perf_counter()
+        records = in_order(records)
+        if not records:
+            return
+        result = pipeline.process(records)
+        last_offset: dict[int, int] = {}
+        for r in records:
+            last_offset[r.partition] = max(last_offset.get(r.partition, -1), r.offset)
+        groups = by_partition(result)
+        sends = [dlq.send(value=bad.value, headers=[("reason", why.reason.encode()),
+                                                    ("source", f"{bad.partition}:{bad.offset}".encode())])
+                 for bad, why in result.rejected]  # fmt: skip
+        for p, group in groups.items():
+            for i, chunk in enumerate(chunks(group["items"])):
+                body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
+                sends.append(accepted.send(value=orjson.dumps(body), partition=p))
+        await delivered(sends)
+        unlogged.add(LoggedEvent(a.event.event_id, a.event.thread_id, a.record.value, a.record.partition,
+                                 a.record.offset) for a in result.applied)  # fmt: skip
+        # The table stores are partitioned like the source: each partition's keys are
+        # written as from one of its events (what a faust table write inside stream
+        # iteration would use); the changelog gets them as one batch per partition.
+        futures = []
+        for p, group in groups.items():
+            with _writing_partition(p):
+                messages = []
+                for thread_id in group["threads"]:
+                    value = pipeline.threads[thread_id].snapshot().model_dump_json().encode()
+                    states.data[thread_id] = value
+                    messages.append((changelog_key(app, states, thread_id), value))
+            futures += await changelogs.send(states.changelog_topic.get_topic_name(), p, messages)
+        await asyncio.gather(*futures)
+        futures = []
+        for p, offset in last_offset.items():  # every partition, so its last offset is known durably
+            with _writing_partition(p):
+                entries = seen.batch_written(p, offset, groups[p]["ids"] if p in groups else [])
+            futures += await changelogs.send(seen_table.changelog_topic.get_topic_name(), p,
+                                             [(changelog_key(app, seen_table, k), v) for k, v in entries])  # fmt: skip
+        await asyncio.gather(*futures)
+        for p, offset in last_offset.items():
+            processed[p] = max(processed.get(p, 0), offset + 1)
+        await event_feed.commit({p: o + 1 for p, o in last_offset.items()})
+        written["processed"] += len(result.applied)
+        METRICS.processed(result)
+        METRICS.dedup_ids.set(len(seen))
+        METRICS.batch_seconds.observe(time.perf_counter() - started)
 
-    @app.agent(events)
-    async def process(stream: faust.StreamT) -> None:
-        async for taken in stream.take_events(4000, within=0.5):
-            started = time.perf_counter()
-            # The take buffer survives a rebalance: records of partitions handed to
-            # another worker meanwhile are its to process (from its committed offset, or
-            # read back by its offset guard); applying them here too would race its
-            # snapshots in the changelog.
-            owned = set(owned_partitions())
-            batch = [e for e in taken if e.message.partition in owned]
-            if len(batch) < len(taken):
-                log.warning("left %d taken records of partitions now owned elsewhere", len(taken) - len(batch))
-            if not batch:
-                continue
-            records = await with_skipped([Record(e.message.partition, e.message.offset, e.value) for e in batch])
-            result = pipeline.process(records)
-            last_event = {e.message.partition: e for e in batch}
-            groups = by_partition(result)
-            sends = [dlq.send(value=bad.value, headers=[("reason", why.reason.encode()),
-                                                        ("source", f"{bad.partition}:{bad.offset}".encode())])
-                     for bad, why in result.rejected]  # fmt: skip
-            for p, group in groups.items():
-                for i, chunk in enumerate(chunks(group["items"])):
-                    body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
-                    sends.append(accepted.send(value=orjson.dumps(body), partition=p))
-            await delivered(sends)
-            unlogged.add(LoggedEvent(a.event.event_id, a.event.thread_id, a.record.value, a.record.partition,
-                                     a.record.offset) for a in result.applied)  # fmt: skip
-            # The table stores are partitioned like the source: write each partition's
-            # keys as if from one of its events (what a faust table write inside stream
-            # iteration would use); the changelog gets them as one batch per partition.
-            futures = []
-            for p, group in groups.items():
-                token = _current_event.set(weakref.ref(last_event[p]))
-                try:
-                    messages = []
-                    for thread_id in group["threads"]:
-                        value = pipeline.threads[thread_id].snapshot().model_dump_json().encode()
-                        states.data[thread_id] = value
-                        messages.append((changelog_key(app, states, thread_id), value))
-                finally:
-                    _current_event.reset(token)
-                futures += await changelogs.send(states.changelog_topic.get_topic_name(), p, messages)
-            await asyncio.gather(*futures)
-            futures = []
-            for p, event in last_event.items():  # every partition, so its last offset is known durably
-                token = _current_event.set(weakref.ref(event))
-                try:
-                    records = seen.batch_written(p, event.message.offset, groups[p]["ids"] if p in groups else [])
-                finally:
-                    _current_event.reset(token)
-                futures += await changelogs.send(seen_table.changelog_topic.get_topic_name(), p,
-                                                 [(changelog_key(app, seen_table, k), v) for k, v in records])  # fmt: skip
-            await asyncio.gather(*futures)
-            written["processed"] += len(result.applied)
-            METRICS.processed(result)
-            METRICS.dedup_ids.set(len(seen))
-            METRICS.batch_seconds.observe(time.perf_counter() - started)
-            for e in batch:
-                processed[e.message.partition] = max(processed.get(e.message.partition, 0), e.message.offset + 1)
+    @app.task
+    async def process() -> None:
+        await event_feed.start()
+        try:
+            while True:
+                await ready.wait()
+                fetched_in = generation["n"]
+                records = await event_feed.take(4000, timeout_ms=200)
+                if not records:
+                    continue
+                async with applying:
+                    if ready.is_set() and generation["n"] == fetched_in:  # else read again where the table says
+                        await apply_batch(records)
+        finally:
+            await event_feed.stop()
 
     # Two sinks on the accepted topic, each with its own committed offsets, so an index
     # outage does not hold up the log.

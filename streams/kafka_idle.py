@@ -1,10 +1,10 @@
 """``agentlog run --until-idle`` on Kafka: drain what is pending, then exit.
 
-A faust worker runs until it is stopped, so this watches the consumer groups' committed
-offsets, which move only once the work is durable: faust's group on the event and
-dead-letter topics (the processors; their offsets are committed after the state and
-the accepted records are saved), then the log and index sinks' groups on the accepted
-topic (committed after each batch is written). When every one has reached the end
+A faust worker runs until it is stopped, so this watches the committed offsets, which
+move only once the work is durable: the processors' on the event topic (committed after
+the state, the dedup ids and the accepted records are saved), the log and index sinks'
+on the accepted topic (committed after each batch is written), and faust's group on the
+dead-letter topic. When every one has reached the end
 offsets, the work is done. If no worker of this deployment is running, one is started
 as a child for the drain (``streams.worker_process``) and stopped with SIGTERM, which
 lets faust commit and close its stores.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from sinks.base import StoreError
 from streams.config import Settings
 from streams.kafka_groups import GroupWatch
-from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, ensure_topics, topic, worker_group
+from streams.kafka_topics import ACCEPTED, DLQ, EVENTS, ensure_topics, processor_group, topic, worker_group
 from streams.wiring import open_search_index
 from streams.worker_process import log_path, start_worker, stop_worker, worker_log
 
@@ -31,8 +31,9 @@ def run_until_idle_on_kafka(settings: Settings, on_progress: Callable[[int, int]
     watch = GroupWatch(settings)
     worker = None
     try:
-        sources = watch.ends(topic(EVENTS, ns), topic(DLQ, ns))
-        pending = watch.behind(group, sources)
+        sources = watch.ends(topic(EVENTS, ns))
+        todo = watch.behind(processor_group(ns), sources)
+        pending = todo + watch.behind(group, watch.ends(topic(DLQ, ns)))  # rejected by publish
         if watch.members(group) == 0:  # nobody drains it: a worker of our own, for the drain
             worker = start_worker(settings)
 
@@ -48,10 +49,10 @@ def run_until_idle_on_kafka(settings: Settings, on_progress: Callable[[int, int]
                     raise StoreError(f"{what}: {left} records not committed for {stall_s:.0f} s; see "
                                      f"{log_path(settings)} and the workers' /healthz")  # fmt: skip
                 if on_progress and what == "the event topic":
-                    on_progress(pending - left, pending)
+                    on_progress(todo - left, todo)
                 time.sleep(0.5)
 
-        wait("the event topic", lambda: watch.behind(group, sources))
+        wait("the event topic", lambda: watch.behind(processor_group(ns), sources))
         # What the processors forwarded (and rejected while processing) is known now.
         accepted = watch.ends(topic(ACCEPTED, ns))
         wait("the log sink", lambda: watch.behind(f"{group}-log-sink", accepted))

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from streams.kafka_topics import MAX_MESSAGE_BYTES
+from streams.kafka_topics import plain_consumer
 from streams.security import KafkaSecurity
 
 log = logging.getLogger("agentlog.sinks")
@@ -48,11 +48,7 @@ class SinkFeed:
     async def start(self) -> None:
         """Connect (in the worker's event loop, which aiokafka binds to)."""
         if not self._started:
-            self.consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap, group_id=self.group_id, enable_auto_commit=False,
-                auto_offset_reset="earliest", max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-                fetch_max_bytes=4 * MAX_MESSAGE_BYTES, **self.security.aiokafka(),
-            )  # fmt: skip
+            self.consumer = plain_consumer(self.bootstrap, self.security, group_id=self.group_id)
             await self.consumer.start()
             self._started = True
 

@@ -85,12 +85,12 @@ def consumer_position(settings: Settings) -> dict[str, Any]:
     """The workers' group against the event topic, for failure reports: records not yet
     committed (a stuck consumer) versus committed (applied, or lost)."""
     from streams.kafka_groups import GroupWatch  # noqa: PLC0415
-    from streams.kafka_topics import EVENTS, topic, worker_group  # noqa: PLC0415
+    from streams.kafka_topics import EVENTS, processor_group, topic  # noqa: PLC0415
 
     watch = GroupWatch(settings)
     try:
         ends = watch.ends(topic(EVENTS, settings.kafka_namespace))
-        group = worker_group(settings.kafka_namespace)
+        group = processor_group(settings.kafka_namespace)
         behind = {tp.partition: watch.behind(group, {tp: end}) for tp, end in ends.items()}
         try:
             health = httpx.get(f"http://127.0.0.1:{settings.worker_port}/healthz", timeout=10).json()
