@@ -77,12 +77,12 @@ class OpenSearchIndex:
             body = b"".join(orjson.dumps({"index": {"_index": self.index, "_id": d["event_id"]}}) + b"\n"
                             + orjson.dumps(d) + b"\n" for d in chunk)  # fmt: skip
             try:
-                with self._lock:
-                    response = self._client.bulk(body=body)
+                with self._lock:  # only failures come back: a full response is as long as the request
+                    response = self._client.bulk(body=body, filter_path="errors,items.*.error")
             except OpenSearchException as error:
                 raise StoreError(f"bulk indexing into {self.index} failed: {error}") from error
             if response.get("errors"):
-                failed = [item["index"] for item in response["items"] if item["index"].get("error")]
+                failed = [item["index"] for item in response.get("items", []) if item["index"].get("error")]
                 raise StoreError(f"bulk indexing into {self.index}: {len(failed)} of {len(chunk)} documents failed, "
                                  f"first: {failed[0]}")  # fmt: skip
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sinks.base import StoreError
 from sinks.opensearch_index import OpenSearchIndex
 from streams.config import Settings
 from streams.demo import sample_session
@@ -58,6 +59,14 @@ def test_indexing_is_an_upsert_by_event_id_so_replays_never_duplicate(os_setting
 
     assert [h.event_id for h in index.search("walrus", SearchFilters())] == ["e1"]
     assert index.visible_offsets() == {0: 7}
+
+
+def test_a_document_the_index_refuses_is_an_error_naming_the_reason_not_a_silent_gap(os_settings: Settings) -> None:
+    index = OpenSearchIndex(os_settings.opensearch_url, os_settings.opensearch_index)  # type: ignore[arg-type]
+    good = {"event_id": "ok", "thread_id": "t", "kind": "message", "ts_ms": 1767225600000, "offset": 1, "text": "fine"}
+    bad = {**good, "event_id": "bad", "offset": "not a number"}  # the mapping says long
+    with pytest.raises(StoreError, match=r"1 of 2 documents failed.*offset"):
+        index.add([good, bad])
 
 
 def test_read_your_writes_against_the_lagging_opensearch_index(os_settings: Settings) -> None:
