@@ -99,6 +99,12 @@ def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
         broker_heartbeat_interval=min(3.0, settings.session_timeout_seconds / 3),
         producer_max_request_size=MAX_MESSAGE_BYTES,
         consumer_max_fetch_size=MAX_MESSAGE_BYTES,
+        # No standby copies: when recovery of the active partitions ends, faust's memory
+        # store drops every key of the other partitions, standby ones included, while the
+        # standby reader goes on from its offset; promoted later, such a partition would
+        # resume from there with the older keys (snapshots, dedup ids) gone. A new owner
+        # reads the partition's whole changelog instead.
+        table_standby_replicas=0,
         autodiscover=False,
     )
     # Changelogs take messages as large as the other topics (a long thread's snapshot).

@@ -360,11 +360,6 @@ def test_an_opensearch_outage_of_30_s_under_load_holds_up_only_the_index_which_t
         drop_index(replace(settings, opensearch_url=opensearch_url))  # not the proxy
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known open defect (README, 'Not yet there'): in full-suite runs the survivor's state "
-    "has been a few events short in some threads (2 of 2 full runs on 2026-11-30, 0 of 3 "
-    "runs alone); the assertion reports the group's committed offsets to tell a stuck "
-    "consumer from records committed but never applied"))
 def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_intact(
     tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
 ) -> None:
