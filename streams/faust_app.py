@@ -55,7 +55,7 @@ from streams.context_api import context_for
 from streams.kafka_topics import (ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, processor_group,
                                   topic, worker_group)  # fmt: skip
 from streams.metrics import METRICS
-from streams.offset_guard import missing_ranges
+from streams.offset_guard import OffsetGuard
 from streams.service import NotFound
 from streams.sink_feed import SinkFeed
 from streams.wiring import open_log_store, open_search_index
@@ -156,7 +156,7 @@ def create_app(settings: Settings) -> faust.App:
     ready = asyncio.Event()
     applying = asyncio.Lock()
     generation = {"n": 0}
-    expected: dict[int, int] = {}  # source partition -> next offset (streams.offset_guard)
+    guard = OffsetGuard()  # source partition -> next offset to apply
     processed: dict[int, int] = {}  # source partition -> next offset applied here
 
     def owned_partitions() -> list[int]:
@@ -176,7 +176,7 @@ def create_app(settings: Settings) -> faust.App:
             pipeline.threads.clear()
             seen.forget()
             unlogged.clear()
-            expected.clear()
+            guard.reset({})
             processed.clear()
 
     @app.on_rebalance_complete.connect
@@ -188,8 +188,7 @@ def create_app(settings: Settings) -> faust.App:
                 last = seen.last_offset(p)
                 positions[p] = None if last is None else last + 1
             await event_feed.follow(positions)
-            expected.clear()
-            expected.update({p: o for p, o in positions.items() if o is not None})
+            guard.reset(positions)
             processed.clear()
             processed.update({p: o or 0 for p, o in positions.items()})
             await event_feed.commit({p: o for p, o in positions.items() if o is not None})  # watchers: nothing pending
@@ -198,20 +197,16 @@ def create_app(settings: Settings) -> faust.App:
 
     def in_order(records: list[Record]) -> list[Record]:
         """The batch up to any gap in its partitions' offsets; the feed reads again from
-        the gap. Cannot happen with one consumer seeking where the table says: checked
-        because a skipped record would be taken for a replay later."""
-        gaps = missing_ranges(expected, records)
-        if not gaps:
-            return records
-        cut: dict[int, int] = {}
-        for p, start, end in gaps:
-            log.error("the event feed skipped %s[%d] offsets %d..%d; reading again from %d",
-                      event_feed.topic, p, start, end - 1, start)  # fmt: skip
-            cut[p] = min(cut.get(p, start), start)
-        for p, start in cut.items():
-            expected[p] = start
+        the gap (streams.offset_guard). One consumer seeking where the table says should
+        leave none: checked because a skipped record would be taken for a replay later."""
+        checked = guard.check(records)
+        for p, start in checked.reread.items():
+            log.error("the event feed skipped %s[%d] from offset %d; reading again from there", event_feed.topic, p, start)
             event_feed.rewind(p, start)
-        return [r for r in records if r.offset < cut.get(r.partition, r.offset + 1)]
+        for p, start, end in checked.absent:
+            log.warning("%s[%d] offsets %d..%d are not in the topic (transaction markers, or deleted by retention); "
+                        "going on from %d", event_feed.topic, p, start, end - 1, end)  # fmt: skip
+        return checked.records
 
     async def caught_up(web: Any, timeout: float = 10.0) -> Any:
         """Read-your-writes: wait until every event the broker held when this was called

@@ -6,12 +6,16 @@ offsets it holds, so a later delivery would be taken for a replay. faust-streami
 never reached the agent and faust committed past it; faust-streaming #606, #312), which
 is why the processor now reads the event topic with its own consumer. It still checks
 each batch against the next offset it expects per partition (known durably from the
-dedup table's last batch key) and reads again from any gap.
+dedup table's last batch key) and reads again from any gap, once: offsets that are still
+missing after the re-read are not in the topic (a transactional producer's commit
+markers, or records deleted by retention while no worker ran), and waiting for them
+would stop the partition for good.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from processors.pipeline import Record
 
@@ -30,4 +34,46 @@ def missing_ranges(expected: dict[int, int], records: Sequence[Record]) -> list[
     return gaps
 
 
-__all__ = ["missing_ranges"]
+@dataclass(slots=True)
+class Checked:
+    """What to do with a batch: apply ``records``; seek each partition of ``reread`` back
+    to its offset; ``absent`` are ranges found missing again after a re-read."""
+
+    records: list[Record]
+    reread: dict[int, int] = field(default_factory=dict)
+    absent: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+class OffsetGuard:
+    """The next offset to apply per partition, and what a batch does to it."""
+
+    def __init__(self) -> None:
+        self.expected: dict[int, int] = {}
+        self._reread: dict[int, int] = {}  # partition -> the gap start it was sent back to
+
+    def reset(self, positions: Mapping[int, int | None]) -> None:
+        """After an assignment: where each partition resumes (``None``: not known yet)."""
+        self.expected = {p: o for p, o in positions.items() if o is not None}
+        self._reread.clear()
+
+    def check(self, records: Sequence[Record]) -> Checked:
+        gaps = missing_ranges(self.expected, records)
+        out = Checked(list(records))
+        cut: dict[int, int] = {}
+        for p, start, end in gaps:
+            if p in cut:
+                continue  # the batch is cut at the partition's first gap already
+            if self._reread.get(p) == start:
+                out.absent.append((p, start, end))
+            else:
+                cut[p] = start
+        if cut:
+            for p, start in cut.items():
+                self.expected[p] = start
+                self._reread[p] = start
+            out.records = [r for r in records if r.offset < cut.get(r.partition, r.offset + 1)]
+            out.reread = cut
+        return out
+
+
+__all__ = ["Checked", "OffsetGuard", "missing_ranges"]
