@@ -7,7 +7,7 @@ broker, with the same generated events:
 2. a faust agent that only takes batches (``streams.bench_faust_ceiling``): faust's own
    consume path, which bounds any faust worker;
 3. the faust worker end to end (pairing, state tables, chDB log, OpenSearch index):
-   events published as fast as possible until every one is in the log;
+   events published as fast as possible until every one is in the log and the index;
 4. index lag at a steady 2,000 events/s: from publish until the event is searchable
    in OpenSearch, sampled on every 20th event.
 """
@@ -38,14 +38,16 @@ from streams.worker_process import free_port, start_worker, worker_log
 
 
 def written(settings: Settings) -> int:
+    """Events both in the log and in the index: end to end means through both sinks."""
     try:
-        return int(httpx.get(f"http://127.0.0.1:{settings.worker_port}/healthz", timeout=2).json()["written"]["events"])
+        counts = httpx.get(f"http://127.0.0.1:{settings.worker_port}/healthz", timeout=2).json()["written"]
     except httpx.HTTPError:
         return -1
+    return min(int(counts["events"]), int(counts["indexed"]))
 
 
 def wait_for(settings: Settings, worker: subprocess.Popen, events: int, timeout: float) -> float:
-    """Seconds until the worker has logged ``events`` events."""
+    """Seconds until the worker has logged and indexed ``events`` events."""
     t0 = time.perf_counter()
     while written(settings) < events:
         if worker.poll() is not None:
