@@ -69,16 +69,20 @@ class EventFeed:
         assert self.consumer is not None
         self.consumer.seek(TopicPartition(self.topic, partition), offset)
 
-    async def take(self, max_records: int, timeout_ms: int) -> list[Record]:
-        """The next records of the followed partitions, in offset order per partition."""
+    async def take(self, max_records: int, timeout_ms: int) -> tuple[list[Record], dict[int, int]]:
+        """The next records of the followed partitions, in offset order per partition, and
+        where each partition that gave some stands after them: past any offsets the topic
+        does not hold (a transactional producer's markers), which a record's offset + 1
+        would not tell."""
         if self.consumer is None or not self.consumer.assignment():
             await asyncio.sleep(timeout_ms / 1000)  # owning no partition is not a reason to spin
-            return []
+            return [], {}
         try:
             data = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+            positions = {tp.partition: await self.consumer.position(tp) for tp, messages in data.items() if messages}
         except IllegalStateError:  # the assignment changed under the fetch
-            return []
-        return [Record(tp.partition, m.offset, m.value) for tp, messages in data.items() for m in messages]
+            return [], {}
+        return [Record(tp.partition, m.offset, m.value) for tp, messages in data.items() for m in messages], positions
 
     async def end_offsets(self, partitions: list[int]) -> dict[int, int]:
         await self.start()

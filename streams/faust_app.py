@@ -26,6 +26,7 @@ holds, so only a batch whose three steps all landed counts as done.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import weakref
@@ -55,7 +56,7 @@ from streams.context_api import context_for
 from streams.kafka_topics import (ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, processor_group,
                                   topic, worker_group)  # fmt: skip
 from streams.metrics import METRICS
-from streams.offset_guard import OffsetGuard
+from streams.offset_guard import Checked, OffsetGuard
 from streams.service import NotFound
 from streams.sink_feed import SinkFeed
 from streams.wiring import open_log_store, open_search_index
@@ -195,18 +196,20 @@ def create_app(settings: Settings) -> faust.App:
             generation["n"] += 1
             ready.set()
 
-    def in_order(records: list[Record]) -> list[Record]:
+    def in_order(records: list[Record]) -> Checked:
         """The batch up to any gap in its partitions' offsets; the feed reads again from
         the gap (streams.offset_guard). One consumer seeking where the table says should
         leave none: checked because a skipped record would be taken for a replay later."""
         checked = guard.check(records)
-        for p, start in checked.reread.items():
-            log.error("the event feed skipped %s[%d] from offset %d; reading again from there", event_feed.topic, p, start)
+        for p, start in checked.reread.items():  # a transactional producer's markers look like this too
+            log.info("offsets of %s[%d] from %d are missing; reading again from there", event_feed.topic, p, start)
             event_feed.rewind(p, start)
+        for p, start in checked.recovered:
+            log.error("the event feed had skipped %s[%d] from offset %d; read again", event_feed.topic, p, start)
         for p, start, end in checked.absent:
-            log.warning("%s[%d] offsets %d..%d are not in the topic (transaction markers, or deleted by retention); "
-                        "going on from %d", event_feed.topic, p, start, end - 1, end)  # fmt: skip
-        return checked.records
+            log.info("%s[%d] offsets %d..%d are not in the topic (transaction markers, or deleted by retention); "
+                     "going on from %d", event_feed.topic, p, start, end - 1, end)  # fmt: skip
+        return checked
 
     async def caught_up(web: Any, timeout: float = 10.0) -> Any:
         """Read-your-writes: wait until every event the broker held when this was called
@@ -233,9 +236,10 @@ def create_app(settings: Settings) -> faust.App:
         """Hand every message to the producer at once, then wait until all are acked."""
         await asyncio.gather(*await asyncio.gather(*sends))
 
-    async def apply_batch(records: list[Record]) -> None:
+    async def apply_batch(records: list[Record], positions: dict[int, int]) -> None:
         started = time.perf_counter()
-        records = in_order(records)
+        checked = in_order(records)
+        records = checked.records
         if not records:
             return
         result = pipeline.process(records)
@@ -273,9 +277,9 @@ def create_app(settings: Settings) -> faust.App:
             futures += await changelogs.send(seen_table.changelog_topic.get_topic_name(), p,
                                              [(changelog_key(app, seen_table, k), v) for k, v in entries])  # fmt: skip
         await asyncio.gather(*futures)
-        for p, offset in last_offset.items():
-            processed[p] = max(processed.get(p, 0), offset + 1)
-        await event_feed.commit({p: o + 1 for p, o in last_offset.items()})
+        for p, offset in last_offset.items():  # markers after the last record count as applied
+            processed[p] = max(processed.get(p, 0), offset + 1, positions.get(p, 0) if p not in checked.reread else 0)
+        await event_feed.commit({p: processed[p] for p in last_offset})
         written["processed"] += len(result.applied)
         METRICS.processed(result)
         METRICS.dedup_ids.set(len(seen))
@@ -288,12 +292,12 @@ def create_app(settings: Settings) -> faust.App:
             while True:
                 await ready.wait()
                 fetched_in = generation["n"]
-                records = await event_feed.take(4000, timeout_ms=200)
+                records, positions = await event_feed.take(4000, timeout_ms=200)
                 if not records:
                     continue
                 async with applying:
                     if ready.is_set() and generation["n"] == fetched_in:  # else read again where the table says
-                        await apply_batch(records)
+                        await apply_batch(records, positions)
         finally:
             await event_feed.stop()
 
@@ -351,6 +355,30 @@ def create_app(settings: Settings) -> faust.App:
             written["rejected"] += 1
             METRICS.rejected.inc()
 
+    routing = {"known": False}
+
+    def at_owner(**where: str) -> Any:
+        """faust's ``table_route`` for the state table, once faust can tell the owner: it
+        routes by its producer's metadata, which has a topic only once asked for it, and
+        nothing here sends to the changelogs through that producer, so the first query
+        after a start failed with a TypeError (HTTP 500)."""
+        route = app.table_route(table=states, **where)
+
+        def decorate(handler: Any) -> Any:
+            routed = route(handler)
+
+            @functools.wraps(handler)
+            async def guarded(view: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+                if not routing["known"]:
+                    producer = app.producer._ensure_producer()  # faust's aiokafka producer
+                    await producer.partitions_for(states.changelog_topic.get_topic_name())
+                    routing["known"] = True
+                return await routed(view, request, *args, **kwargs)
+
+            return guarded
+
+        return decorate
+
     async def search_here(web: Any, request: Any) -> Any:
         q = request.query
         try:
@@ -363,7 +391,7 @@ def create_app(settings: Settings) -> faust.App:
         )  # fmt: skip
         return web.json(result)
 
-    search_at_owner = app.table_route(table=states, query_param="thread")(search_here)
+    search_at_owner = at_owner(query_param="thread")(search_here)
 
     @app.page("/search")
     async def search(web: Any, request: Any) -> Any:
@@ -386,7 +414,7 @@ def create_app(settings: Settings) -> faust.App:
             return web.json({"error": str(error)}, status=404)
 
     @app.page("/threads/{thread_id}/context")
-    @app.table_route(table=states, match_info="thread_id")
+    @at_owner(match_info="thread_id")
     async def thread_context(web: Any, request: Any, thread_id: str) -> Any:
         q = request.query
         if not q.get("budget"):
@@ -431,7 +459,7 @@ def create_app(settings: Settings) -> faust.App:
                          "dedup_ids": len(seen)})  # fmt: skip
 
     @app.page("/threads/{thread_id}/state")
-    @app.table_route(table=states, match_info="thread_id")
+    @at_owner(match_info="thread_id")
     async def thread_state(web: Any, request: Any, thread_id: str) -> Any:
         if (busy := await caught_up(web)) is not None:
             return busy

@@ -37,11 +37,14 @@ def missing_ranges(expected: dict[int, int], records: Sequence[Record]) -> list[
 @dataclass(slots=True)
 class Checked:
     """What to do with a batch: apply ``records``; seek each partition of ``reread`` back
-    to its offset; ``absent`` are ranges found missing again after a re-read."""
+    to its offset; ``absent`` are ranges found missing again after a re-read (not in the
+    topic), ``recovered`` the partitions and offsets a re-read did find (a consumer had
+    skipped them: worth an error)."""
 
     records: list[Record]
     reread: dict[int, int] = field(default_factory=dict)
     absent: list[tuple[int, int, int]] = field(default_factory=list)
+    recovered: list[tuple[int, int]] = field(default_factory=list)
 
 
 class OffsetGuard:
@@ -57,8 +60,12 @@ class OffsetGuard:
         self._reread.clear()
 
     def check(self, records: Sequence[Record]) -> Checked:
-        gaps = missing_ranges(self.expected, records)
         out = Checked(list(records))
+        for r in records:
+            if self._reread.get(r.partition) == r.offset:
+                out.recovered.append((r.partition, r.offset))
+                del self._reread[r.partition]
+        gaps = missing_ranges(self.expected, records)
         cut: dict[int, int] = {}
         for p, start, end in gaps:
             if p in cut:

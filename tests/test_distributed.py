@@ -275,6 +275,40 @@ def test_the_worker_takes_post_events_and_serves_prometheus_metrics_like_agentlo
     assert values["agentlog_dedup_ids"] == 2.0
 
 
+def test_events_from_a_transactional_producer_are_applied_and_its_markers_hold_up_no_query(distributed) -> None:
+    # Each committed transaction leaves a marker at an offset no consumer sees: the worker
+    # must neither wait for those offsets nor take them for skipped records forever.
+    import asyncio  # noqa: PLC0415
+
+    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+
+    from streams.kafka_topics import EVENTS, topic  # noqa: PLC0415
+
+    settings, worker = distributed
+    wait_written(settings, worker, 0, 0)
+    writer = SessionWriter("tx-thread")
+    events = [compact_json(writer.emit("message", {"role": "user", "text": f"step {i}"})) for i in range(6)]
+
+    async def publish() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, transactional_id=f"tx-{uuid.uuid4()}")
+        await producer.start()
+        try:
+            for chunk in (events[:3], events[3:]):  # two transactions: two markers in the partition
+                async with producer.transaction():
+                    for value in chunk:
+                        await producer.send(topic(EVENTS, settings.kafka_namespace), value, key=b"tx-thread")
+        finally:
+            await producer.stop()
+
+    asyncio.run(publish())
+    wait_written(settings, worker, len(events), 0)
+    started = time.monotonic()
+    state = state_when_served(settings, "tx-thread")
+    assert state["event_count"] == len(events)
+    assert time.monotonic() - started < 5, "a query waited for offsets the topic does not hold"
+    assert "answering before the processor caught up" not in worker_log(settings)
+
+
 def test_the_worker_answers_a_search_read_and_context_that_name_a_just_published_event(distributed) -> None:
     """Read-your-writes on Kafka: the worker first applies what the broker holds, then
     answers from the index, the log, or the events its sink has not written yet."""

@@ -65,3 +65,12 @@ def test_a_new_assignment_forgets_the_gaps_read_again_before() -> None:
     guard.check(records(0, 14))
     guard.reset({0: 12})
     assert guard.check(records(0, 14)).reread == {0: 12}
+
+
+def test_a_reread_that_finds_the_missing_records_says_the_consumer_had_skipped_them() -> None:
+    guard = OffsetGuard()
+    guard.reset({0: 12})
+    guard.check(records(0, 14))
+    checked = guard.check(records(0, 12, 13, 14))
+    assert checked.recovered == [(0, 12)] and checked.reread == {} and checked.absent == []
+    assert [r.offset for r in checked.records] == [12, 13, 14]
