@@ -5,7 +5,8 @@ broker, with the same generated events:
 
 1. a bare kafka-python loop (consume + JSON parse, nothing else): the ceiling;
 2. a faust agent that only takes batches (``streams.bench_faust_ceiling``): faust's own
-   consume path, which bounds any faust worker;
+   consume path, which bounded the worker while it read the events through faust (it
+   now reads them with its own consumer, ``streams.event_feed``);
 3. the faust worker end to end (pairing, state tables, chDB log, OpenSearch index):
    events published as fast as possible until every one is in the log and the index;
 4. index lag at a steady 2,000 events/s: from publish until the event is searchable

@@ -51,8 +51,8 @@ from streams.accepted import by_partition, chunks, read_messages, write_log
 from streams.batch_producer import BatchProducer
 from streams.batch_seen import BatchSeen
 from streams.config import Settings
-from streams.event_feed import EventFeed
 from streams.context_api import context_for
+from streams.event_feed import EventFeed
 from streams.kafka_topics import (ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, processor_group,
                                   topic, worker_group)  # fmt: skip
 from streams.metrics import METRICS
@@ -63,6 +63,7 @@ from streams.wiring import open_log_store, open_search_index
 from streams.worker_service import Unlogged, WorkerService
 
 log = logging.getLogger("agentlog.faust")
+
 
 @contextmanager
 def _writing_partition(partition: int) -> Iterator[None]:

@@ -4,10 +4,10 @@ A faust worker runs until it is stopped, so this watches the committed offsets, 
 move only once the work is durable: the processors' on the event topic (committed after
 the state, the dedup ids and the accepted records are saved), the log and index sinks'
 on the accepted topic (committed after each batch is written), and faust's group on the
-dead-letter topic. When every one has reached the end
-offsets, the work is done. If no worker of this deployment is running, one is started
-as a child for the drain (``streams.worker_process``) and stopped with SIGTERM, which
-lets faust commit and close its stores.
+dead-letter topic. When every one has reached the end offsets, the work is done. If no
+worker of this deployment is running, one is started as a child for the drain
+(``streams.worker_process``) and stopped with SIGTERM, which lets faust commit and close
+its stores.
 """
 
 from __future__ import annotations
