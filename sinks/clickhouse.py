@@ -6,8 +6,9 @@ this process), so the DDL, the inserts and every analyst query are the same SQL.
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -17,24 +18,142 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from schemas.tables import DDL, MEMORY_DDL, REJECTED_COLUMNS
 from sinks.base import LoggedEvent, QueryResult, StoreError, redact_url
+from sinks.sql_sandbox import (
+    EXPLAIN_FORMAT, FunctionCatalogue, SqlLimits, SqlPolicy, SqlRefused, user_syntax_error,
+)  # fmt: skip
+
+_RESULT_FORMAT = "JSONCompact"
+"""Analyst results come back as bytes first, so their size is checked before decoding."""
 
 _INSERT_SETTINGS = {"date_time_input_format": "best_effort", "input_format_skip_unknown_fields": 1}
+
+
+class AnalystSql:
+    """Analyst queries through the sandbox (``sinks.sql_sandbox``), on a connection of their
+    own: nothing an analyst sends can leave state on the ingestion connection, and a slow
+    query never holds the writers' lock."""
+
+    def __init__(self, connect: Callable[[], Any], limits: SqlLimits) -> None:
+        self._connect = connect
+        self._limits = limits
+        self._client: Any = None
+        self._policy: SqlPolicy | None = None
+        self._lock = threading.Lock()
+
+    def run(self, sql: str) -> QueryResult:
+        statement = sql.strip().rstrip(";").rstrip()
+        if not statement:
+            raise SqlRefused("the query is empty; write one SELECT over events, tool_calls or rejected_events")
+        if len(statement) > self._limits.max_query_chars:
+            raise SqlRefused(f"the query is over {self._limits.max_query_chars:,} characters")
+        if "\x00" in statement:
+            raise SqlRefused("the query holds a NUL character")
+        with self._lock:
+            client = self._open()
+            self._policy_for(client).check(self._explain(client, statement))
+            try:
+                body = client.raw_query(f"{statement}\n{self._limits.settings_clause()}", fmt=_RESULT_FORMAT)
+            except ClickHouseError as error:
+                # A query stopped mid-stream can leave the handle answering nothing: the
+                # next query gets a fresh one.
+                self._reset()
+                raise StoreError(self._say(str(error))) from error
+        return self._decode(bytes(body))
+
+    def _decode(self, body: bytes) -> QueryResult:
+        """The result as rows, once its size is known to be within the limit (the engine
+        does not apply ``max_result_bytes`` to what it hands back in-process)."""
+        if len(body) > self._limits.max_result_bytes:
+            raise StoreError(self._limits.explain("TOO_MANY_ROWS_OR_BYTES") or "the result is too large")
+        try:
+            result = orjson.loads(body)
+        except orjson.JSONDecodeError:  # an integer beyond 64 bits (UInt128, Int256)
+            result = json.loads(body)
+        columns = [str(c["name"]) for c in result["meta"]]
+        return QueryResult(columns, [tuple(row) for row in result["data"]])
+
+    def _open(self) -> Any:
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
+
+    def _reset(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - a broken handle may fail to close; it is dropped anyway
+                pass
+            self._client = None
+
+    def _explain(self, client: Any, statement: str) -> str:
+        """The engine's own parse of ``statement`` (nothing runs)."""
+        prefix = "EXPLAIN AST\n"
+        try:
+            raw = client.raw_query(f"{prefix}{statement}\nFORMAT {EXPLAIN_FORMAT}", fmt=EXPLAIN_FORMAT)
+        except ClickHouseError as error:
+            message = self._say(str(error))
+            if "Syntax error" in message:
+                message = user_syntax_error(message, prefix, len(statement))
+            raise SqlRefused(message) from error
+        if not raw:
+            self._reset()
+            raise StoreError("the engine returned no parse of the query; try again")
+        return bytes(raw).decode("utf-8", "replace")
+
+    def _policy_for(self, client: Any) -> SqlPolicy:
+        if self._policy is None:
+            try:
+                functions = client.query(
+                    "SELECT name, is_aggregate, case_insensitive, alias_to, categories FROM system.functions"
+                ).result_rows
+            except ClickHouseError as error:  # a server too old to list categories
+                raise StoreError(f"the SQL sandbox needs system.functions.categories: {self._say(str(error))}") from error
+            combinators = [r[0] for r in client.query("SELECT name FROM system.aggregate_function_combinators").result_rows]
+            database = str(client.query("SELECT currentDatabase()").result_rows[0][0])
+            tables = client.query("SELECT name FROM system.tables WHERE database = currentDatabase()").result_rows
+            databases = client.query("SELECT name FROM system.databases").result_rows
+            self._policy = SqlPolicy(
+                FunctionCatalogue.of(functions, combinators), database,
+                frozenset(r[0] for r in tables), frozenset(r[0] for r in databases) - {database},
+            )  # fmt: skip
+        return self._policy
+
+    def _say(self, error: str) -> str:
+        """The engine's first line, or what a limit means in the sandbox's words."""
+        clause = self._limits.settings_clause()
+        error = error.replace(f"\n{clause}", "").replace(f" {clause}", "")  # the sandbox's own words
+        first = error.strip().splitlines()[0][:2000] if error.strip() else "the query failed"
+        code = first.rsplit("(", 1)[-1].rstrip(").") if first.endswith(")") else ""
+        return self._limits.explain(code) or first
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
 
 
 class ClickHouseLogStore:
     """``LogStore`` on ClickHouse. Thread-safe: one lock serialises the client."""
 
-    def __init__(self, client: Any, description: str) -> None:
+    def __init__(self, client: Any, description: str, analyst: AnalystSql) -> None:
         self._client = client
         self._lock = threading.Lock()
+        self._analyst = analyst
         self.description = description
         for statement in (*DDL, *MEMORY_DDL):
             self._client.command(statement)
 
     @classmethod
-    def open(cls, url: str | None = None, path: str | None = None, **kwargs: Any) -> ClickHouseLogStore:
-        """A server when ``url`` is given (``http[s]://user:pass@host:port/db``), else chDB at ``path``."""
+    def open(
+        cls, url: str | None = None, path: str | None = None, limits: SqlLimits | None = None,
+        analyst_url: str | None = None, **kwargs: Any,
+    ) -> ClickHouseLogStore:  # fmt: skip
+        """A server when ``url`` is given (``http[s]://user:pass@host:port/db``), else chDB at
+        ``path``. Analyst queries use ``analyst_url`` (a restricted user) when given."""
+        limits = limits or SqlLimits()
         if url:
+            def connect(dsn: str = analyst_url or url) -> Any:
+                return clickhouse_connect.get_client(dsn=dsn, **({} if analyst_url else kwargs))
+
             try:
                 client = clickhouse_connect.get_client(dsn=url, **kwargs)
             except Exception as error:  # noqa: BLE001 - the driver raises many kinds
@@ -42,14 +161,16 @@ class ClickHouseLogStore:
                     f"cannot reach ClickHouse at {redact_url(url)}: {error}. Check AGENTLOG_CLICKHOUSE_URL "
                     "or unset it to use the embedded chDB log."
                 ) from error
-            return cls(client, f"ClickHouse server {url.split('@')[-1]}")
+            return cls(client, f"ClickHouse server {url.split('@')[-1]}", AnalystSql(connect, limits))
         if path is None:
             raise StoreError("the chDB log needs a data directory")
         try:
             client = clickhouse_connect.get_client(interface="chdb", path=path)
         except Exception as error:  # noqa: BLE001
             raise StoreError(f"cannot open the chDB log in {path}: {error}") from error
-        return cls(client, f"chDB {path}")
+        # chDB serves any number of connections to its one engine, each with its own session.
+        analyst = AnalystSql(lambda: clickhouse_connect.get_client(interface="chdb", path=path), limits)
+        return cls(client, f"chDB {path}", analyst)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -149,18 +270,16 @@ class ClickHouseLogStore:
     def count_events(self) -> int:
         return int(self._query("SELECT count() FROM events").result_rows[0][0])
 
-    def query(self, sql: str, readonly: bool = True) -> QueryResult:
-        try:
-            result = self._query(sql, settings={"readonly": 1} if readonly else None)
-        except ClickHouseError as error:
-            raise StoreError(str(error).strip().splitlines()[0][:2000]) from error
-        return QueryResult(list(result.column_names), [tuple(r) for r in result.result_rows])
+    def query(self, sql: str) -> QueryResult:
+        """An analyst's SQL, through the sandbox; refusals raise ``SqlRefused``."""
+        return self._analyst.run(sql)
 
     def truncate_derived(self) -> None:
         with self._lock:
             self._client.command("TRUNCATE TABLE tool_calls")
 
     def close(self) -> None:
+        self._analyst.close()
         with self._lock:
             self._client.close()
 

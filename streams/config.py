@@ -14,6 +14,7 @@ from pathlib import Path
 
 from processors.thread import PairingConfig
 from schemas.events import MAX_EVENT_BYTES
+from sinks.sql_sandbox import SqlLimits
 from streams.security import KafkaSecurity
 
 _ENV = {
@@ -54,6 +55,14 @@ _ENV = {
     "clickhouse_username": "AGENTLOG_CLICKHOUSE_USERNAME",
     "clickhouse_password": "AGENTLOG_CLICKHOUSE_PASSWORD",
     "clickhouse_ca_certs": "AGENTLOG_CLICKHOUSE_CA_CERTS",
+    # The analyst SQL sandbox (sinks.sql_sandbox): its limits, and on a ClickHouse server
+    # the restricted user its queries run as (a DSN with that user's name and password).
+    "clickhouse_analyst_url": "AGENTLOG_CLICKHOUSE_ANALYST_URL",
+    "sql_timeout_seconds": "AGENTLOG_SQL_TIMEOUT_SECONDS",
+    "sql_max_rows": "AGENTLOG_SQL_MAX_ROWS",
+    "sql_max_bytes": "AGENTLOG_SQL_MAX_BYTES",
+    "sql_max_memory_bytes": "AGENTLOG_SQL_MAX_MEMORY_BYTES",
+    "sql_max_rows_to_read": "AGENTLOG_SQL_MAX_ROWS_TO_READ",
 }
 
 
@@ -98,6 +107,12 @@ class Settings:
     clickhouse_username: str | None = None
     clickhouse_password: str | None = field(default=None, repr=False)
     clickhouse_ca_certs: str | None = None
+    clickhouse_analyst_url: str | None = field(default=None, repr=False)
+    sql_timeout_seconds: float = 10.0
+    sql_max_rows: int = 100_000
+    sql_max_bytes: int = 64 * 1024 * 1024
+    sql_max_memory_bytes: int = 1024 * 1024 * 1024
+    sql_max_rows_to_read: int = 2_000_000_000
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -145,6 +160,13 @@ class Settings:
     @property
     def kafka_security(self) -> KafkaSecurity:
         return KafkaSecurity.of(self)
+
+    @property
+    def sql_limits(self) -> SqlLimits:
+        return SqlLimits(
+            self.sql_timeout_seconds, self.sql_max_rows, self.sql_max_bytes,
+            self.sql_max_memory_bytes, self.sql_max_rows_to_read,
+        )  # fmt: skip
 
     @property
     def pairing(self) -> PairingConfig:

@@ -436,7 +436,7 @@ def create_app(settings: Settings) -> faust.App:
         async def post(self, request: Any) -> Any:
             body = orjson.loads(await request.read())
             try:
-                result = await asyncio.to_thread(log_store.query, body["sql"], True)
+                result = await asyncio.to_thread(log_store.query, body["sql"])
             except StoreError as error:
                 return self.json({"error": str(error)}, status=400)
             body = {"columns": result.columns, "rows": [list(r) for r in result.rows]}

@@ -39,7 +39,7 @@ class OfflineService(WorkerService):
         return context_for(self, thread_id, budget, query, model)
 
     def sql(self, statement: str) -> QueryResult:
-        return self.log.query(statement, readonly=True)
+        return self.log.query(statement)
 
     def close(self) -> None:
         self.index.close()

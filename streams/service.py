@@ -302,7 +302,7 @@ class EmbeddedService:
         if not self.serving:  # the server mirrors memory in its loop
             with self.lock:
                 self.mirror_memory()
-        return self.log.query(statement, readonly=True)
+        return self.log.query(statement)
 
     # -- maintenance ------------------------------------------------------------------
 

@@ -10,7 +10,10 @@ from streams.security import clickhouse_options, opensearch_options
 
 def open_log_store(settings: Settings) -> LogStore:
     """A ClickHouse server if ``AGENTLOG_CLICKHOUSE_URL`` names one, else chDB in the data directory."""
-    return ClickHouseLogStore.open(settings.clickhouse_url, str(settings.path("log")), **clickhouse_options(settings))
+    return ClickHouseLogStore.open(
+        settings.clickhouse_url, str(settings.path("log")), settings.sql_limits,
+        settings.clickhouse_analyst_url, **clickhouse_options(settings),
+    )  # fmt: skip
 
 
 def open_search_index(settings: Settings) -> SearchIndex:

@@ -88,7 +88,7 @@ def test_publish_run_then_state_search_read_and_sql_give_the_right_answers(cli_e
 def test_sql_is_read_only(cli_env: dict[str, str]) -> None:
     agentlog(cli_env, "publish", "-", stdin=raw("e1", "goal", {"text": "g"}))
     proc = agentlog(cli_env, "sql", "DROP TABLE events", check=False)
-    assert proc.returncode == 1 and b"readonly" in proc.stderr.lower()
+    assert proc.returncode == 1 and b"only one read-only select" in proc.stderr.lower()
     assert json.loads(agentlog(cli_env, "sql", "SELECT count() AS n FROM events", "--json").stdout) == [{"n": 1}]
 
 

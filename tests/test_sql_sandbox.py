@@ -1,0 +1,168 @@
+"""SPEC §7: `sql` runs one sandboxed read-only query over the log's tables: no file,
+network or system access, bounded in time, rows and memory. Issue 12's hostile corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sinks.base import StoreError
+from sinks.sql_sandbox import SqlRefused
+from streams.config import Settings
+from streams.service import EmbeddedService
+from tests.helpers import raw
+from tests.hostile_sql import ALLOWED, CORPUS, Hostile
+
+SECRET = "canary-7f3e9b1c-never-readable"
+TIME_LIMIT_S = 3.0
+ANSWER_WITHIN_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder outside the data directory: a canary file to read, a target never to create."""
+    folder = tmp_path_factory.mktemp("outside")
+    (folder / "canary.txt").write_text(f"{SECRET}\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sandboxed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedService]:
+    settings = Settings(data_dir=tmp_path_factory.mktemp("sandbox") / "data", sql_timeout_seconds=TIME_LIMIT_S)
+    service = EmbeddedService(settings)
+    service.publish(b"\n".join([
+        raw("g1", "goal", {"text": "ship it"}),
+        raw("c1", "tool_call", {"call_id": "k1", "tool_name": "pytest", "arguments": {}}, 1),
+        raw("r1", "tool_result", {"call_id": "k1", "output": "1 failed", "status": "error"}, 2),
+        b"{not json",
+    ]))  # fmt: skip
+    service.catch_up()
+    yield service
+    service.close()
+
+
+def _attempt(service: EmbeddedService, statement: str) -> tuple[str, str]:
+    """('answered', rows as text) or ('refused', the message), timed."""
+    t0 = time.monotonic()
+    try:
+        result = service.sql(statement)
+        outcome = ("answered", repr(result.rows)[:100_000])
+    except StoreError as error:
+        outcome = ("refused", str(error))
+    assert time.monotonic() - t0 < ANSWER_WITHIN_S, f"{statement[:80]!r} took {time.monotonic() - t0:.1f} s"
+    return outcome
+
+
+def test_the_corpus_holds_at_least_200_hostile_statements() -> None:
+    assert len(CORPUS) >= 200
+    assert len({h.sql for h in CORPUS}) == len(CORPUS), "a statement is listed twice"
+
+
+@pytest.mark.parametrize("hostile", CORPUS, ids=lambda h: h.sql[:60].encode("unicode_escape").decode())
+def test_a_hostile_statement_is_refused_or_stopped_by_a_limit(
+    sandboxed: EmbeddedService, outside: Path, hostile: Hostile
+) -> None:
+    target = outside / "written-by-sql.txt"
+    statement = hostile.render(str(outside / "canary.txt"), str(target))
+    status, text = _attempt(sandboxed, statement)
+    assert status == "refused", f"{statement[:120]!r} was answered: {text[:300]}"
+    assert SECRET not in text
+    assert not target.exists()
+    if hostile.outcome == "bounded":
+        assert "AGENTLOG_SQL_" in text or "limit" in text, text
+    else:
+        assert "Traceback" not in text and text.strip(), text
+
+
+def test_no_file_is_written_outside_the_data_directory(sandboxed: EmbeddedService, outside: Path) -> None:
+    """The corpus's relative OUTFILE would land in the working directory."""
+    before = set(os.listdir("."))
+    _attempt(sandboxed, "SELECT 'x' INTO OUTFILE 'relative-out.txt'")
+    assert set(os.listdir(".")) == before
+    assert sorted(p.name for p in outside.iterdir()) == ["canary.txt"]
+
+
+@pytest.mark.parametrize("statement", ALLOWED)
+def test_an_analyst_query_over_the_promised_tables_is_answered(sandboxed: EmbeddedService, statement: str) -> None:
+    status, text = _attempt(sandboxed, statement)
+    assert status == "answered", text
+
+
+def test_the_promised_tables_answer_what_was_logged(sandboxed: EmbeddedService) -> None:
+    assert sandboxed.sql("SELECT count() FROM events WHERE thread_id = 't1'").rows == [(3,)]
+    assert sandboxed.sql("SELECT status FROM tool_calls FINAL").rows == [("error",)]
+    assert sandboxed.sql("SELECT count() FROM rejected_events").rows == [(1,)]
+
+
+def test_a_limit_says_which_limit_was_hit_and_how_to_raise_it(sandboxed: EmbeddedService) -> None:
+    with pytest.raises(StoreError, match="100,000 rows.*AGENTLOG_SQL_MAX_ROWS"):
+        sandboxed.sql("SELECT number FROM numbers(200000)")
+    with pytest.raises(StoreError, match=f"{TIME_LIMIT_S:g} s .*AGENTLOG_SQL_TIMEOUT_SECONDS"):
+        sandboxed.sql("SELECT count() FROM numbers(1000000000) WHERE cityHash64(toString(number)) % 7 = 1")
+
+
+def test_a_syntax_error_points_into_the_users_text(sandboxed: EmbeddedService) -> None:
+    statement = "SELECT count() FROM events WHERE kind = = 'goal'"
+    with pytest.raises(SqlRefused) as refused:
+        sandboxed.sql(statement)
+    message = str(refused.value)
+    assert "EXPLAIN" not in message and "TabSeparatedRaw" not in message and "Native" not in message
+    assert f"position {statement.index('= =') + 3}" in message  # 1-based, as the engine counts and "(line 1," in message
+
+
+def test_a_refused_write_never_leaves_the_ingest_connection_readonly(sandboxed: EmbeddedService) -> None:
+    for statement in ("DROP TABLE events", "SET readonly = 1", "INSERT INTO events (raw) VALUES ('{}')",
+                      "SELECT 1 SETTINGS readonly = 1", "CREATE TABLE x (a Int8) ENGINE = Memory"):  # fmt: skip
+        with pytest.raises(StoreError):
+            sandboxed.sql(statement)
+    sandboxed.publish(raw("after-refusals", "goal", {"text": "still logging"}, thread="wedge"))
+    sandboxed.catch_up()
+    assert sandboxed.sql("SELECT event_id FROM events WHERE thread_id = 'wedge'").rows == [("after-refusals",)]
+
+
+def test_a_slow_analyst_query_never_holds_up_publishing_or_the_state(sandboxed: EmbeddedService) -> None:
+    slow: list[str] = []
+
+    def run_slow() -> None:
+        slow.append(_attempt(sandboxed, "SELECT count() FROM numbers(2000000000) WHERE cityHash64(number) % 3 = 1")[0])
+
+    worker = threading.Thread(target=run_slow)
+    worker.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    sandboxed.publish(raw("slow-1", "goal", {"text": "while the analyst waits"}, thread="slow"))
+    assert sandboxed.state("slow")["goal"]["text"] == "while the analyst waits"
+    assert time.monotonic() - t0 < 2.0
+    worker.join()
+    assert slow == ["refused"]  # stopped by the time limit
+
+
+def _agentlog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, capture_output=True,
+                          timeout=120)  # fmt: skip
+
+
+def test_the_cli_refuses_file_access_and_keeps_answering(cli_env: dict[str, str], outside: Path) -> None:
+    publish = subprocess.run([sys.executable, "-m", "streams.cli", "publish", "-"], env=cli_env,
+                             input=raw("e1", "goal", {"text": "g"}), capture_output=True, timeout=120)  # fmt: skip
+    assert publish.returncode == 0, publish.stderr
+    canary = str(outside / "canary.txt")
+    for statement in (f"SELECT file('{canary}')", f"SELECT * FROM file('{canary}', 'LineAsString')",
+                      f"SELECT 'x' INTO OUTFILE '{outside / 'cli-out'}'", "DROP TABLE events",
+                      "SELECT * FROM system.users", "SELECT count() FROM system.numbers"):  # fmt: skip
+        proc = _agentlog(cli_env, "sql", statement)
+        assert proc.returncode != 0, statement
+        assert SECRET.encode() not in proc.stdout + proc.stderr
+        assert b"Traceback" not in proc.stderr and proc.stderr.strip()
+    assert not (outside / "cli-out").exists()
+    proc = _agentlog(cli_env, "sql", "SELECT count() AS n FROM events", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [{"n": 1}]
