@@ -5,9 +5,11 @@
 -- agentlog checks every statement before it runs (see docs/security.md); this user is the
 -- server's own second wall: it can read the three promised tables and nothing else, cannot
 -- change a setting beyond the profile's bounds, and has no FILE, URL, REMOTE or SYSTEM grant.
+-- readonly = 2 (reads only, settings within the bounds below) lets each query carry the
+-- sandbox's own SETTINGS clause; with this user agentlog leaves readonly out of it.
 
 CREATE SETTINGS PROFILE IF NOT EXISTS agentlog_analyst_limits SETTINGS
-    readonly = 1 CONST,
+    readonly = 2 CONST,
     max_execution_time = 10 MAX 60,
     max_result_rows = 100000 MAX 1000000,
     max_result_bytes = 67108864 MAX 268435456,

@@ -33,9 +33,10 @@ class AnalystSql:
     own: nothing an analyst sends can leave state on the ingestion connection, and a slow
     query never holds the writers' lock."""
 
-    def __init__(self, connect: Callable[[], Any], limits: SqlLimits) -> None:
+    def __init__(self, connect: Callable[[], Any], limits: SqlLimits, restricted_user: bool = False) -> None:
         self._connect = connect
         self._limits = limits
+        self._clause = limits.settings_clause(readonly=not restricted_user)
         self._client: Any = None
         self._policy: SqlPolicy | None = None
         self._lock = threading.Lock()
@@ -52,7 +53,7 @@ class AnalystSql:
             client = self._open()
             self._policy_for(client).check(self._explain(client, statement))
             try:
-                body = client.raw_query(f"{statement}\n{self._limits.settings_clause()}", fmt=_RESULT_FORMAT)
+                body = client.raw_query(f"{statement}\n{self._clause}", fmt=_RESULT_FORMAT)
             except ClickHouseError as error:
                 # A query stopped mid-stream can leave the handle answering nothing: the
                 # next query gets a fresh one.
@@ -120,8 +121,7 @@ class AnalystSql:
 
     def _say(self, error: str) -> str:
         """The engine's first line, or what a limit means in the sandbox's words."""
-        clause = self._limits.settings_clause()
-        error = error.replace(f"\n{clause}", "").replace(f" {clause}", "")  # the sandbox's own words
+        error = error.replace(f"\n{self._clause}", "").replace(f" {self._clause}", "")  # the sandbox's own words
         first = error.strip().splitlines()[0][:2000] if error.strip() else "the query failed"
         code = first.rsplit("(", 1)[-1].rstrip(").") if first.endswith(")") else ""
         return self._limits.explain(code) or first
@@ -161,7 +161,7 @@ class ClickHouseLogStore:
                     f"cannot reach ClickHouse at {redact_url(url)}: {error}. Check AGENTLOG_CLICKHOUSE_URL "
                     "or unset it to use the embedded chDB log."
                 ) from error
-            return cls(client, f"ClickHouse server {url.split('@')[-1]}", AnalystSql(connect, limits))
+            return cls(client, f"ClickHouse server {url.split('@')[-1]}", AnalystSql(connect, limits, bool(analyst_url)))
         if path is None:
             raise StoreError("the chDB log needs a data directory")
         try:

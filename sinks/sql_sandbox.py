@@ -94,9 +94,10 @@ class SqlLimits:
     max_rows_to_read: int = 2_000_000_000
     max_query_chars: int = 100_000
 
-    def settings_clause(self) -> str:
+    def settings_clause(self, readonly: bool = True) -> str:
         """A trailing SETTINGS clause: per query, so no session state is left behind.
-        ``readonly`` comes last, as it forbids changing the settings after it."""
+        ``readonly`` comes last, as it forbids changing the settings after it; a server's
+        restricted user (``readonly = 2`` in its profile) sets it there instead."""
         settings = {
             "max_execution_time": f"{self.timeout_seconds:g}",
             "timeout_overflow_mode": "'throw'",
@@ -110,8 +111,9 @@ class SqlLimits:
             "output_format_json_quote_64bit_integers": "0",
             "output_format_json_quote_64bit_floats": "0",
             "output_format_json_quote_decimals": "0",
-            "readonly": "1",
         }
+        if readonly:
+            settings["readonly"] = "1"
         return "SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items())
 
     def explain(self, code: str) -> str | None:
