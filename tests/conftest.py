@@ -1,8 +1,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import httpx
 
 import pytest
 
@@ -27,6 +33,41 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
     env["AGENTLOG_DATA_DIR"] = str(tmp_path / "cli-data")
     return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def start_server(cli_env: dict[str, str]) -> Iterator[Callable[..., tuple[str, dict[str, str]]]]:
+    """``start_server(**env)``: ``agentlog run`` on a free loopback port for this test's
+    data directory; gives its URL and the environment the CLI needs to reach it."""
+    running: list[subprocess.Popen] = []
+
+    def start(**extra_env: str) -> tuple[str, dict[str, str]]:
+        port = free_port()
+        env = {**cli_env, "AGENTLOG_HTTP_PORT": str(port), **extra_env}
+        proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        running.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    return url, env
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        proc.kill()
+        raise AssertionError(f"agentlog run did not start: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
+
+    yield start
+    for proc in running:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def _docker_answers() -> bool:

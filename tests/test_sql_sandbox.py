@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sinks.base import StoreError
@@ -166,3 +167,25 @@ def test_the_cli_refuses_file_access_and_keeps_answering(cli_env: dict[str, str]
     proc = _agentlog(cli_env, "sql", "SELECT count() AS n FROM events", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [{"n": 1}]
+
+
+def test_over_http_every_hostile_statement_is_a_4xx_and_the_service_still_ingests(start_server, outside: Path) -> None:
+    url, _env = start_server(AGENTLOG_SQL_TIMEOUT_SECONDS=str(TIME_LIMIT_S))
+    target = outside / "written-over-http.txt"
+    with httpx.Client(base_url=url, timeout=ANSWER_WITHIN_S) as http:
+        for hostile in CORPUS:
+            statement = hostile.render(str(outside / "canary.txt"), str(target))
+            response = http.post("/sql", json={"sql": statement})
+            assert 400 <= response.status_code < 500, (statement[:100], response.status_code, response.text[:300])
+            assert response.json()["error"] and SECRET not in response.text
+        assert not target.exists()
+        assert http.get("/healthz").json()["status"] == "ok"
+        report = http.post("/events", content=raw("http-after", "goal", {"text": "after the attacks"}, thread="h"),
+                           headers={"content-type": "application/json"}).json()  # fmt: skip
+        assert report["accepted"] == 1
+        assert http.get("/threads/h/state").json()["goal"]["text"] == "after the attacks"
+        http.post("/flush", headers={"content-type": "application/json"})
+        rows = http.post("/sql", json={"sql": "SELECT count() FROM events WHERE thread_id = 'h'"}).json()["rows"]
+        assert rows == [[1]]
+        hits = http.get("/search", params={"q": "attacks", "thread": "h"}).json()["hits"]
+        assert [h["event_id"] for h in hits] == ["http-after"]
