@@ -685,3 +685,37 @@ def test_run_until_idle_on_kafka_drains_what_is_pending_through_every_sink_and_e
         assert context["sections"][0]["goal"] == expected["goal"]
     finally:
         drop_index(settings)
+
+
+def test_the_workers_sql_route_refuses_the_hostile_corpus_and_keeps_ingesting(
+    tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
+) -> None:
+    """Issue 12: the SQL sandbox holds on Kafka as embedded (one code path, the log store)."""
+    from tests.hostile_sql import CORPUS  # noqa: PLC0415
+
+    settings = kafka_settings(tmp_path / "dist", kafka_bootstrap, opensearch_url, partitions=1,
+                              sql_timeout_seconds=3.0)  # fmt: skip
+    canary = tmp_path / "canary.txt"
+    canary.write_text("kafka-canary-never-readable\n")
+    target = tmp_path / "written-by-worker-sql.txt"
+    worker = start_worker(settings)
+    try:
+        wait_written(settings, worker, 0, 0)
+        base = f"http://127.0.0.1:{settings.worker_port}"
+        with httpx.Client(base_url=base, timeout=30) as http:
+            for hostile in CORPUS:
+                response = http.post("/sql", json={"sql": hostile.render(str(canary), str(target))})
+                assert 400 <= response.status_code < 500, (hostile.sql[:80], response.status_code, response.text[:300])
+                assert "kafka-canary" not in response.text
+            assert not target.exists()
+            event = {"event_id": "after-sql", "thread_id": "sql-thread", "kind": "goal", "ts": "2026-11-30T12:00:00Z",
+                     "payload": {"text": "still ingesting"}}  # fmt: skip
+            report = http.post("/events", content=json.dumps(event), headers={"content-type": "application/json"})
+            assert report.json()["accepted"] == 1
+            wait_written(settings, worker, 1, 0)
+            rows = http.post("/sql", json={"sql": "SELECT event_id FROM events"}).json()["rows"]
+            assert rows == [["after-sql"]]
+        assert state_when_served(settings, "sql-thread")["goal"]["text"] == "still ingesting"
+    finally:
+        stop_worker(worker)
+        drop_index(settings)
