@@ -237,8 +237,10 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
         Route("/metrics", route("metrics", metrics), methods=["GET"]),
         Route("/openapi.json", route("openapi", openapi), methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, policy=policy)],
-                     exception_handlers={HTTPException: http_error, Exception: server_error})  # fmt: skip
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, policy=policy)],
+                    exception_handlers={HTTPException: http_error, Exception: server_error})  # fmt: skip
+    app.router.redirect_slashes = False  # a redirect is no answer; `/events/` is a 404 that says why
+    return app
 
 
 __all__ = ["Guard", "build_app"]

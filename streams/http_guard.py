@@ -82,7 +82,8 @@ def check_host(policy: Policy, host: str | None, origin: str | None) -> RequestE
     if policy.allowed_hosts is None:
         return None
     if host is None or host_name(host) not in policy.allowed_hosts:
-        return RequestError(421, f"this server does not answer to Host {host!r}; address it as "
+        named = f"Host {host!r}" if host is not None else "a request without a Host header"
+        return RequestError(421, f"this server does not answer to {named}; address it as "
                             f"{', '.join(sorted(policy.allowed_hosts))} or add the name to AGENTLOG_ALLOWED_HOSTS")  # fmt: skip
     if origin is not None and host_name(urlsplit(origin).netloc) not in policy.allowed_hosts:
         return RequestError(403, f"requests from the web page at {origin!r} are refused "
