@@ -27,7 +27,10 @@ from streams.service import DataDirLock, NotFound
 EPILOG = """Configuration (environment): AGENTLOG_DATA_DIR (default ./.agentlog),
 AGENTLOG_CLICKHOUSE_URL (a ClickHouse server; unset = chDB in the data directory),
 AGENTLOG_GRACE_SECONDS, AGENTLOG_CALL_TIMEOUT_SECONDS, AGENTLOG_MAX_EVENT_BYTES,
-AGENTLOG_HTTP_HOST / AGENTLOG_HTTP_PORT (for `agentlog run`)."""
+AGENTLOG_HTTP_HOST / AGENTLOG_HTTP_PORT (for `agentlog run`),
+AGENTLOG_API_TOKEN (Bearer token the HTTP API requires; needed to listen beyond loopback;
+commands send it to a running server), AGENTLOG_ALLOWED_HOSTS (extra Host names the API
+answers to, comma-separated), AGENTLOG_MAX_REQUEST_BYTES (largest request body, default 64 MiB)."""
 
 
 class UsageError(Exception):

@@ -193,10 +193,11 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
         return await run_in_threadpool(with_memory, lambda job: job.status())
 
     async def healthz(request: Request) -> Any:
-        ident = dict(identity or {})
+        health = {**service.health(), **(identity or {})}
         if check_token(policy, "/", request.headers.get("authorization")) is not None:
-            ident.pop("data_dir", None)  # where the data lives is for callers with the token
-        return {**service.health(), **ident}
+            # Without the token: liveness only; paths and store details are for callers with it.
+            return {k: health[k] for k in ("status", "deployment", "instance") if k in health}
+        return health
 
     async def metrics(_request: Request) -> Any:
         return Response(generate_latest(METRICS.registry), media_type=CONTENT_TYPE_LATEST)

@@ -326,3 +326,17 @@ def test_a_stale_server_json_naming_another_directorys_server_is_never_used(tmp_
     finally:
         b.proc.terminate()
         b.proc.wait(timeout=60)
+
+
+def test_healthz_answers_without_the_token_but_tells_no_paths(tmp_path: Path) -> None:
+    env = {**_env(tmp_path, "h"), "AGENTLOG_API_TOKEN": TOKEN}
+    served = start_server(env, tmp_path / "stderr.log")
+    try:
+        bare = httpx.get(f"{served.url}/healthz").json()
+        assert bare["status"] == "ok" and bare["instance"] and str(tmp_path) not in json.dumps(bare)
+        full = httpx.get(f"{served.url}/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        assert full["data_dir"] == str((tmp_path / "h").resolve()) and full["instance"] == bare["instance"]
+        assert httpx.get(f"{served.url}/search", params={"q": "x"}).status_code == 401
+    finally:
+        served.proc.terminate()
+        served.proc.wait(timeout=60)
