@@ -389,15 +389,21 @@ def create_app(settings: Settings) -> faust.App:
 
         return decorate
 
-    def valid_thread(handler: Any) -> Any:
-        """Refuse a malformed thread id before faust routes it to the thread's owner."""
+    def checked_first(query: Any = None) -> Any:
+        """Refuse a malformed thread id or query before faust routes it to the thread's
+        owner (the refusal needs no owner, and no Kafka)."""
 
-        @functools.wraps(handler)
-        async def checked(view: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-            parse_path(ThreadPath, {"thread_id": request.match_info["thread_id"]})
-            return await handler(view, request, *args, **kwargs)
+        def decorate(handler: Any) -> Any:
+            @functools.wraps(handler)
+            async def checked(view: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+                parse_path(ThreadPath, {"thread_id": request.match_info["thread_id"]})
+                if query is not None:
+                    parse_query(query, request.query.items())
+                return await handler(view, request, *args, **kwargs)
 
-        return checked
+            return checked
+
+        return decorate
 
     async def search_here(web: Any, request: Any) -> Any:
         q = parse_query(SearchQuery, request.query.items())
@@ -431,7 +437,7 @@ def create_app(settings: Settings) -> faust.App:
             return web.json({"error": str(error)}, status=404)
 
     @app.page("/threads/{thread_id}/context")
-    @valid_thread
+    @checked_first(ContextQuery)
     @at_owner(match_info="thread_id")
     async def thread_context(web: Any, request: Any, thread_id: str) -> Any:
         q = parse_query(ContextQuery, request.query.items())
@@ -478,7 +484,7 @@ def create_app(settings: Settings) -> faust.App:
         return web.json(openapi_document())
 
     @app.page("/threads/{thread_id}/state")
-    @valid_thread
+    @checked_first()
     @at_owner(match_info="thread_id")
     async def thread_state(web: Any, request: Any, thread_id: str) -> Any:
         if (busy := await caught_up(web)) is not None:
