@@ -29,30 +29,75 @@ class RouteDoc:
 
 _GUARD = (401, 413, 415, 421)
 ROUTES: tuple[RouteDoc, ...] = (
-    RouteDoc("post", "/events", "publish events: one JSON object, a JSON array, or JSON lines",
-             body="events", errors=(400, *_GUARD)),
-    RouteDoc("get", "/threads/{thread_id}/state", "a thread's working state",
-             path_params=ThreadPath, errors=(400, 401, 404, 421)),
-    RouteDoc("get", "/threads/{thread_id}/context", "the thread's context assembled under a token budget",
-             query=ContextQuery, path_params=ThreadPath, errors=(400, 401, 404, 421)),
+    RouteDoc(
+        "post",
+        "/events",
+        "publish events: one JSON object, a JSON array, or JSON lines",
+        body="events",
+        errors=(400, *_GUARD),
+    ),
+    RouteDoc(
+        "get",
+        "/threads/{thread_id}/state",
+        "a thread's working state",
+        path_params=ThreadPath,
+        errors=(400, 401, 404, 421),
+    ),
+    RouteDoc(
+        "get",
+        "/threads/{thread_id}/context",
+        "the thread's context assembled under a token budget",
+        query=ContextQuery,
+        path_params=ThreadPath,
+        errors=(400, 401, 404, 421),
+    ),
     RouteDoc("get", "/search", "keyword search over events", query=SearchQuery, errors=(400, 401, 421)),
-    RouteDoc("get", "/events/{event_id}", "the original event, by id", path_params=EventPath,
-             errors=(400, 401, 404, 421)),
-    RouteDoc("post", "/sql", "one sandboxed read-only query over the log's tables", body=SqlBody,
-             errors=(400, *_GUARD)),
+    RouteDoc(
+        "get",
+        "/events/{event_id}",
+        "the original event, by id",
+        path_params=EventPath,
+        errors=(400, 401, 404, 421),
+    ),
+    RouteDoc(
+        "post",
+        "/sql",
+        "one sandboxed read-only query over the log's tables",
+        body=SqlBody,
+        errors=(400, *_GUARD),
+    ),
     RouteDoc("post", "/flush", "wait until what is published is processed", errors=_GUARD),
     RouteDoc("post", "/rebuild", "replay the log into state, pairs and index", errors=_GUARD),
     RouteDoc("get", "/memory", "the published long-term memory", query=MemoryQuery, errors=(400, 401, 421)),
-    RouteDoc("post", "/memory/extract", "extract memory candidates from new events", body=LeaseBody,
-             errors=(400, *_GUARD)),
-    RouteDoc("post", "/memory/consolidate", "consolidate candidates into a new published view",
-             body=ConsolidateBody, errors=(400, *_GUARD)),
-    RouteDoc("post", "/memory/revoke", "withdraw a source event's facts", body=RevokeBody,
-             errors=(400, 404, *_GUARD)),
+    RouteDoc(
+        "post",
+        "/memory/extract",
+        "extract memory candidates from new events",
+        body=LeaseBody,
+        errors=(400, *_GUARD),
+    ),
+    RouteDoc(
+        "post",
+        "/memory/consolidate",
+        "consolidate candidates into a new published view",
+        body=ConsolidateBody,
+        errors=(400, *_GUARD),
+    ),
+    RouteDoc(
+        "post",
+        "/memory/revoke",
+        "withdraw a source event's facts",
+        body=RevokeBody,
+        errors=(400, 404, *_GUARD),
+    ),
     RouteDoc("get", "/memory/status", "memory jobs' leases and versions", errors=(401, 421)),
     RouteDoc("post", "/memory/status", "memory jobs' leases and versions", errors=_GUARD),
-    RouteDoc("get", "/healthz", "liveness, and which data directory this server holds (no token needed)",
-             errors=(421,)),
+    RouteDoc(
+        "get",
+        "/healthz",
+        "liveness, and which data directory this server holds (no token needed)",
+        errors=(421,),
+    ),
     RouteDoc("get", "/metrics", "Prometheus metrics", errors=(401, 421)),
     RouteDoc("get", "/openapi.json", "this document", errors=(401, 421)),
 )
@@ -72,9 +117,16 @@ _REASONS = {
 def _parameters(model: type[BaseModel], where: str) -> list[dict[str, Any]]:
     schema = model.model_json_schema(ref_template=_REF)
     required = set(schema.get("required", []))
-    return [{"name": name, "in": where, "required": where == "path" or name in required, "schema": prop,
-             **({"description": prop["description"]} if "description" in prop else {})}
-            for name, prop in schema["properties"].items()]  # fmt: skip
+    return [
+        {
+            "name": name,
+            "in": where,
+            "required": where == "path" or name in required,
+            "schema": prop,
+            **({"description": prop["description"]} if "description" in prop else {}),
+        }
+        for name, prop in schema["properties"].items()
+    ]
 
 
 def _operation(route: RouteDoc, components: dict[str, Any]) -> dict[str, Any]:
@@ -112,13 +164,21 @@ def openapi_document() -> dict[str, Any]:
         paths.setdefault(route.path, {})[route.method] = _operation(route, components)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "agentlog", "version": "1",
-                 "description": "Agent events in; working state, context, search and SQL out (SPEC §7)."},
+        "info": {
+            "title": "agentlog",
+            "version": "1",
+            "description": "Agent events in; working state, context, search and SQL out (SPEC §7).",
+        },
         "components": {
             "schemas": components,
-            "securitySchemes": {"token": {"type": "http", "scheme": "bearer",
-                                          "description": "AGENTLOG_API_TOKEN; required beyond loopback"}},
-        },  # fmt: skip
+            "securitySchemes": {
+                "token": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "AGENTLOG_API_TOKEN; required beyond loopback",
+                },
+            },
+        },
         "security": [{"token": []}, {}],
         "paths": paths,
     }

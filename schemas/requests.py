@@ -61,7 +61,9 @@ class SearchQuery(_Strict):
     tool: Name | None = None
     window: Name | None = None
     project: Name | None = None
-    after: Id | None = Field(None, description="read-your-writes: an event id whose thread is searched up to it")
+    after: Id | None = Field(
+        None, description="read-your-writes: an event id whose thread is searched up to it"
+    )
     since: Name | None = Field(None, description="RFC 3339 time with offset, or epoch milliseconds")
     until: Name | None = Field(None, description="RFC 3339 time with offset, or epoch milliseconds")
     since_ms: Annotated[int, Field(ge=0, le=MAX_TIME_MS)] | None = None
@@ -164,7 +166,7 @@ def parse_query(model: type[M], items: Iterable[tuple[str, str]]) -> M:
 def parse_path(model: type[M], values: dict[str, str]) -> M:
     try:
         return model.model_validate(values)
-    except ValidationError as error:
+    except ValidationError:
         name = next(iter(values), "id")
         raise RequestError(400, f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : - (SPEC §2)",
                            field=name) from None  # fmt: skip
@@ -183,7 +185,9 @@ def parse_body(model: type[M], body: bytes, *, empty_ok: bool = False) -> M:
         # orjson refuses nesting beyond 1024 levels here too, without recursing in Python.
         raise RequestError(400, f"the body is not valid JSON ({error}); send {_example(model)}") from None
     if not isinstance(value, dict):
-        raise RequestError(400, f"the body must be a JSON object, not {type(value).__name__}; send {_example(model)}")
+        raise RequestError(
+            400, f"the body must be a JSON object, not {type(value).__name__}; send {_example(model)}"
+        )
     try:
         return model.model_validate(value)
     except ValidationError as error:
@@ -197,7 +201,7 @@ def _example(model: type[BaseModel]) -> str:
 
 
 __all__ = [
-    "ConsolidateBody", "ContextQuery", "EventPath", "ID_PATTERN", "LeaseBody", "MAX_BUDGET",
-    "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery",
-    "SqlBody", "ThreadPath", "check_budget", "check_search_limit", "parse_body", "parse_path", "parse_query",
+    "ID_PATTERN", "MAX_BUDGET", "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "ConsolidateBody", "ContextQuery",
+    "EventPath", "LeaseBody", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery", "SqlBody",
+    "ThreadPath", "check_budget", "check_search_limit", "parse_body", "parse_path", "parse_query",
 ]  # fmt: skip

@@ -131,7 +131,9 @@ class RemoteService:
         )  # fmt: skip
 
     def sql(self, statement: str) -> QueryResult:
-        body = self._check(lambda: self.http.post("/sql", content=json.dumps({"sql": statement}), headers=JSON))
+        body = self._check(
+            lambda: self.http.post("/sql", content=json.dumps({"sql": statement}), headers=JSON)
+        )
         return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
 
     def rebuild(self, on_progress: Any = None) -> dict[str, Any]:
@@ -141,4 +143,4 @@ class RemoteService:
         self.http.close()
 
 
-__all__ = ["RemoteService", "SERVER_FILE", "answers", "data_dir_identity", "server_url"]
+__all__ = ["SERVER_FILE", "RemoteService", "answers", "data_dir_identity", "server_url"]

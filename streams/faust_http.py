@@ -27,7 +27,9 @@ def guard_middleware(policy: Policy) -> Callable[[web.Request, Handler], Awaitab
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if any(len(request.headers.getall(name, [])) > 1 for name in _SINGLE):
-            return _json(400, {"error": "a Host, Authorization, Content-Length or Content-Type header is given twice"})
+            return _json(
+                400, {"error": "a Host, Authorization, Content-Length or Content-Type header is given twice"}
+            )
         headers = {k.lower(): v for k, v in request.headers.items()}
         refused = refusal(policy, request.method, request.path, headers)
         if refused is not None:
@@ -45,7 +47,9 @@ def guard_middleware(policy: Policy) -> Callable[[web.Request, Handler], Awaitab
             return _json(error.status, {"error": reason}, allow)
         except Exception:  # noqa: BLE001 - a bug must answer, be logged, and spare the next request
             log.exception("%s %s failed", request.method, request.path)
-            return _json(500, {"error": f"{request.method} {request.path} failed unexpectedly; the worker logged why"})
+            return _json(
+                500, {"error": f"{request.method} {request.path} failed unexpectedly; the worker logged why"}
+            )
 
     return guard
 

@@ -60,7 +60,9 @@ class Policy:
 
     @classmethod
     def of(cls, settings: Settings, bind_host: str) -> Policy:
-        extra = frozenset(h.strip().lower().strip("[]") for h in (settings.allowed_hosts or "").split(",") if h.strip())
+        extra = frozenset(
+            h.strip().lower().strip("[]") for h in (settings.allowed_hosts or "").split(",") if h.strip()
+        )
         if is_loopback(bind_host):
             allowed: frozenset[str] | None = LOOPBACK_NAMES | extra
         else:
@@ -96,9 +98,13 @@ def check_token(policy: Policy, path: str, authorization: str | None) -> Request
         return None
     scheme, _, given = (authorization or "").strip().partition(" ")
     if scheme.lower() != "bearer" or not given:
-        return RequestError(401, "this server needs its API token: send `Authorization: Bearer <AGENTLOG_API_TOKEN>`")
+        return RequestError(
+            401, "this server needs its API token: send `Authorization: Bearer <AGENTLOG_API_TOKEN>`"
+        )
     if not hmac.compare_digest(given.strip().encode(), policy.token.encode()):
-        return RequestError(401, "the API token is wrong: send the server's AGENTLOG_API_TOKEN as a Bearer token")
+        return RequestError(
+            401, "the API token is wrong: send the server's AGENTLOG_API_TOKEN as a Bearer token"
+        )
     return None
 
 

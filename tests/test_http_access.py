@@ -65,7 +65,14 @@ def test_with_a_token_every_route_but_healthz_needs_it_whole() -> None:
 
 def test_a_loopback_server_answers_only_loopback_names_and_the_allowed_list() -> None:
     policy = Policy.of(Settings(allowed_hosts="agentlog.internal, Box.LAN"), "127.0.0.1")
-    for host in ("localhost", "localhost:8787", "127.0.0.1:1", "[::1]:8787", "agentlog.internal:80", "box.lan"):
+    for host in (
+        "localhost",
+        "localhost:8787",
+        "127.0.0.1:1",
+        "[::1]:8787",
+        "agentlog.internal:80",
+        "box.lan",
+    ):
         assert check_host(policy, host, None) is None, host
     for host in (None, "", "evil.example", "127.0.0.1.evil.example", "localhost.evil", "10.0.0.1"):
         refused = check_host(policy, host, None)
@@ -84,9 +91,20 @@ def test_a_server_beyond_loopback_answers_any_host_unless_given_a_list() -> None
 
 
 def test_a_post_needs_a_json_content_type_and_a_get_does_not() -> None:
-    for ctype in ("application/json", "application/JSON; charset=utf-8", "application/x-ndjson", "application/jsonl"):
+    for ctype in (
+        "application/json",
+        "application/JSON; charset=utf-8",
+        "application/x-ndjson",
+        "application/jsonl",
+    ):
         assert check_content_type("POST", ctype) is None, ctype
-    for ctype in (None, "", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+    for ctype in (
+        None,
+        "",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ):
         refused = check_content_type("POST", ctype)
         assert refused is not None and refused.status == 415, ctype
     assert check_content_type("GET", None) is None
@@ -111,7 +129,11 @@ def test_a_body_is_refused_as_soon_as_it_passes_the_limit_and_the_rest_is_never_
 def test_the_settings_read_token_limit_and_hosts_from_the_environment_and_never_show_the_token() -> None:
     settings = Settings.from_env({"AGENTLOG_API_TOKEN": TOKEN, "AGENTLOG_MAX_REQUEST_BYTES": "1000",
                                   "AGENTLOG_ALLOWED_HOSTS": "a.example", "AGENTLOG_DATA_DIR": "/tmp/x"})  # fmt: skip
-    assert (settings.api_token, settings.max_request_bytes, settings.allowed_hosts) == (TOKEN, 1000, "a.example")
+    assert (settings.api_token, settings.max_request_bytes, settings.allowed_hosts) == (
+        TOKEN,
+        1000,
+        "a.example",
+    )
     assert TOKEN not in repr(settings)
     assert Settings().max_request_bytes == 64 * 1024 * 1024
 
@@ -130,7 +152,7 @@ def test_search_limit_is_bounded_in_the_request_the_service_and_the_cli(service:
             service.search("x", limit=bad_limit)
     assert check_search_limit(1) == 1
     proc = subprocess.run([sys.executable, "-m", "streams.cli", "search", "x", "--limit", "2000000000"],
-                          env=cli_env, capture_output=True, timeout=120)  # fmt: skip
+                          env=cli_env, capture_output=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 1 and b"between 1 and 1000" in proc.stderr, proc.stderr
 
 
@@ -152,7 +174,9 @@ def test_a_sql_body_must_be_an_object_with_a_bounded_string() -> None:
         assert refused.value.status == 400 and refused.value.body["error"], body[:40]
 
 
-def test_every_served_route_and_method_is_in_the_openapi_document_and_nothing_else(service: EmbeddedService) -> None:
+def test_every_served_route_and_method_is_in_the_openapi_document_and_nothing_else(
+    service: EmbeddedService,
+) -> None:
     document = openapi_document()
     assert document["openapi"].startswith("3.1")
     served = {(route.path, method.lower()) for route in build_app(service).routes
@@ -189,7 +213,9 @@ def _free_port() -> int:
 def in_process(settings: Settings) -> Iterator[str]:
     service = _BuggyRead(settings)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="critical"))
+    server = uvicorn.Server(
+        uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="critical")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -228,7 +254,9 @@ def test_the_worker_web_server_applies_the_same_rules_and_json_answers() -> None
     policy = Policy(token=TOKEN, max_request_bytes=1024)
 
     async def sql(request: web.Request) -> web.Response:
-        return web.json_response({"sql": parse_body(SqlBody, await body_of(request, policy.max_request_bytes)).sql})
+        return web.json_response(
+            {"sql": parse_body(SqlBody, await body_of(request, policy.max_request_bytes)).sql}
+        )
 
     async def search(request: web.Request) -> web.Response:
         return web.json_response({"limit": parse_query(SearchQuery, request.query.items()).limit})
@@ -283,13 +311,13 @@ def _env(tmp: Path, name: str) -> dict[str, str]:
 
 def _cli(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin,
-                          capture_output=True, timeout=120)  # fmt: skip
+                          capture_output=True, timeout=120, check=False)  # fmt: skip
 
 
 def test_run_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
     env = _env(tmp_path, "open")
     proc = subprocess.run([sys.executable, "-m", "streams.cli", "run", "--host", "0.0.0.0", "--port", str(_free_port())],
-                          env=env, capture_output=True, timeout=60)  # fmt: skip
+                          env=env, capture_output=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 2 and b"AGENTLOG_API_TOKEN" in proc.stderr, proc.stderr
     assert not (tmp_path / "open" / SERVER_FILE).exists()
 
@@ -313,7 +341,10 @@ def test_a_stale_server_json_naming_another_directorys_server_is_never_used(tmp_
     assert (tmp_path / "a" / SERVER_FILE).exists()
     b = start_server(env_b, tmp_path / "b.log", port=a.port)  # B now holds that very port
     try:
-        assert _cli(b.env, "publish", "-", stdin=raw("b1", "goal", {"text": "in b"}, thread="tb")).returncode == 0
+        assert (
+            _cli(b.env, "publish", "-", stdin=raw("b1", "goal", {"text": "in b"}, thread="tb")).returncode
+            == 0
+        )
         settings_a = Settings.from_env(env_a)
         assert server_url(settings_a) is None
         assert server_url(Settings.from_env(env_b)) == b.url

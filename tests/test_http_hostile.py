@@ -64,7 +64,7 @@ class Attack:
         if not self.chunked:
             return head + self.body
         step = 16 * 1024
-        chunks = [self.body[i:i + step] for i in range(0, len(self.body), step)]
+        chunks = [self.body[i : i + step] for i in range(0, len(self.body), step)]
         return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
 
 
@@ -151,21 +151,43 @@ def corpus() -> list[Attack]:
         _post("memory unknown action", "/memory/explode", b"{}", expect=(404,)),
     ]
     # -- state changes only on POST ---------------------------------------------------
-    attacks += [_get(f"GET {path}", path, expect=(405,)) for path in
-                ("/events", "/sql", "/flush", "/rebuild", "/memory/consolidate", "/memory/extract", "/memory/revoke")]
+    attacks += [
+        _get(f"GET {path}", path, expect=(405,))
+        for path in (
+            "/events",
+            "/sql",
+            "/flush",
+            "/rebuild",
+            "/memory/consolidate",
+            "/memory/extract",
+            "/memory/revoke",
+        )
+    ]
     attacks += [Attack(f"{m} {path}", m, path, expect=(405,), content_type=None) for m, path in
                 (("DELETE", "/events/e1"), ("PUT", "/sql"), ("PATCH", "/threads/t1/state"),
                  ("DELETE", "/memory"), ("PUT", "/events"), ("OPTIONS", "/sql"))]  # fmt: skip
-    attacks += [_post(f"POST {path}", path, b"{}", expect=(405,)) for path in
-                ("/search", "/threads/t1/state", "/events/e1", "/healthz", "/metrics", "/openapi.json")]
+    attacks += [
+        _post(f"POST {path}", path, b"{}", expect=(405,))
+        for path in ("/search", "/threads/t1/state", "/events/e1", "/healthz", "/metrics", "/openapi.json")
+    ]
     # -- content types: a browser's simple requests are refused -------------------------
     event = raw("ct1", "goal", {"text": "must not land"}, thread="ct")
-    for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                  None, "", "application/json-patch+json", "text/json", "application/javascript"):
+    for ctype in (
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        None,
+        "",
+        "application/json-patch+json",
+        "text/json",
+        "application/javascript",
+    ):
         for path, body in (("/events", event), ("/sql", b'{"sql": "SELECT 1"}')):
             attacks.append(_post(f"{path} as {ctype!r}", path, body, expect=(415,), content_type=ctype))
-    attacks += [_post(f"{path} bodiless text/plain", path, b"", expect=(415,), content_type="text/plain")
-                for path in ("/flush", "/rebuild", "/memory/consolidate", "/memory/extract")]
+    attacks += [
+        _post(f"{path} bodiless text/plain", path, b"", expect=(415,), content_type="text/plain")
+        for path in ("/flush", "/rebuild", "/memory/consolidate", "/memory/extract")
+    ]
     attacks.append(_post("form POST to memory revoke", "/memory/revoke", b"event_id=ct1", expect=(415,),
                          content_type="application/x-www-form-urlencoded"))  # fmt: skip
     # -- the token --------------------------------------------------------------------
@@ -175,7 +197,9 @@ def corpus() -> list[Attack]:
         _get("token prefix", "/search?q=x", expect=(401,), token=TOKEN[:-1]),
         _get("token suffix", "/search?q=x", expect=(401,), token=TOKEN + "x"),
         _get("empty bearer", "/search?q=x", expect=(401,), token=""),
-        _get("basic auth", "/search?q=x", expect=(401,), token=None, extra=(("Authorization", "Basic YTpi"),)),
+        _get(
+            "basic auth", "/search?q=x", expect=(401,), token=None, extra=(("Authorization", "Basic YTpi"),)
+        ),
         _get("token in query", f"/search?q=x&token={TOKEN}", expect=(401,), token=None),
         _get("no token for sql over GET", "/sql", expect=(401,), token=None),
         _post("no token for events", "/events", event, expect=(401,), token=None),
@@ -194,7 +218,13 @@ def corpus() -> list[Attack]:
         _get("HTTP/1.0 without Host", "/search?q=x", expect=(421,), host=None, version="HTTP/1.0"),
         _get("Origin evil", "/search?q=x", expect=(403,), extra=(("Origin", "http://evil.example"),)),
         _get("Origin null", "/search?q=x", expect=(403,), extra=(("Origin", "null"),)),
-        _post("Origin evil on events", "/events", event, expect=(403,), extra=(("Origin", "http://evil.example"),)),
+        _post(
+            "Origin evil on events",
+            "/events",
+            event,
+            expect=(403,),
+            extra=(("Origin", "http://evil.example"),),
+        ),
         _get("HTTP/1.1 without Host", "/search?q=x", host=None, parser=True),
         _get("Host twice", "/search?q=x", extra=(("Host", "evil.example"),), parser=True),
     ]
@@ -221,7 +251,10 @@ def corpus() -> list[Attack]:
         ("revoke", "event_id traversal"): b'{"event_id": "../../x"}', ("revoke", "malformed"): b'{"event_id": ',
         ("revoke", "unknown field"): b'{"event_id": "e1", "force": true}',
     }  # fmt: skip
-    attacks += [_post(f"memory {action} {name}", f"/memory/{action}", body) for (action, name), body in bad_memory.items()]
+    attacks += [
+        _post(f"memory {action} {name}", f"/memory/{action}", body)
+        for (action, name), body in bad_memory.items()
+    ]
     attacks += [
         _get("memory show twice", "/memory?project=a&project=b"),
         _get("memory show unknown param", "/memory?everything=1"),
@@ -327,7 +360,9 @@ def test_the_corpus_holds_over_a_hundred_distinct_hostile_requests() -> None:
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_a_hostile_request_gets_a_4xx_with_a_json_reason_in_time_never_a_5xx(hostile: Served, attack: Attack) -> None:
+def test_a_hostile_request_gets_a_4xx_with_a_json_reason_in_time_never_a_5xx(
+    hostile: Served, attack: Attack
+) -> None:
     t0 = time.monotonic()
     status, body = send(hostile.port, attack.request())
     assert time.monotonic() - t0 < ANSWER_WITHIN
@@ -341,15 +376,21 @@ def test_a_hostile_request_gets_a_4xx_with_a_json_reason_in_time_never_a_5xx(hos
         assert isinstance(answer.get("error"), str) and answer["error"], answer
 
 
-def _call(served: Served, method: str, path: str, body: bytes = b"", ctype: str = "application/json") -> tuple[int, object]:
+def _call(
+    served: Served, method: str, path: str, body: bytes = b"", ctype: str = "application/json"
+) -> tuple[int, object]:
     attack = Attack("valid", method, path, body, content_type=ctype)
     status, answer = send(served.port, attack.request())
     return status, json.loads(answer)
 
 
-def test_after_the_attacks_the_service_still_ingests_and_every_read_path_finds_the_event(hostile: Served) -> None:
+def test_after_the_attacks_the_service_still_ingests_and_every_read_path_finds_the_event(
+    hostile: Served,
+) -> None:
     assert hostile.proc.poll() is None, "the server died"
-    event = raw("after-attack-1", "message", {"role": "user", "text": "quetzalcoatl survives"}, thread="survivor")
+    event = raw(
+        "after-attack-1", "message", {"role": "user", "text": "quetzalcoatl survives"}, thread="survivor"
+    )
     status, report = _call(hostile, "POST", "/events", event, "application/x-ndjson")
     assert (status, report["accepted"]) == (200, 1), report  # type: ignore[index]
     assert _call(hostile, "POST", "/flush")[0] == 200
@@ -375,12 +416,13 @@ def test_after_the_attacks_the_service_still_ingests_and_every_read_path_finds_t
 
 def test_the_cli_talks_to_a_token_server_with_its_token_and_says_so_without(hostile: Served) -> None:
     publish = subprocess.run([sys.executable, "-m", "streams.cli", "publish", "-"], env=hostile.env,
-                             input=raw("cli-1", "goal", {"text": "via cli"}, thread="cli"), capture_output=True)  # fmt: skip
+                             input=raw("cli-1", "goal", {"text": "via cli"}, thread="cli"), capture_output=True,
+                             check=False)  # fmt: skip
     assert publish.returncode == 0, publish.stderr
     state = subprocess.run([sys.executable, "-m", "streams.cli", "state", "cli", "--json"], env=hostile.env,
-                           capture_output=True)  # fmt: skip
+                           capture_output=True, check=False)  # fmt: skip
     assert json.loads(state.stdout)["goal"]["text"] == "via cli"
     tokenless = {k: v for k, v in hostile.env.items() if k != "AGENTLOG_API_TOKEN"}
     refused = subprocess.run([sys.executable, "-m", "streams.cli", "state", "cli"], env=tokenless,
-                             capture_output=True, timeout=120)  # fmt: skip
+                             capture_output=True, timeout=120, check=False)  # fmt: skip
     assert refused.returncode == 1 and b"AGENTLOG_API_TOKEN" in refused.stderr, refused.stderr
