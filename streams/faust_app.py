@@ -46,7 +46,8 @@ from processors.context import BudgetTooSmall
 from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
 from schemas.openapi import openapi_document
-from schemas.requests import ContextQuery, EventPath, SearchQuery, SqlBody, ThreadPath, parse_body, parse_path, parse_query
+from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadPath, parse_body, parse_path,
+                              parse_query)  # fmt: skip
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
 from streams.accepted import by_partition, chunks, read_messages, write_log
@@ -466,7 +467,8 @@ def create_app(settings: Settings) -> faust.App:
     class Events(faust.web.View):
         async def post(self, request: Any) -> Any:
             """Publish JSON or JSON lines to the events topic, as ``agentlog publish``."""
-            report = await asyncio.to_thread(service.publish, await body_of(request, settings.max_request_bytes))
+            body = await body_of(request, settings.max_request_bytes)
+            report = await asyncio.to_thread(service.publish, body)
             return self.json(report.as_dict())
 
     @app.page("/metrics")

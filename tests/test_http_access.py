@@ -371,3 +371,21 @@ def test_healthz_answers_without_the_token_but_tells_no_paths(tmp_path: Path) ->
     finally:
         served.proc.terminate()
         served.proc.wait(timeout=60)
+
+
+def test_with_a_token_the_server_listens_beyond_loopback_and_answers_any_host_with_the_token(
+    tmp_path: Path,
+) -> None:
+    env = {**_env(tmp_path, "wide"), "AGENTLOG_API_TOKEN": TOKEN, "AGENTLOG_HTTP_HOST": "0.0.0.0"}
+    served = start_server(env, tmp_path / "stderr.log")
+    try:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        named = httpx.get(
+            f"{served.url}/search", params={"q": "x"}, headers={**auth, "Host": "agentlog.example"}
+        )
+        assert named.status_code == 200, named.text
+        assert httpx.get(f"{served.url}/search", params={"q": "x"}).status_code == 401
+        assert server_url(Settings.from_env(env)) == served.url  # server.json names a reachable address
+    finally:
+        served.proc.terminate()
+        served.proc.wait(timeout=60)
