@@ -98,6 +98,8 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
             t0 = time.perf_counter()
             try:
                 result = await fn(request)
+                # Rendered here, so a value JSON cannot hold is answered like any failure.
+                return result if isinstance(result, Response) else OrjsonResponse(result)
             except RequestError as error:
                 return _refused(error)
             except NotFound as error:
@@ -110,7 +112,6 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
                                    "logged why. Other requests are unaffected; retry, or report the log line")  # fmt: skip
             finally:
                 METRICS.requests.labels(name).observe(time.perf_counter() - t0)
-            return result if isinstance(result, Response) else OrjsonResponse(result)
 
         return handler
 
