@@ -27,7 +27,10 @@ from streams.service import DataDirLock, NotFound
 EPILOG = """Configuration (environment): AGENTLOG_DATA_DIR (default ./.agentlog),
 AGENTLOG_CLICKHOUSE_URL (a ClickHouse server; unset = chDB in the data directory),
 AGENTLOG_GRACE_SECONDS, AGENTLOG_CALL_TIMEOUT_SECONDS, AGENTLOG_MAX_EVENT_BYTES,
-AGENTLOG_HTTP_HOST / AGENTLOG_HTTP_PORT (for `agentlog run`)."""
+AGENTLOG_HTTP_HOST / AGENTLOG_HTTP_PORT (for `agentlog run`),
+AGENTLOG_API_TOKEN (Bearer token the HTTP API requires; needed to listen beyond loopback;
+commands send it to a running server), AGENTLOG_ALLOWED_HOSTS (extra Host names the API
+answers to, comma-separated), AGENTLOG_MAX_REQUEST_BYTES (largest request body, default 64 MiB)."""
 
 
 class UsageError(Exception):
@@ -66,12 +69,12 @@ def backend(settings: Settings) -> Iterator[Any]:
     url = server_url(settings)
     if settings.distributed:  # the faust worker holds the stores and serves the queries
         url = f"http://{settings.http_host}:{settings.worker_port}"
-        if not answers(url):
+        if not answers(url, settings.api_token):
             with _offline(settings, url) as service:
                 yield service
             return
     if url:
-        remote = RemoteService(url)
+        remote = RemoteService(url, settings.api_token)
         try:
             yield remote
         finally:
@@ -82,7 +85,7 @@ def backend(settings: Settings) -> Iterator[Any]:
         url = server_url(settings)
         if not url:
             raise StoreError(f"another agentlog process is using {settings.data_dir}; wait for it to finish")
-        yield RemoteService(url)
+        yield RemoteService(url, settings.api_token)
         return
     from streams.service import EmbeddedService  # noqa: PLC0415
 
@@ -123,7 +126,7 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         report = kafka.publish(data).as_dict()
         kafka.close()
     elif url:
-        report = RemoteService(url).publish(data)
+        report = RemoteService(url, settings.api_token).publish(data)
     else:  # the topic is a SQLite file: appending needs no lock on the other stores
         from streams.publisher import LocalPublisher  # noqa: PLC0415
 

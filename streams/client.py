@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -13,39 +14,78 @@ from sinks.base import QueryResult, StoreError
 from streams.config import Settings
 from streams.service import NotFound
 
+log = logging.getLogger("agentlog.client")
+
 SERVER_FILE = "server.json"
 BUSY_RETRY_SECONDS = 60.0
 """How long a query retries while a worker answers 503 (restoring its tables, or its
 thread's owner is changing hands in a rebalance)."""
 
 
-def answers(url: str) -> bool:
+def _auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def answers(url: str, token: str | None = None) -> bool:
     """Whether an agentlog server (``run``, or a Kafka worker) answers at ``url``."""
+    return _health(url, token) is not None
+
+
+def _health(url: str, token: str | None) -> dict[str, Any] | None:
     try:
-        httpx.get(f"{url}/healthz", timeout=2.0).raise_for_status()
-    except httpx.HTTPError:
-        return False
-    return True
+        response = httpx.get(f"{url}/healthz", timeout=2.0, headers=_auth(token))
+        response.raise_for_status()
+        health = response.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return health if isinstance(health, dict) else None
+
+
+def data_dir_identity(settings: Settings) -> str:
+    """How a server names the data directory it holds (``/healthz``, ``server.json``)."""
+    return str(Path(settings.data_dir).resolve())
 
 
 def server_url(settings: Settings) -> str | None:
-    """The URL of the server holding this data directory, if one answers."""
+    """The URL of the server holding this data directory, if one answers there and says
+    it is the server ``server.json`` names (its instance id) for this very directory: a
+    stale file may name a port that another directory's server holds now."""
     path = Path(settings.data_dir) / SERVER_FILE
     if not path.exists():
         return None
     try:
-        url = str(json.loads(path.read_text())["url"])
-    except (OSError, ValueError, KeyError):
+        info = json.loads(path.read_text())
+        url = str(info["url"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return url if answers(url) else None
+    health = _health(url, settings.api_token)
+    if health is None:
+        return None
+    mine = data_dir_identity(settings)
+    if health.get("instance") != info.get("instance") or health.get("data_dir", info.get("data_dir")) != mine:
+        log.warning("ignoring stale %s: the server at %s holds %s, not %s", path, url,
+                    health.get("data_dir", "another data directory"), mine)  # fmt: skip
+        return None
+    return url
+
+
+JSON = {"Content-Type": "application/json"}
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("error", response.text))
+    except (ValueError, AttributeError):
+        return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
 class RemoteService:
     """The operations of ``EmbeddedService`` through the HTTP API."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url
-        self.http = httpx.Client(base_url=url, timeout=120.0, follow_redirects=True)
+        self.http = httpx.Client(base_url=url, timeout=120.0, follow_redirects=True, headers=_auth(token))
 
     def _get(self, path: str, **params: Any) -> Any:
         return self._check(lambda: self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
@@ -61,16 +101,16 @@ class RemoteService:
                 break
             time.sleep(0.5)
         if response.status_code == 404:
-            raise NotFound(response.json().get("error", "not found"))
+            raise NotFound(_reason(response))
         if response.status_code >= 400:
-            raise StoreError(response.json().get("error", response.text))
+            raise StoreError(_reason(response))
         return response.json()
 
     def publish(self, data: bytes) -> dict[str, Any]:
-        return self._check(lambda: self.http.post("/events", content=data))
+        return self._check(lambda: self.http.post("/events", content=data, headers=NDJSON))
 
     def catch_up(self, on_progress: Any = None) -> dict[str, Any]:
-        return self._check(lambda: self.http.post("/flush"))
+        return self._check(lambda: self.http.post("/flush", headers=JSON))
 
     def state(self, thread_id: str) -> dict[str, Any]:
         return self._get(f"/threads/{thread_id}/state")
@@ -91,14 +131,16 @@ class RemoteService:
         )  # fmt: skip
 
     def sql(self, statement: str) -> QueryResult:
-        body = self._check(lambda: self.http.post("/sql", content=json.dumps({"sql": statement})))
+        body = self._check(
+            lambda: self.http.post("/sql", content=json.dumps({"sql": statement}), headers=JSON)
+        )
         return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
 
     def rebuild(self, on_progress: Any = None) -> dict[str, Any]:
-        return self._check(lambda: self.http.post("/rebuild"))
+        return self._check(lambda: self.http.post("/rebuild", headers=JSON))
 
     def close(self) -> None:
         self.http.close()
 
 
-__all__ = ["RemoteService", "SERVER_FILE", "server_url"]
+__all__ = ["SERVER_FILE", "RemoteService", "answers", "data_dir_identity", "server_url"]

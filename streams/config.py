@@ -28,6 +28,9 @@ _ENV = {
     "grace_seconds": "AGENTLOG_GRACE_SECONDS",
     "call_timeout_seconds": "AGENTLOG_CALL_TIMEOUT_SECONDS",
     "max_event_bytes": "AGENTLOG_MAX_EVENT_BYTES",
+    "max_request_bytes": "AGENTLOG_MAX_REQUEST_BYTES",
+    "api_token": "AGENTLOG_API_TOKEN",
+    "allowed_hosts": "AGENTLOG_ALLOWED_HOSTS",
     "refresh_seconds": "AGENTLOG_REFRESH_SECONDS",
     "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
     "batch_size": "AGENTLOG_BATCH_SIZE",
@@ -78,6 +81,12 @@ class Settings:
     grace_seconds: float = 30.0
     call_timeout_seconds: float = 600.0
     max_event_bytes: int = MAX_EVENT_BYTES
+    # The HTTP API (streams.http_guard): largest request body, read in chunks and refused
+    # past this; the token every route but /healthz needs (required beyond loopback);
+    # extra Host names (comma-separated) a server answers to besides loopback's.
+    max_request_bytes: int = 64 * 1024 * 1024
+    api_token: str | None = field(default=None, repr=False)
+    allowed_hosts: str | None = None
     refresh_seconds: float = 1.0
     checkpoint_seconds: float = 2.0
     batch_size: int = 5000

@@ -14,6 +14,7 @@ from processors.context import assemble, build_units, message_tokens, output_bud
 from processors.tokens import TokenCounter, counter, encoding_for
 from schemas.events import Envelope
 from schemas.handoff import HandoffRecord
+from schemas.requests import check_budget
 from streams.config import Settings
 
 WINDOW_RECORDS = 400
@@ -44,6 +45,7 @@ class ContextSource(Protocol):
 
 def context_for(service: ContextSource, thread_id: str, budget: int, query: str | None = None,
                 model: str | None = None) -> dict[str, Any]:  # fmt: skip
+    check_budget(budget)
     state = service.state(thread_id)
     orphans = service.orphans(thread_id)
     # The raw window starts after the window switch and after what the summary covers:

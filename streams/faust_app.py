@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import time
 import weakref
 from collections.abc import Iterator
@@ -44,7 +45,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from processors.context import BudgetTooSmall
 from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
-from schemas.search import time_bounds
+from schemas.openapi import openapi_document
+from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadPath, parse_body, parse_path,
+                              parse_query)  # fmt: skip
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
 from streams.accepted import by_partition, chunks, read_messages, write_log
@@ -53,6 +56,8 @@ from streams.batch_seen import BatchSeen
 from streams.config import Settings
 from streams.context_api import context_for
 from streams.event_feed import EventFeed
+from streams.faust_http import body_of, guard_middleware
+from streams.http_guard import Policy, bind_refusal
 from streams.kafka_topics import (ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, processor_group,
                                   topic, worker_group)  # fmt: skip
 from streams.metrics import METRICS
@@ -96,6 +101,11 @@ def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
         datadir=str(settings.path("faust")),
         web_host=settings.http_host,
         web_port=settings.worker_port,
+        # Listen where it is advertised (faust binds every interface by default), behind
+        # the API's rules (a token beyond loopback, Host, content type, body size).
+        web_bind=settings.http_host,
+        web_application_options={"middlewares": [guard_middleware(Policy.of(settings, settings.http_host))],
+                                 "client_max_size": settings.max_request_bytes},
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.session_timeout_seconds,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_seconds / 3),
@@ -380,15 +390,26 @@ def create_app(settings: Settings) -> faust.App:
 
         return decorate
 
+    def checked_first(query: Any = None) -> Any:
+        """Refuse a malformed thread id or query before faust routes it to the thread's
+        owner (the refusal needs no owner, and no Kafka)."""
+
+        def decorate(handler: Any) -> Any:
+            @functools.wraps(handler)
+            async def checked(view: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+                parse_path(ThreadPath, {"thread_id": request.match_info["thread_id"]})
+                if query is not None:
+                    parse_query(query, request.query.items())
+                return await handler(view, request, *args, **kwargs)
+
+            return checked
+
+        return decorate
+
     async def search_here(web: Any, request: Any) -> Any:
-        q = request.query
-        try:
-            since_ms, until_ms = time_bounds(q)
-        except ValueError as error:
-            return web.json({"error": str(error)}, status=400)
+        q = parse_query(SearchQuery, request.query.items())
         result = await asyncio.to_thread(
-            service.search, q.get("q", ""), q.get("thread"), q.get("kind"), q.get("tool"), q.get("window"),
-            q.get("project"), q.get("after"), since_ms, until_ms, int(q.get("limit", "10")),
+            service.search, q.q, q.thread, q.kind, q.tool, q.window, q.project, q.after, *q.bounds(), q.limit,
         )  # fmt: skip
         return web.json(result)
 
@@ -396,6 +417,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/search")
     async def search(web: Any, request: Any) -> Any:
+        parse_query(SearchQuery, request.query.items())  # refused here, before any routing
         # A thread's unindexed events live on the worker that owns it (read-your-writes).
         if request.query.get("thread") or request.query.get("after"):
             if (busy := await caught_up(web)) is not None:
@@ -404,6 +426,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/events/{event_id}")
     async def read(web: Any, request: Any, event_id: str) -> Any:
+        event_id = parse_path(EventPath, {"event_id": event_id}).event_id
         try:
             return web.json(await asyncio.to_thread(service.read, event_id))
         except NotFound:
@@ -415,16 +438,14 @@ def create_app(settings: Settings) -> faust.App:
             return web.json({"error": str(error)}, status=404)
 
     @app.page("/threads/{thread_id}/context")
+    @checked_first(ContextQuery)
     @at_owner(match_info="thread_id")
     async def thread_context(web: Any, request: Any, thread_id: str) -> Any:
-        q = request.query
-        if not q.get("budget"):
-            return web.json({"error": "budget is required, e.g. ?budget=4000"}, status=400)
+        q = parse_query(ContextQuery, request.query.items())
         if (busy := await caught_up(web)) is not None:
             return busy
         try:
-            result = await asyncio.to_thread(context_for, service, thread_id, int(q["budget"]), q.get("query"),
-                                             q.get("model"))  # fmt: skip
+            result = await asyncio.to_thread(context_for, service, thread_id, q.budget, q.query, q.model)
         except NotFound as error:
             return web.json({"error": str(error)}, status=404)
         except BudgetTooSmall as error:
@@ -434,9 +455,9 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/sql")
     class Sql(faust.web.View):
         async def post(self, request: Any) -> Any:
-            body = orjson.loads(await request.read())
+            sql = parse_body(SqlBody, await body_of(request, settings.max_request_bytes)).sql
             try:
-                result = await asyncio.to_thread(log_store.query, body["sql"])
+                result = await asyncio.to_thread(log_store.query, sql)
             except StoreError as error:
                 return self.json({"error": str(error)}, status=400)
             body = {"columns": result.columns, "rows": [list(r) for r in result.rows]}
@@ -446,7 +467,8 @@ def create_app(settings: Settings) -> faust.App:
     class Events(faust.web.View):
         async def post(self, request: Any) -> Any:
             """Publish JSON or JSON lines to the events topic, as ``agentlog publish``."""
-            report = await asyncio.to_thread(service.publish, await request.read())
+            body = await body_of(request, settings.max_request_bytes)
+            report = await asyncio.to_thread(service.publish, body)
             return self.json(report.as_dict())
 
     @app.page("/metrics")
@@ -459,7 +481,12 @@ def create_app(settings: Settings) -> faust.App:
         return web.json({"status": "ok", "deployment": "kafka", "written": counts, "partitions": owned_partitions(),
                          "dedup_ids": len(seen)})  # fmt: skip
 
+    @app.page("/openapi.json")
+    async def openapi(web: Any, request: Any) -> Any:
+        return web.json(openapi_document())
+
     @app.page("/threads/{thread_id}/state")
+    @checked_first()
     @at_owner(match_info="thread_id")
     async def thread_state(web: Any, request: Any, thread_id: str) -> Any:
         if (busy := await caught_up(web)) is not None:
@@ -475,6 +502,10 @@ def create_app(settings: Settings) -> faust.App:
 
 def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     """``agentlog run`` in the distributed deployment: one faust worker."""
+    refused = bind_refusal(settings.http_host, settings.api_token)
+    if refused:
+        print(f"agentlog: {refused}", file=sys.stderr)
+        return 2
     ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace,  # type: ignore[arg-type]
                   settings.kafka_security)
     app = create_app(settings)

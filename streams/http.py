@@ -1,7 +1,14 @@
-"""The HTTP API of ``agentlog run`` (SPEC §7), over an ``EmbeddedService``."""
+"""The HTTP API of ``agentlog run`` (SPEC §7), over an ``EmbeddedService``.
+
+Every request passes ``streams.http_guard`` (Host, token, size, content type) before
+routing, and every parameter and body is parsed by its model in ``schemas.requests``
+before a handler sees it: a bad request is a 4xx with a JSON ``error``, an unexpected
+failure a logged JSON 500, and neither harms the next request.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -12,14 +19,24 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from schemas.search import time_bounds
+from schemas.openapi import openapi_document
+from schemas.requests import (
+    ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery,
+    SqlBody, ThreadPath, parse_body, parse_path, parse_query,
+)  # fmt: skip
 from sinks.base import StoreError
+from streams.http_guard import Policy, check_token, read_body, refusal
 from streams.metrics import METRICS
 from streams.service import EmbeddedService, NotFound
+
+log = logging.getLogger("agentlog.http")
 
 
 class OrjsonResponse(JSONResponse):
@@ -31,7 +48,39 @@ def _error(status: int, message: str) -> OrjsonResponse:
     return OrjsonResponse({"error": message}, status_code=status)
 
 
-def build_app(service: EmbeddedService) -> Starlette:
+def _refused(error: RequestError) -> OrjsonResponse:
+    return OrjsonResponse(error.body, status_code=error.status)
+
+
+class Guard:
+    """The access rules of ``streams.http_guard``, before any routing (pure ASGI, so a
+    refused body is never read)."""
+
+    def __init__(self, app: ASGIApp, policy: Policy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers: dict[str, str] = {}
+            refused: RequestError | None = None
+            for key, value in scope["headers"]:
+                name = key.decode("latin-1").lower()
+                if name in headers and name in ("host", "authorization", "content-length", "content-type"):
+                    refused = RequestError(400, f"the {name} header is given twice; give it once")
+                headers[name] = value.decode("latin-1")
+            refused = refused or refusal(self.policy, scope["method"], scope["path"], headers)
+            if refused is not None:
+                await _refused(refused)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(service: EmbeddedService, policy: Policy | None = None,
+              identity: dict[str, str] | None = None) -> Starlette:  # fmt: skip
+    """The API; ``policy`` (default: loopback, no token) says who may call it,
+    ``identity`` (instance id, data directory) is what ``/healthz`` tells clients."""
+    policy = policy or Policy(max_request_bytes=service.settings.max_request_bytes)
     stop = threading.Event()
 
     @asynccontextmanager
@@ -49,48 +98,56 @@ def build_app(service: EmbeddedService) -> Starlette:
             t0 = time.perf_counter()
             try:
                 result = await fn(request)
+                # Rendered here, so a value JSON cannot hold is answered like any failure.
+                return result if isinstance(result, Response) else OrjsonResponse(result)
+            except RequestError as error:
+                return _refused(error)
             except NotFound as error:
                 return _error(404, str(error))
             except (ValueError, StoreError) as error:
                 return _error(400, str(error))
+            except Exception:  # noqa: BLE001 - a bug must answer, be logged, and spare the next request
+                log.exception("%s %s failed", request.method, request.url.path)
+                return _error(500, f"{request.method} {request.url.path} failed unexpectedly; the server "
+                                   "logged why. Other requests are unaffected; retry, or report the log line")  # fmt: skip
             finally:
                 METRICS.requests.labels(name).observe(time.perf_counter() - t0)
-            return result if isinstance(result, Response) else OrjsonResponse(result)
 
         return handler
 
+    async def body_of(request: Request) -> bytes:
+        return await read_body(request.stream(), policy.max_request_bytes)
+
+    def thread_of(request: Request) -> str:
+        return parse_path(ThreadPath, request.path_params).thread_id
+
     async def post_events(request: Request) -> Any:
-        body = await request.body()
+        body = await body_of(request)
         report = await run_in_threadpool(service.publish, body)
         return OrjsonResponse(report.as_dict(), status_code=200)
 
     async def get_state(request: Request) -> Any:
-        return await run_in_threadpool(service.state, request.path_params["thread_id"])
+        return await run_in_threadpool(service.state, thread_of(request))
 
     async def get_context(request: Request) -> Any:
         from streams.context_api import context_for  # noqa: PLC0415 - optional feature
 
-        q = request.query_params
-        budget = q.get("budget")
-        if budget is None:
-            raise ValueError("budget is required, e.g. ?budget=4000")
-        return await run_in_threadpool(
-            context_for, service, request.path_params["thread_id"], int(budget), q.get("query")
-        )
+        thread_id = thread_of(request)
+        q = parse_query(ContextQuery, request.query_params.multi_items())
+        return await run_in_threadpool(context_for, service, thread_id, q.budget, q.query, q.model)
 
     async def get_search(request: Request) -> Any:
-        q = request.query_params
+        q = parse_query(SearchQuery, request.query_params.multi_items())
         return await run_in_threadpool(
-            service.search, q.get("q", ""), q.get("thread"), q.get("kind"), q.get("tool"),
-            q.get("window"), q.get("project"), q.get("after"), *time_bounds(q), int(q.get("limit", "10")),
+            service.search, q.q, q.thread, q.kind, q.tool, q.window, q.project, q.after, *q.bounds(), q.limit,
         )  # fmt: skip
 
     async def get_event(request: Request) -> Any:
-        return await run_in_threadpool(service.read, request.path_params["event_id"])
+        return await run_in_threadpool(service.read, parse_path(EventPath, request.path_params).event_id)
 
     async def post_sql(request: Request) -> Any:
-        body = orjson.loads(await request.body())
-        result = await run_in_threadpool(service.sql, body["sql"])
+        body = parse_body(SqlBody, await body_of(request))
+        result = await run_in_threadpool(service.sql, body.sql)
         return {"columns": result.columns, "rows": [list(r) for r in result.rows]}
 
     async def post_flush(_request: Request) -> Any:
@@ -99,69 +156,93 @@ def build_app(service: EmbeddedService) -> Starlette:
     async def post_rebuild(_request: Request) -> Any:
         return await run_in_threadpool(service.rebuild)
 
-    def memory_job() -> Any:
+    def with_memory(action: Callable[[Any], Any]) -> Any:
         from streams.memory_jobs import Memory  # noqa: PLC0415
 
-        return Memory(service.settings)
+        job = Memory(service.settings)
+        try:
+            return action(job)
+        finally:
+            job.close()
 
     async def get_memory(request: Request) -> Any:
-        q = request.query_params
+        q = parse_query(MemoryQuery, request.query_params.multi_items())
+        return await run_in_threadpool(with_memory, lambda job: job.show(q.project, q.key))
 
-        def show() -> Any:
-            job = memory_job()
+    async def memory_extract(request: Request) -> Any:
+        body = parse_body(LeaseBody, await body_of(request), empty_ok=True)
+        return await run_in_threadpool(with_memory, lambda job: job.extract(lease_s=body.lease_seconds).__dict__)
+
+    async def memory_consolidate(request: Request) -> Any:
+        body = parse_body(ConsolidateBody, await body_of(request), empty_ok=True)
+        return await run_in_threadpool(
+            with_memory, lambda job: job.consolidate(lease_s=body.lease_seconds, high_risk=body.high_risk)
+        )
+
+    async def memory_revoke(request: Request) -> Any:
+        body = parse_body(RevokeBody, await body_of(request))
+
+        def revoke(job: Any) -> Any:
             try:
-                return job.show(q.get("project"), q.get("key"))
-            finally:
-                job.close()
+                return job.revoke(body.event_id, body.reason)
+            except LookupError as error:
+                raise NotFound(str(error)) from error
 
-        return await run_in_threadpool(show)
+        return await run_in_threadpool(with_memory, revoke)
 
-    async def memory_action(request: Request) -> Any:
-        action = request.path_params["action"]
-        body = orjson.loads(await request.body() or b"{}")
+    async def memory_status(_request: Request) -> Any:
+        return await run_in_threadpool(with_memory, lambda job: job.status())
 
-        def run() -> Any:
-            job = memory_job()
-            try:
-                if action == "extract":
-                    return job.extract(lease_s=float(body.get("lease_seconds", 60))).__dict__
-                if action == "consolidate":
-                    return job.consolidate(lease_s=float(body.get("lease_seconds", 60)),
-                                           high_risk=body.get("high_risk"))  # fmt: skip
-                if action == "revoke":
-                    try:
-                        return job.revoke(body["event_id"], body.get("reason"))
-                    except LookupError as error:
-                        raise NotFound(str(error)) from error
-                if action == "status":
-                    return job.status()
-                raise NotFound(f"no memory action {action!r}: extract, consolidate, revoke or status")
-            finally:
-                job.close()
-
-        return await run_in_threadpool(run)
-
-    async def healthz(_request: Request) -> Any:
-        return service.health()
+    async def healthz(request: Request) -> Any:
+        health = {**service.health(), **(identity or {})}
+        if check_token(policy, "/", request.headers.get("authorization")) is not None:
+            # Without the token: liveness only; paths and store details are for callers with it.
+            return {k: health[k] for k in ("status", "deployment", "instance") if k in health}
+        return health
 
     async def metrics(_request: Request) -> Any:
         return Response(generate_latest(METRICS.registry), media_type=CONTENT_TYPE_LATEST)
 
+    document = openapi_document()
+
+    async def openapi(_request: Request) -> Any:
+        return document
+
+    async def http_error(_request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            return OrjsonResponse({"error": f"method not allowed here; use {headers.get('Allow', 'POST')} "
+                                   "(state changes only on POST)"}, status_code=405, headers=headers)  # fmt: skip
+        if error.status_code == 404:
+            return _error(404, "no such route; GET /openapi.json lists them")
+        return OrjsonResponse({"error": str(error.detail)}, status_code=error.status_code, headers=headers)
+
+    async def server_error(request: Request, _exc: Exception) -> Response:
+        return _error(500, f"{request.method} {request.url.path} failed unexpectedly; the server logged why")
+
     routes = [
         Route("/events", route("events", post_events), methods=["POST"]),
-        Route("/threads/{thread_id}/state", route("state", get_state)),
-        Route("/threads/{thread_id}/context", route("context", get_context)),
-        Route("/search", route("search", get_search)),
-        Route("/events/{event_id}", route("read", get_event)),
+        Route("/threads/{thread_id}/state", route("state", get_state), methods=["GET"]),
+        Route("/threads/{thread_id}/context", route("context", get_context), methods=["GET"]),
+        Route("/search", route("search", get_search), methods=["GET"]),
+        Route("/events/{event_id}", route("read", get_event), methods=["GET"]),
         Route("/sql", route("sql", post_sql), methods=["POST"]),
         Route("/flush", route("flush", post_flush), methods=["POST"]),
         Route("/rebuild", route("rebuild", post_rebuild), methods=["POST"]),
-        Route("/memory", route("memory", get_memory)),
-        Route("/memory/{action}", route("memory", memory_action), methods=["POST", "GET"]),
-        Route("/healthz", route("healthz", healthz)),
-        Route("/metrics", route("metrics", metrics)),
+        Route("/memory", route("memory", get_memory), methods=["GET"]),
+        Route("/memory/status", route("memory", memory_status), methods=["GET", "POST"]),
+        Route("/memory/extract", route("memory", memory_extract), methods=["POST"]),
+        Route("/memory/consolidate", route("memory", memory_consolidate), methods=["POST"]),
+        Route("/memory/revoke", route("memory", memory_revoke), methods=["POST"]),
+        Route("/healthz", route("healthz", healthz), methods=["GET"]),
+        Route("/metrics", route("metrics", metrics), methods=["GET"]),
+        Route("/openapi.json", route("openapi", openapi), methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, policy=policy)],
+                    exception_handlers={HTTPException: http_error, Exception: server_error})  # fmt: skip
+    app.router.redirect_slashes = False  # a redirect is no answer; `/events/` is a 404 that says why
+    return app
 
 
-__all__ = ["build_app"]
+__all__ = ["Guard", "build_app"]

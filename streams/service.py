@@ -24,6 +24,7 @@ from processors.records import active_hits
 from processors.textsearch import tokenize
 from processors.validation import Rejection, validate
 from schemas.events import Envelope
+from schemas.requests import check_search_limit
 from schemas.search import Hit, SearchFilters
 from schemas.state import DEFAULT_WINDOW
 from sinks.base import QueryResult
@@ -263,6 +264,7 @@ class EmbeddedService:
         until_ms: int | None = None,
         limit: int = 10,
     ) -> dict[str, Any]:
+        check_search_limit(limit)  # the index allocates for limit up front
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
         if not self.serving:
             self._drain()

@@ -18,6 +18,7 @@ from processors.textsearch import tokenize
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
 from schemas.events import Envelope
+from schemas.requests import check_search_limit
 from schemas.search import Hit, SearchFilters
 from sinks.base import LogStore, LoggedEvent, SearchIndex, StoreError
 from sinks.memory_sqlite import MemoryStore
@@ -132,6 +133,7 @@ class WorkerService:
                tool_name: str | None = None, window_id: str | None = None, project: str | None = None,
                after: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
                limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        check_search_limit(limit)  # the index allocates for limit up front
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
         index_error = None
         try:

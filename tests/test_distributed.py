@@ -262,7 +262,8 @@ def test_the_worker_takes_post_events_and_serves_prometheus_metrics_like_agentlo
     good = [{"event_id": f"http-{n}", "thread_id": "http-thread", "kind": "message", "ts": f"2026-11-30T12:00:0{n}Z",
              "payload": {"role": "user", "text": f"posted {n}"}} for n in range(2)]  # fmt: skip
     body = b"\n".join([json.dumps(e).encode() for e in good] + [b'{"event_id": "broken"'])
-    report = httpx.post(f"{base}/events", content=body, timeout=30).json()
+    report = httpx.post(f"{base}/events", content=body, timeout=30,
+                        headers={"Content-Type": "application/x-ndjson"}).json()
     assert (report["accepted"], report["rejected"]) == (2, 1), report
     wait_written(settings, worker, 2, 1)
     metrics = httpx.get(f"{base}/metrics", timeout=10)

@@ -92,6 +92,9 @@ def test_sql_is_read_only(cli_env: dict[str, str]) -> None:
     assert json.loads(agentlog(cli_env, "sql", "SELECT count() AS n FROM events", "--json").stdout) == [{"n": 1}]
 
 
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -137,7 +140,7 @@ def test_read_your_writes_a_search_naming_the_last_event_never_misses_it(server)
     for i in range(25):
         eid = f"w{i}"
         body = raw(eid, "message", {"role": "assistant", "text": f"kiwi observation {i}"}, i, thread="ryw")
-        report = httpx.post(f"{url}/events", content=body).json()
+        report = httpx.post(f"{url}/events", content=body, headers=NDJSON).json()
         assert report["accepted"] == 1
         hits = httpx.get(f"{url}/search", params={"q": "kiwi", "after": eid, "limit": 50}).json()["hits"]
         found = {h["event_id"]: h["source"] for h in hits}
@@ -154,7 +157,8 @@ def test_read_your_writes_a_search_naming_the_last_event_never_misses_it(server)
 
 def test_health_and_state_routes(server) -> None:
     url, _env = server
-    httpx.post(f"{url}/events", content=raw("h1", "task", {"task_id": "t", "status": "running"}, thread="h"))
+    httpx.post(f"{url}/events", content=raw("h1", "task", {"task_id": "t", "status": "running"}, thread="h"),
+               headers=NDJSON)
     assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
     assert httpx.get(f"{url}/threads/h/state").json()["tasks"][0]["status"] == "running"
     assert httpx.get(f"{url}/threads/nobody/state").status_code == 404
@@ -164,9 +168,9 @@ def test_memory_over_http_extract_consolidate_show_revoke_and_status(server) -> 
     url, _env = server
     fact = raw("f1", "fact", {"key": "java.version", "value": "17", "evidence_type": "user_confirmed",
                               "confirmed": True}, 0, thread="mem", project="svc")  # fmt: skip
-    httpx.post(f"{url}/events", content=fact)
-    assert httpx.post(f"{url}/memory/extract").json()["extracted_threads"] == ["mem"]
-    assert httpx.post(f"{url}/memory/consolidate").json()["published"] is True
+    httpx.post(f"{url}/events", content=fact, headers=NDJSON)
+    assert httpx.post(f"{url}/memory/extract", json={}).json()["extracted_threads"] == ["mem"]
+    assert httpx.post(f"{url}/memory/consolidate", json={}).json()["published"] is True
     facts = httpx.get(f"{url}/memory", params={"project": "svc"}).json()["facts"]
     assert [(f["key"], f["value"], f["source_event_id"]) for f in facts] == [("java.version", "17", "f1")]
     assert httpx.get(f"{url}/memory", params={"project": "other"}).json()["facts"] == []
