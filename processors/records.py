@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from processors.redaction import redact
+from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from processors.pipeline import Applied
 from processors.textsearch import active_hit
 from schemas.events import Envelope
@@ -49,7 +49,7 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
     if kind == "message":
         text = p.text
     elif kind == "tool_call":
-        args = p.arguments if isinstance(p.arguments, str) else orjson.dumps(p.arguments).decode()
+        args = p.arguments if isinstance(p.arguments, str) else orjson.dumps(mask_secret_keys(p.arguments)).decode()
         text = f"{p.tool_name} {args}"
         if isinstance(p.arguments, dict):
             path = str(p.arguments.get("path") or p.arguments.get("file") or "")
@@ -76,9 +76,12 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
     elif kind == "window_switch":
         text = f"{p.new_window_id} {p.reason or ''}"
     elif kind == "compaction":
-        text = orjson.dumps(p.summary).decode()
+        text = orjson.dumps(mask_secret_keys(p.summary)).decode()
     elif kind == "fact":
-        value = p.value if isinstance(p.value, str) else orjson.dumps(p.value).decode()
+        if is_secret_name(p.key):  # db.password: the value goes whatever it looks like
+            value = REDACTED
+        else:
+            value = p.value if isinstance(p.value, str) else orjson.dumps(mask_secret_keys(p.value)).decode()
         text = f"{p.key} {value}"
     elif kind == "revoke":
         text = f"{p.target_event_id} {p.reason or ''}"
@@ -87,7 +90,7 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
         error = "" if p.code is None else str(p.code)
     else:  # pragma: no cover - every kind is listed above
         text = ""
-    return redact(text), path, error
+    return redact(text), redact(path), error
 
 
 def search_doc(

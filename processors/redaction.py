@@ -211,16 +211,13 @@ def redact(text: str) -> str:
     return _CANDIDATE.sub(_high_entropy, text)
 
 
-def mask_secret_keys(value: Any) -> Any:
-    """``value`` with the whole value of every key that names a secret replaced, at any
-    depth; strings elsewhere are left for ``redact`` (the caller redacts the text it
-    renders, once)."""
+def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
-        return {k: (_masked(v) if isinstance(k, str) and is_secret_name(k) else mask_secret_keys(v))
+        return {k: (_masked(v) if isinstance(k, str) and is_secret_name(k) else _walk(v, leaf))
                 for k, v in value.items()}  # fmt: skip
     if isinstance(value, (list, tuple)):
-        return [mask_secret_keys(v) for v in value]
-    return value
+        return [_walk(v, leaf) for v in value]
+    return leaf(value)
 
 
 def _masked(value: Any) -> Any:
@@ -228,16 +225,24 @@ def _masked(value: Any) -> Any:
     return value if value is None or value == "" or isinstance(value, bool) else REDACTED
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _redact_leaf(value: Any) -> Any:
+    return redact(value) if isinstance(value, str) else value
+
+
+def mask_secret_keys(value: Any) -> Any:
+    """``value`` with the whole value of every key that names a secret replaced, at any
+    depth; other strings are left for ``redact`` (the caller redacts the text it renders
+    from them, once)."""
+    return _walk(value, _as_is)
+
+
 def redact_value(value: Any) -> Any:
     """A JSON-like ``value`` with secret-named keys masked and every string redacted."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: (_masked(v) if isinstance(k, str) and is_secret_name(k) else redact_value(v))
-                for k, v in value.items()}  # fmt: skip
-    if isinstance(value, (list, tuple)):
-        return [redact_value(v) for v in value]
-    return value
+    return _walk(value, _redact_leaf)
 
 
 def redact_if(enabled: bool, value: Any) -> Any:
