@@ -41,6 +41,7 @@ class ExtractReport:
     skipped: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     candidates: int = 0
+    refused: int = 0
 
 
 class Memory:
@@ -72,12 +73,12 @@ class Memory:
                     if isinstance(e, Envelope) and e.event_id not in seen:
                         seen.add(e.event_id)
                         events.append(e)
-                found = memory.extract(events)
+                found = memory.extract(events, self.thread_project(thread_id))
                 if fail is not None:
                     fail(thread_id)
                 committed = self.store.commit_extraction(
                     thread_id, report.owner, latest, found.candidates, found.revocations,
-                    found.file_touches, self.clock(),
+                    found.file_touches, self.clock(), found.refused,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, retried with backoff
                 attempts = self.store.fail_extraction(thread_id, report.owner, repr(error), self.clock())
@@ -87,9 +88,16 @@ class Memory:
             if committed:
                 report.extracted_threads.append(thread_id)
                 report.candidates += len(found.candidates)
+                report.refused += len(found.refused)
             else:
                 report.failed[thread_id] = "claim lost (lease expired)"
         return report
+
+    def thread_project(self, thread_id: str) -> str | None:
+        """The project of a thread: its first event's (the one its state has too)."""
+        first = self.bus.first_record(thread_id)
+        event = validate(first.value) if first is not None else None
+        return event.project if isinstance(event, Envelope) else None
 
     # -- phase 2 ------------------------------------------------------------------------
 
@@ -137,7 +145,7 @@ class Memory:
     def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
         version, facts = self.store.published()
         items = [
-            f for f in facts.values()
+            memory.redact_fact(f) for f in facts.values()
             if (project is None or f["project"] == project) and (key is None or f["key"] == key)
         ]  # fmt: skip
         return {"version": version, "project": project, "facts": items}
@@ -165,7 +173,8 @@ class Memory:
             publisher.close()
         else:
             publish_to(self.bus, body, self.settings.max_event_bytes)
-        self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason))
+        project = self.thread_project(parsed.thread_id)
+        self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason, project))
         view = self.consolidate(lease_s=lease_s)
         return {"revoked": event_id, "revoke_event_id": revoke_id, "view": view}
 
@@ -178,10 +187,17 @@ class Memory:
         claims = [r for r in rows.values() if r["owner"]]
         version, facts = self.store.published()
         accounted = {s for f in facts.values() for s in f["supporting"] + f["contradicting"] + f["revoked"]}
-        revoked = {r.target_event_id for r in self.store.revocations()}
-        waiting = [c.source_event_id for c in self.store.candidates()
+        candidates = self.store.candidates()
+        project_of = {c.source_event_id: c.project for c in candidates}
+        revocations = self.store.revocations()
+        revoked = {r.target_event_id for r in revocations if r.project in (None, project_of.get(r.target_event_id))}
+        waiting = [c.source_event_id for c in candidates
                    if c.source_event_id not in accounted and c.source_event_id not in revoked]  # fmt: skip
         lease = self.store.lease_row()
+        refused = self.store.refused()
+        # A revoke from another project's thread withdraws nothing: say so.
+        ignored = [asdict(r) for r in revocations if r.project is not None
+                   and project_of.get(r.target_event_id, r.project) != r.project]  # fmt: skip
         return {
             "threads": len(ends),
             "not_extracted": sorted(pending),
@@ -194,6 +210,9 @@ class Memory:
             "built_not_published": [v for v in self.store.unpublished() if v["version"] > version],
             "published_version": version,
             "lease": None if lease is None else {**lease, "expired": lease["expires_at"] < now},
+            "refused": len(refused),
+            "refused_recent": [asdict(r) for r in refused[-20:]],
+            "revocations_out_of_scope": ignored,
         }
 
     def close(self) -> None:

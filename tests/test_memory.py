@@ -135,8 +135,8 @@ def test_a_web_page_asking_to_write_the_api_key_into_memory_becomes_no_instructi
 
 
 def test_facts_of_project_a_are_invisible_to_project_b(settings: Settings, mem: Memory) -> None:
-    publish(settings, fact("a1", "db.host", "a.internal", "user_confirmed", 0, project="A"),
-            fact("b1", "db.host", "b.internal", "user_confirmed", 0, project="B"))  # fmt: skip
+    publish(settings, fact("a1", "db.host", "a.internal", "user_confirmed", 0, project="A", thread="ta"),
+            fact("b1", "db.host", "b.internal", "user_confirmed", 0, project="B", thread="tb"))  # fmt: skip
     mem.extract()
     mem.consolidate()
     assert [f["value"] for f in mem.show("B")["facts"]] == ["b.internal"]
