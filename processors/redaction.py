@@ -11,7 +11,9 @@ Two entry points, both pure:
   tokens too.
 - ``redact_value(obj)``: the same through a JSON-like object: a key whose name says secret
   (``password``, ``db.password``, ``apiKey``, ``GITHUB_TOKEN``...) has its whole value
-  replaced whatever its shape, recursively, and every other string goes through ``redact``.
+  replaced whatever its shape, recursively, as has the ``value`` of a ``{"key"|"name":
+  NAME, "value": ...}`` pair whose NAME says secret (a fact, an env entry); every other
+  string goes through ``redact``.
 
 This is on the indexing hot path: each pattern runs only when the text holds one of its
 cheap hints (a substring of the lower-cased text), and most text holds none.
@@ -37,6 +39,8 @@ _SECRET_WORDS = frozenset({
 })  # fmt: skip
 _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
                            ("auth", "key"), ("session", "key"), ("signing", "key"), ("encryption", "key")})  # fmt: skip
+# Also inside a word (PGPASSWORD, DBPASS_SECRET); "token" only as a word (max_tokens stays).
+_SECRET_STEMS = ("password", "passwd", "secret", "passphrase", "credential", "apikey", "privatekey", "accesskey")
 _NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd"})  # the shell's working directory, not a password
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
@@ -46,8 +50,12 @@ _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 def is_secret_name(name: str) -> bool:
     """Whether a key or variable name says it holds a secret: ``DB_PASSWORD``, ``apiKey``,
     ``db.password``, ``x-api-key``, ``client_secret``; not ``max_tokens`` or ``PWD``."""
-    if name.lower() in _NOT_SECRET_NAMES:
+    lowered = name.lower()
+    if lowered in _NOT_SECRET_NAMES:
         return False
+    for stem in _SECRET_STEMS:
+        if stem in lowered:
+            return True
     words = [w for w in _WORD_SPLIT.split(_CAMEL.sub("_", name).lower()) if w]
     if any(w in _SECRET_WORDS for w in words):
         return True
@@ -92,7 +100,7 @@ _PROVIDER = re.compile("|".join((
 )))
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-]{15}")
 
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]+(?=@)")
+_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]+(?=@)")  # redis://:pw@
 _BEARER = re.compile(r"\b((?i:bearer|token)[ \t]+)[A-Za-z0-9._~+/\-]{12,}=*")
 _BASIC = re.compile(r"\b((?i:basic)[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 _MYSQL_FLAG = re.compile(
@@ -211,9 +219,21 @@ def redact(text: str) -> str:
     return _CANDIDATE.sub(_high_entropy, text)
 
 
+def _names_secret(pair: dict[Any, Any]) -> bool:
+    """A ``{"key"|"name": NAME, "value": ...}`` pair (a fact, a Kubernetes env entry, an AWS
+    tag) whose NAME says secret."""
+    for field in ("key", "name", "Key", "Name"):
+        named = pair.get(field)
+        if isinstance(named, str):
+            return is_secret_name(named)
+    return False
+
+
 def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
-        return {k: (_masked(v) if isinstance(k, str) and is_secret_name(k) else _walk(v, leaf))
+        pair = ("value" in value or "Value" in value) and _names_secret(value)
+        return {k: (_masked(v) if isinstance(k, str) and (is_secret_name(k) or (pair and k in ("value", "Value")))
+                    else _walk(v, leaf))
                 for k, v in value.items()}  # fmt: skip
     if isinstance(value, (list, tuple)):
         return [_walk(v, leaf) for v in value]
