@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from processors.context import Unit
 from processors.redaction import redact_value
+from processors.truncation import clip_at_word
 from schemas.events import Envelope
 from schemas.handoff import HandoffRecord, Sourced
 
@@ -45,7 +46,7 @@ def fold_count(units: Sequence[Unit], window_budget: int, pending_call_ids: set[
 
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line[:FIRST_LINE_CHARS]
+    return clip_at_word(line, FIRST_LINE_CHARS)
 
 
 def deterministic_summary(

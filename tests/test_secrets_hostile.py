@@ -323,6 +323,17 @@ def test_through_the_cli_no_planted_secret_comes_out_but_the_log_keeps_them(
     assert [p.fmt for p in PLANTED if p.needle not in logged] == []
 
 
+def test_a_secret_at_the_edge_of_a_quoted_output_leaves_no_half_behind(service: EmbeddedService) -> None:
+    token = "ghp_" + "Ab1Cd2" * 6  # the failure quote (200 chars) would end inside it
+    output = "y " * 93 + token + " trailing"
+    service.publish(b"\n".join([
+        raw("c", "tool_call", {"call_id": "k", "tool_name": "gh", "arguments": {}}, 0),
+        raw("r", "tool_result", {"call_id": "k", "output": output, "status": "error"}, 1),
+    ]))  # fmt: skip
+    (failure,) = service.state("t1")["failures"]
+    assert failure["message"].endswith("y…") and "Ab1Cd2" not in dumps(service.state("t1"))
+
+
 # -- memory scope ----------------------------------------------------------------------
 
 
