@@ -14,6 +14,7 @@ import orjson
 from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from processors.pipeline import Applied
 from processors.textsearch import active_hit
+from processors.truncation import WORD_SLACK, clip_at_word
 from schemas.events import Envelope
 from schemas.search import Hit, SearchFilters
 
@@ -35,10 +36,14 @@ def log_row(event: Envelope, raw: bytes, partition: int, offset: int, window_id:
 
 
 def _clip(text: str) -> str:
+    """Head and tail of a long text, each cut at a word where one is near (the text is
+    redacted after the cut: half a secret would pass for a word)."""
     if len(text) <= MAX_INDEXED_CHARS:
         return text
     half = MAX_INDEXED_CHARS // 2
-    return text[:half] + " … " + text[-half:]
+    tail = text[-half:]
+    starts = [i for i in (tail.find(" "), tail.find("\n")) if 0 <= i < WORD_SLACK]
+    return clip_at_word(text, half) + " … " + (tail[min(starts) + 1 :] if starts else tail)
 
 
 def searchable(event: Envelope) -> tuple[str, str, str]:
