@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 
-from processors.memory import redact_fact
 from processors.redaction import mask_secret_keys, redact, redact_value
 from processors.tokens import MESSAGE_OVERHEAD, TokenCounter
 from processors.truncation import truncate_output
@@ -230,7 +229,7 @@ def assemble(
     if redact_secrets:
         state = redact_value(state)
         recall = redact_value(recall)
-        memory = [redact_fact(f) for f in memory or ()]
+        memory = redact_value(memory)  # a fact keyed db.password loses its value (a key/value pair)
     pinned_lines = []
     if state.get("goal"):
         pinned_lines.append(f"Goal: {state['goal']['text']}")

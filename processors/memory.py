@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact, redact_value
+from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from schemas.events import Envelope
 
 STRENGTH: dict[str, int] = {
@@ -233,16 +233,6 @@ def consolidate(
     return view
 
 
-def redact_fact(fact: dict[str, Any]) -> dict[str, Any]:
-    """A published fact (``Fact.as_dict``) as it may be shown: every string redacted, and
-    the value of a key that names a secret (``db.password``) gone whatever it is. Also
-    covers facts stored before a pattern was added."""
-    out: dict[str, Any] = redact_value(fact)
-    if out.get("value") is not None and is_secret_name(str(fact.get("key", ""))):
-        out["value"] = REDACTED
-    return out
-
-
 def is_instruction(fact: Fact) -> bool:
     """Whether a fact may steer the agent (a preference or instruction it should follow)."""
     return fact.key.split(".")[0].lower() in PRIVILEGED_PREFIXES and "not_promoted" not in fact.flags
@@ -255,5 +245,5 @@ def visible(view: dict[str, Fact], project: str, key: str | None = None) -> list
 
 __all__ = [
     "Candidate", "Extraction", "Fact", "FileTouch", "PRIVILEGED_PREFIXES", "Refusal", "Revocation",
-    "STRENGTH", "consolidate", "extract", "is_instruction", "redact_fact", "visible",
+    "STRENGTH", "consolidate", "extract", "is_instruction", "visible",
 ]  # fmt: skip

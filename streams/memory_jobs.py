@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from processors import memory
+from processors.redaction import redact_value
 from processors.validation import validate
 from schemas.events import Envelope
 from sinks.memory_sqlite import MemoryStore, StaleToken
@@ -145,10 +146,12 @@ class Memory:
     def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
         version, facts = self.store.published()
         items = [
-            memory.redact_fact(f) for f in facts.values()
+            f for f in facts.values()
             if (project is None or f["project"] == project) and (key is None or f["key"] == key)
         ]  # fmt: skip
-        return {"version": version, "project": project, "facts": items}
+        # Redacted again as shown: a fact keyed db.password loses its value, and facts stored
+        # before a pattern existed get it too.
+        return {"version": version, "project": project, "facts": redact_value(items)}
 
     def revoke(self, event_id: str, reason: str | None = None, lease_s: float = 60.0) -> dict[str, Any]:
         """Withdraw a source: a ``revoke`` event in its thread (so the log has it), then a

@@ -275,6 +275,25 @@ def test_no_planted_secret_is_readable_through_search_memory_state_or_context(
     assert [p.fmt for p in PLANTED if p.needle not in logged] == []
 
 
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_over_http_no_planted_secret_comes_out(planted_service: EmbeddedService) -> None:
+    from starlette.testclient import TestClient  # noqa: PLC0415
+
+    from streams.http import build_app  # noqa: PLC0415
+
+    bodies = []
+    with TestClient(build_app(planted_service)) as client:
+        for path in ("/memory/extract", "/memory/consolidate"):
+            assert client.post(path).status_code == 200
+        bodies.append(client.get("/memory", params={"project": PROJECT}).text)
+        for thread in THREADS:
+            bodies.append(client.get(f"/threads/{thread}/state").text)
+            bodies.append(client.get(f"/threads/{thread}/context", params={"budget": 4000, "query": "password"}).text)
+        found = client.get("/search", params={"q": " ".join(p.distinct for p in PLANTED), "limit": 100}).json()
+    assert found["hits"] == []
+    assert all(b.startswith("{") for b in bodies) and leaked("\n".join(bodies)) == []
+
+
 def test_with_redaction_off_state_and_context_keep_the_original(tmp_path: Path) -> None:
     secret = "Pw99offK"
     svc = EmbeddedService(Settings(data_dir=tmp_path / "trusted", redact=False))
