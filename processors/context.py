@@ -89,7 +89,8 @@ def build_units(
             if isinstance(p.arguments, str):
                 args = scrub(p.arguments)
             else:  # a key that names a secret loses its whole value, whatever its shape
-                args = scrub(orjson.dumps(mask_secret_keys(p.arguments) if redact_secrets else p.arguments).decode())
+                shown = mask_secret_keys(p.arguments) if redact_secrets else p.arguments
+                args = scrub(orjson.dumps(shown).decode())
             unit = Unit([e.event_id], [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": args}}
             ]}])  # fmt: skip
@@ -244,7 +245,8 @@ def assemble(
     latest_unit = next((u for u in units if latest_id in u.event_ids), None)
     if latest_unit is None and latest_user is not None:
         text = latest_user.payload.text  # type: ignore[attr-defined]
-        latest_unit = Unit([latest_user.event_id], [{"role": "user", "content": redact(text) if redact_secrets else text}])
+        content = redact(text) if redact_secrets else text
+        latest_unit = Unit([latest_user.event_id], [{"role": "user", "content": content}])
         units.append(latest_unit)
     for u in units:
         u.tokens = sum(message_tokens(counter, m) for m in u.messages)

@@ -199,7 +199,7 @@ def consolidate(
     for (project, scope, key), group in sorted(groups.items()):
         ranked = sorted(group, key=_rank, reverse=True)
         withdrawn = {c.source_event_id for c in ranked
-                     if (project, c.source_event_id) in revoked or (None, c.source_event_id) in revoked}  # fmt: skip
+                     if (project, c.source_event_id) in revoked or (None, c.source_event_id) in revoked}
         live = [c for c in ranked if c.source_event_id not in withdrawn]
         gone = [c.source_event_id for c in ranked if c.source_event_id in withdrawn]
         ident = f"{project}/{scope}/{key}" if scope else f"{project}/{key}"

@@ -54,7 +54,9 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
     if kind == "message":
         text = p.text
     elif kind == "tool_call":
-        args = p.arguments if isinstance(p.arguments, str) else orjson.dumps(mask_secret_keys(p.arguments)).decode()
+        args = p.arguments
+        if not isinstance(args, str):  # a key that names a secret loses its whole value
+            args = orjson.dumps(mask_secret_keys(args)).decode()
         text = f"{p.tool_name} {args}"
         if isinstance(p.arguments, dict):
             path = str(p.arguments.get("path") or p.arguments.get("file") or "")

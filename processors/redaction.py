@@ -40,7 +40,8 @@ _SECRET_WORDS = frozenset({
 _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
                            ("auth", "key"), ("session", "key"), ("signing", "key"), ("encryption", "key")})  # fmt: skip
 # Also inside a word (PGPASSWORD, DBPASS_SECRET); "token" only as a word (max_tokens stays).
-_SECRET_STEMS = ("password", "passwd", "secret", "passphrase", "credential", "apikey", "privatekey", "accesskey")
+_SECRET_STEMS = ("password", "passwd", "secret", "passphrase", "credential", "apikey", "privatekey",
+                 "accesskey")
 _NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd"})  # the shell's working directory, not a password
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
@@ -60,10 +61,6 @@ def is_secret_name(name: str) -> bool:
     if any(w in _SECRET_WORDS for w in words):
         return True
     return any(pair in _SECRET_PAIRS for pair in zip(words, words[1:]))
-
-
-def _sub(replacement: str) -> Callable[[re.Match[str]], str]:
-    return lambda m: replacement
 
 
 def _keep_prefix(m: re.Match[str]) -> str:
@@ -229,12 +226,16 @@ def _names_secret(pair: dict[Any, Any]) -> bool:
     return False
 
 
+def _hides(key: Any, in_secret_pair: bool) -> bool:
+    """Whether the value under ``key`` goes whole: the key names a secret, or it is the
+    ``value`` of a pair whose name does."""
+    return isinstance(key, str) and (is_secret_name(key) or (in_secret_pair and key in ("value", "Value")))
+
+
 def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
         pair = ("value" in value or "Value" in value) and _names_secret(value)
-        return {k: (_masked(v) if isinstance(k, str) and (is_secret_name(k) or (pair and k in ("value", "Value")))
-                    else _walk(v, leaf))
-                for k, v in value.items()}  # fmt: skip
+        return {k: (_masked(v) if _hides(k, pair) else _walk(v, leaf)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_walk(v, leaf) for v in value]
     return leaf(value)

@@ -193,7 +193,8 @@ class Memory:
         candidates = self.store.candidates()
         project_of = {c.source_event_id: c.project for c in candidates}
         revocations = self.store.revocations()
-        revoked = {r.target_event_id for r in revocations if r.project in (None, project_of.get(r.target_event_id))}
+        revoked = {r.target_event_id for r in revocations
+                   if r.project in (None, project_of.get(r.target_event_id))}  # fmt: skip
         waiting = [c.source_event_id for c in candidates
                    if c.source_event_id not in accounted and c.source_event_id not in revoked]  # fmt: skip
         lease = self.store.lease_row()
