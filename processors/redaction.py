@@ -250,8 +250,17 @@ def _as_is(value: Any) -> Any:
     return value
 
 
+@lru_cache(maxsize=16384)
+def _redact_short(text: str) -> str:
+    """``redact``, remembered: states and contexts are read again and again with the same
+    short strings (ids, names, texts). Not on the indexing path, where every text is new."""
+    return redact(text)
+
+
 def _redact_leaf(value: Any) -> Any:
-    return redact(value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    return _redact_short(value) if len(value) <= 512 else redact(value)
 
 
 def mask_secret_keys(value: Any) -> Any:
