@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from processors.context import Unit
+from processors.redaction import redact_value
+from processors.truncation import clip_at_word
 from schemas.events import Envelope
 from schemas.handoff import HandoffRecord, Sourced
 
@@ -44,7 +46,7 @@ def fold_count(units: Sequence[Unit], window_budget: int, pending_call_ids: set[
 
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line[:FIRST_LINE_CHARS]
+    return clip_at_word(line, FIRST_LINE_CHARS)
 
 
 def deterministic_summary(
@@ -116,17 +118,24 @@ def summarise(
     folded: Sequence[Envelope],
     previous: HandoffRecord | None,
     summariser: Summariser | None = None,
+    redact_secrets: bool = True,
 ) -> tuple[HandoffRecord, str]:
     """(record, which summariser produced it). A configured summariser's output is
-    checked; one that fails or drops pinned facts gives way to the deterministic one."""
+    checked; one that fails or drops pinned facts gives way to the deterministic one.
+    The record is redacted (``redact_secrets``): it is written into the stream, the
+    state's rolling summary and every later context."""
+    record, name = None, "deterministic"
     if summariser is not None:
         try:
-            candidate = acceptable(summariser(state, folded, previous), state)
+            record = acceptable(summariser(state, folded, previous), state)
         except Exception:  # noqa: BLE001 - a remote summariser may fail in any way
-            candidate = None
-        if candidate is not None:
-            return candidate, "custom"
-    return deterministic_summary(state, folded, previous), "deterministic"
+            record = None
+        name = "deterministic" if record is None else "custom"
+    if record is None:
+        record = deterministic_summary(state, folded, previous)
+    if redact_secrets:
+        record = HandoffRecord.model_validate(redact_value(record.model_dump(mode="json")))
+    return record, name
 
 
 def compaction_event(thread_id: str, project: str, record: HandoffRecord, covers_through: Envelope,

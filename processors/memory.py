@@ -6,7 +6,12 @@ candidates into a view. Claims, leases, fencing and storage are the adapters' bu
 - A revoked source is left out; a fact that falls back to an older value is marked
   ``needs_refresh`` (``unknown`` for high-risk keys); ``recheck_when`` conditions that
   fire mark ``needs_refresh`` too.
-- ``external_content`` is never promoted to a preference or instruction.
+- ``external_content`` is never promoted to a preference or instruction, and an event
+  with ``source: "external"`` gives ``external_content`` evidence whatever it claims.
+- Scope: a thread belongs to the project of its first event; its ``fact`` and ``revoke``
+  events write and withdraw only that project's facts. One that names another project
+  is refused (``Extraction.refused``, with its reason), and a revocation only withdraws
+  sources of its own project.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from processors.redaction import redact
+from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from schemas.events import Envelope
 
 STRENGTH: dict[str, int] = {
@@ -56,6 +61,18 @@ class Revocation:
     target_event_id: str
     revoke_event_id: str
     reason: str | None = None
+    project: str | None = None
+    """The project whose sources it may withdraw (``None``: stored before scoping)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A ``fact`` or ``revoke`` event that memory ignored, and why."""
+
+    event_id: str
+    thread_id: str
+    kind: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,26 +89,43 @@ class Extraction:
     candidates: list[Candidate] = field(default_factory=list)
     revocations: list[Revocation] = field(default_factory=list)
     file_touches: list[FileTouch] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def extract(events: Iterable[Envelope]) -> Extraction:
-    """Phase 1 for one thread's new events: candidates, revocations and file touches."""
+def _value(key: str, value: Any) -> str:
+    """A fact's value as stored: gone if its key names a secret (``db.password``), else
+    redacted text (secret-named keys inside an object value masked first)."""
+    return REDACTED if is_secret_name(key) else redact(_text(mask_secret_keys(value)))
+
+
+def extract(events: Sequence[Envelope], thread_project: str | None = None) -> Extraction:
+    """Phase 1 for one thread's new events: candidates, revocations and file touches.
+
+    ``thread_project`` is the project of the thread's first event (default: of the first
+    event given); a fact or revoke naming another project is refused."""
     out = Extraction()
+    project = thread_project if thread_project is not None else (events[0].project if events else "default")
     for e in events:
         p: Any = e.payload
-        if e.kind == "fact" and p.confirmed:
+        if e.kind in ("fact", "revoke") and e.project != project:
+            out.refused.append(Refusal(e.event_id, e.thread_id, e.kind, (
+                f"names project {e.project!r} but thread {e.thread_id!r} belongs to project {project!r}: "
+                "a thread writes and revokes only its own project's facts")))  # fmt: skip
+        elif e.kind == "fact" and p.confirmed:
+            # Content from outside cannot vouch for itself: its evidence is external at most.
+            evidence = "external_content" if e.source == "external" else p.evidence_type
             out.candidates.append(Candidate(
-                source_event_id=e.event_id, source_thread_id=e.thread_id, project=e.project,
-                scope=p.scope or "", key=redact(p.key), value=redact(_text(p.value)),
-                evidence_type=p.evidence_type, observed_at=e.ts, observed_ms=e.epoch_ms,
+                source_event_id=e.event_id, source_thread_id=e.thread_id, project=project,
+                scope=redact(p.scope or ""), key=redact(p.key), value=_value(p.key, p.value),
+                evidence_type=evidence, observed_at=e.ts, observed_ms=e.epoch_ms,
                 recheck_when=None if p.recheck_when is None else _text(p.recheck_when),
             ))  # fmt: skip
         elif e.kind == "revoke":
-            out.revocations.append(Revocation(p.target_event_id, e.event_id, p.reason))
+            out.revocations.append(Revocation(p.target_event_id, e.event_id, p.reason, project))
         elif e.kind == "file_change" and p.confirmed:
             out.file_touches.append(FileTouch(e.project, p.path, e.epoch_ms))
     return out
@@ -155,7 +189,8 @@ def consolidate(
     high_risk_keys: Iterable[str] = (),
 ) -> dict[str, Fact]:
     """Phase 2: the memory view, keyed by ``project/scope/key``. Deterministic."""
-    revoked = {r.target_event_id for r in revocations}
+    # A revocation withdraws only sources of its own project (legacy ones, of any).
+    revoked = {(r.project, r.target_event_id) for r in revocations}
     risky = list(high_risk_keys)
     groups: dict[tuple[str, str, str], list[Candidate]] = {}
     for c in candidates:
@@ -163,14 +198,16 @@ def consolidate(
     view: dict[str, Fact] = {}
     for (project, scope, key), group in sorted(groups.items()):
         ranked = sorted(group, key=_rank, reverse=True)
-        live = [c for c in ranked if c.source_event_id not in revoked]
-        gone = [c.source_event_id for c in ranked if c.source_event_id in revoked]
+        withdrawn = {c.source_event_id for c in ranked
+                     if (project, c.source_event_id) in revoked or (None, c.source_event_id) in revoked}
+        live = [c for c in ranked if c.source_event_id not in withdrawn]
+        gone = [c.source_event_id for c in ranked if c.source_event_id in withdrawn]
         ident = f"{project}/{scope}/{key}" if scope else f"{project}/{key}"
         if not live:
             continue  # every source withdrawn: the fact is gone from memory
         best = live[0]
         status, note, flags = "ok", "", []
-        if ranked[0].source_event_id in revoked and ranked[0].value != best.value:
+        if ranked[0].source_event_id in withdrawn and ranked[0].value != best.value:
             # The winning source was withdrawn and an older value resurfaces: never trust it silently.
             status, note = "needs_refresh", f"fell back after revoking {ranked[0].source_event_id}"
             if any(fnmatch.fnmatch(key, pattern) for pattern in risky):
@@ -207,6 +244,6 @@ def visible(view: dict[str, Fact], project: str, key: str | None = None) -> list
 
 
 __all__ = [
-    "Candidate", "Extraction", "Fact", "FileTouch", "PRIVILEGED_PREFIXES", "Revocation",
+    "Candidate", "Extraction", "Fact", "FileTouch", "PRIVILEGED_PREFIXES", "Refusal", "Revocation",
     "STRENGTH", "consolidate", "extract", "is_instruction", "visible",
 ]  # fmt: skip

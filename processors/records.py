@@ -11,9 +11,10 @@ from typing import Any
 
 import orjson
 
-from processors.redaction import redact
+from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from processors.pipeline import Applied
 from processors.textsearch import active_hit
+from processors.truncation import WORD_SLACK, clip_at_word
 from schemas.events import Envelope
 from schemas.search import Hit, SearchFilters
 
@@ -35,10 +36,14 @@ def log_row(event: Envelope, raw: bytes, partition: int, offset: int, window_id:
 
 
 def _clip(text: str) -> str:
+    """Head and tail of a long text, each cut at a word where one is near (the text is
+    redacted after the cut: half a secret would pass for a word)."""
     if len(text) <= MAX_INDEXED_CHARS:
         return text
     half = MAX_INDEXED_CHARS // 2
-    return text[:half] + " … " + text[-half:]
+    tail = text[-half:]
+    starts = [i for i in (tail.find(" "), tail.find("\n")) if 0 <= i < WORD_SLACK]
+    return clip_at_word(text, half) + " … " + (tail[min(starts) + 1 :] if starts else tail)
 
 
 def searchable(event: Envelope) -> tuple[str, str, str]:
@@ -49,7 +54,9 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
     if kind == "message":
         text = p.text
     elif kind == "tool_call":
-        args = p.arguments if isinstance(p.arguments, str) else orjson.dumps(p.arguments).decode()
+        args = p.arguments
+        if not isinstance(args, str):  # a key that names a secret loses its whole value
+            args = orjson.dumps(mask_secret_keys(args)).decode()
         text = f"{p.tool_name} {args}"
         if isinstance(p.arguments, dict):
             path = str(p.arguments.get("path") or p.arguments.get("file") or "")
@@ -76,9 +83,12 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
     elif kind == "window_switch":
         text = f"{p.new_window_id} {p.reason or ''}"
     elif kind == "compaction":
-        text = orjson.dumps(p.summary).decode()
+        text = orjson.dumps(mask_secret_keys(p.summary)).decode()
     elif kind == "fact":
-        value = p.value if isinstance(p.value, str) else orjson.dumps(p.value).decode()
+        if is_secret_name(p.key):  # db.password: the value goes whatever it looks like
+            value = REDACTED
+        else:
+            value = p.value if isinstance(p.value, str) else orjson.dumps(mask_secret_keys(p.value)).decode()
         text = f"{p.key} {value}"
     elif kind == "revoke":
         text = f"{p.target_event_id} {p.reason or ''}"
@@ -87,7 +97,7 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
         error = "" if p.code is None else str(p.code)
     else:  # pragma: no cover - every kind is listed above
         text = ""
-    return redact(text), path, error
+    return redact(text), redact(path), error
 
 
 def search_doc(

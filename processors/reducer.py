@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from processors.truncation import clip_at_word
 from schemas.events import STATUS_RANK, TERMINAL_STATUSES, Envelope
 from schemas.state import (
     MAX_FAILURES,
@@ -172,7 +173,7 @@ def _output_head(event: Envelope, pair: ToolPair) -> str:
     if event.kind != "tool_result" or event.event_id != pair.result_event_id:
         return ""
     output: str = event.payload.output  # type: ignore[attr-defined]
-    return output if len(output) <= FAILURE_MESSAGE_CHARS else output[: FAILURE_MESSAGE_CHARS - 1] + "…"
+    return output if len(output) <= FAILURE_MESSAGE_CHARS else clip_at_word(output, FAILURE_MESSAGE_CHARS - 1) + "…"
 
 
 def _fail(s: WorkingState, failure: Failure) -> None:

@@ -26,4 +26,19 @@ def truncate_output(output: str, event_id: str, budget_chars: int = DEFAULT_OUTP
     return head + marker + tail
 
 
-__all__ = ["DEFAULT_OUTPUT_BUDGET_CHARS", "truncate_output"]
+WORD_SLACK = 48
+"""How far back ``clip_at_word`` looks for a space: a word longer than this keeps at least
+this many characters, enough for redaction to still recognise it as a key or token."""
+
+
+def clip_at_word(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a space when one is near the end:
+    a quote cut before redaction must not leave half a secret that no pattern knows."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:space] if space >= limit - WORD_SLACK else head
+
+
+__all__ = ["DEFAULT_OUTPUT_BUDGET_CHARS", "WORD_SLACK", "clip_at_word", "truncate_output"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from processors.memory import Candidate, Fact, FileTouch, Revocation
+from processors.memory import Candidate, Fact, FileTouch, Refusal, Revocation
 from sinks import sqlite_db
 
 _SCHEMA = """
@@ -35,6 +35,13 @@ CREATE TABLE IF NOT EXISTS candidates (
     extracted_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS revocations (target_event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+-- Revocations with the project they may withdraw sources of (``revocations`` holds those
+-- stored before scoping): keyed by both, so one thread cannot pre-empt another project's.
+CREATE TABLE IF NOT EXISTS scoped_revocations (
+    target_event_id TEXT NOT NULL, project TEXT NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (target_event_id, project)
+);
+CREATE TABLE IF NOT EXISTS refused (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS file_touches (project TEXT, path TEXT, at_ms REAL, PRIMARY KEY (project, path, at_ms));
 CREATE TABLE IF NOT EXISTS lease (
     name TEXT PRIMARY KEY, owner TEXT, token INTEGER NOT NULL, expires_at REAL NOT NULL
@@ -92,6 +99,7 @@ class MemoryStore:
     def commit_extraction(
         self, thread_id: str, owner: str, watermark: int, candidates: Sequence[Candidate],
         revocations: Sequence[Revocation], touches: Sequence[FileTouch], now: float,
+        refused: Sequence[Refusal] = (),
     ) -> bool:  # fmt: skip
         """Store what was extracted and move the watermark, if ``owner`` still holds the
         claim. Candidates are keyed by source event, so a repeat adds nothing."""
@@ -105,9 +113,10 @@ class MemoryStore:
                 "INSERT OR IGNORE INTO candidates VALUES (?, ?, ?, ?)",
                 ((c.source_event_id, orjson.dumps(asdict(c)).decode(), owner, now) for c in candidates),
             )
+            self._add_revocations(db, revocations)
             db.executemany(
-                "INSERT OR IGNORE INTO revocations VALUES (?, ?)",
-                ((r.target_event_id, orjson.dumps(asdict(r)).decode()) for r in revocations),
+                "INSERT OR IGNORE INTO refused VALUES (?, ?)",
+                ((r.event_id, orjson.dumps(asdict(r)).decode()) for r in refused),
             )
             db.executemany(
                 "INSERT OR IGNORE INTO file_touches VALUES (?, ?, ?)",
@@ -209,10 +218,25 @@ class MemoryStore:
             rows = self._db.execute("SELECT body FROM candidates ORDER BY source_event_id").fetchall()
         return [Candidate(**orjson.loads(b)) for (b,) in rows]
 
+    @staticmethod
+    def _add_revocations(db: sqlite3.Connection, revocations: Sequence[Revocation]) -> None:
+        db.executemany(
+            "INSERT OR IGNORE INTO scoped_revocations VALUES (?, ?, ?)",
+            ((r.target_event_id, r.project or "", orjson.dumps(asdict(r)).decode()) for r in revocations),
+        )
+
     def revocations(self) -> list[Revocation]:
         with self._lock:
-            rows = self._db.execute("SELECT body FROM revocations ORDER BY target_event_id").fetchall()
+            rows = self._db.execute(
+                "SELECT body FROM revocations UNION ALL SELECT body FROM scoped_revocations ORDER BY 1"
+            ).fetchall()
         return [Revocation(**orjson.loads(b)) for (b,) in rows]
+
+    def refused(self) -> list[Refusal]:
+        """Fact and revoke events memory ignored, with the reason (``memory status``)."""
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM refused ORDER BY rowid").fetchall()
+        return [Refusal(**orjson.loads(b)) for (b,) in rows]
 
     def file_touches(self) -> list[FileTouch]:
         with self._lock:
@@ -221,10 +245,7 @@ class MemoryStore:
 
     def add_revocation(self, revocation: Revocation) -> None:
         with self._tx() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO revocations VALUES (?, ?)",
-                (revocation.target_event_id, orjson.dumps(asdict(revocation)).decode()),
-            )
+            self._add_revocations(db, [revocation])
 
     def published(self) -> tuple[int, dict[str, dict[str, Any]]]:
         """The current view: (version, facts); (0, {}) before the first publication."""

@@ -123,6 +123,14 @@ class SqliteEventBus:
         with self._lock:
             return dict(self._db.execute("SELECT thread_id, max(offset) FROM events GROUP BY thread_id"))
 
+    def first_record(self, thread_id: str) -> Record | None:
+        """A thread's first record (its project is the thread's, for memory's scope)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT offset, value FROM events WHERE thread_id = ? ORDER BY offset LIMIT 1", (thread_id,)
+            ).fetchone()
+        return None if row is None else Record(0, row[0], row[1])
+
     def thread_records(self, thread_id: str, after: int, upto: int) -> list[Record]:
         """A thread's records with ``after < offset <= upto``, oldest first."""
         with self._lock:

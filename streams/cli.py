@@ -302,6 +302,7 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             "extracted_threads": sorted(t for r in reports for t in r["extracted_threads"]),
             "candidates": sum(r["candidates"] for r in reports),
             "failed": {t: e for r in reports for t, e in r["failed"].items()},
+            "refused": sum(r["refused"] for r in reports),  # out-of-scope facts and revokes
             "workers": len(reports),
         }
     else:

@@ -43,6 +43,7 @@ _ENV = {
     "session_timeout_seconds": "AGENTLOG_SESSION_TIMEOUT_SECONDS",
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
+    "redact": "AGENTLOG_REDACT",
     # Security of each server (streams.security); passwords stay out of every repr.
     "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
     "kafka_sasl_mechanism": "AGENTLOG_KAFKA_SASL_MECHANISM",
@@ -102,6 +103,9 @@ class Settings:
     auto_compact: bool = True
     summary_url: str | None = None
     summary_model: str = "gpt-4o-mini"
+    # Secrets redacted from state, context and compaction records (``off`` for trusted
+    # deployments); the search index and memory always redact, the log keeps the original.
+    redact: bool = True
     kafka_security_protocol: str = "PLAINTEXT"  # SSL, SASL_PLAINTEXT, SASL_SSL
     kafka_sasl_mechanism: str = "PLAIN"  # SCRAM-SHA-256, SCRAM-SHA-512
     kafka_sasl_username: str | None = None

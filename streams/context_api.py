@@ -66,7 +66,8 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
         in_window = {e.event_id for e in window}
         recall = [h for h in recall if h["event_id"] not in in_window]
     facts = service.memory_facts(state["project"])
-    result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts)
+    result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts,
+                      redact_secrets=service.settings.redact)
     out = result.as_dict()
     out["thread_id"] = thread_id
     out["meta"]["compaction"] = compacted
@@ -77,7 +78,7 @@ def _compact(service: ContextSource, state: dict[str, Any], window: list[Envelop
              tokens: TokenCounter, budget: int) -> tuple[list[Envelope], dict[str, Any] | None]:  # fmt: skip
     """Fold the window's oldest safe prefix into the summary if the window is too big;
     publishes the ``compaction`` event and returns the remaining window."""
-    units = build_units(window, orphans, output_budget(budget))
+    units = build_units(window, orphans, output_budget(budget), service.settings.redact)
     for u in units:
         u.tokens = sum(message_tokens(tokens, m) for m in u.messages)
     pending = {c["call_id"] for c in state.get("pending_calls", [])}
@@ -91,7 +92,7 @@ def _compact(service: ContextSource, state: dict[str, Any], window: list[Envelop
             previous = HandoffRecord.model_validate(state["summary"])
         except ValidationError:
             previous = None
-    record, summariser = summarise(state, folded, previous, service.summariser)
+    record, summariser = summarise(state, folded, previous, service.summariser, service.settings.redact)
     event = compaction_event(state["thread_id"], state["project"], record, folded[-1], state["window_id"], summariser)
     service.publish(orjson.dumps(event))
     state["summary"] = record.model_dump(mode="json")

@@ -44,6 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.context import BudgetTooSmall
 from processors.pipeline import Pipeline, Record
+from processors.redaction import redact_if
 from processors.thread import ThreadSnapshot
 from schemas.openapi import openapi_document
 from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadPath, parse_body, parse_path,
@@ -494,7 +495,7 @@ def create_app(settings: Settings) -> faust.App:
         snapshot = load(thread_id)
         if snapshot is None:
             return web.json({"error": f"no events for thread {thread_id!r}"}, status=404)
-        return web.json(snapshot.state.public())
+        return web.json(redact_if(settings.redact, snapshot.state.public()))
 
     app.conf.agentlog_log_store = log_store  # type: ignore[attr-defined]
     return app

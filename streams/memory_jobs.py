@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from processors import memory
+from processors.redaction import redact_value
 from processors.validation import validate
 from schemas.events import Envelope
 from sinks.memory_sqlite import MemoryStore, StaleToken
@@ -41,6 +42,7 @@ class ExtractReport:
     skipped: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     candidates: int = 0
+    refused: int = 0
 
 
 class Memory:
@@ -72,12 +74,12 @@ class Memory:
                     if isinstance(e, Envelope) and e.event_id not in seen:
                         seen.add(e.event_id)
                         events.append(e)
-                found = memory.extract(events)
+                found = memory.extract(events, self.thread_project(thread_id))
                 if fail is not None:
                     fail(thread_id)
                 committed = self.store.commit_extraction(
                     thread_id, report.owner, latest, found.candidates, found.revocations,
-                    found.file_touches, self.clock(),
+                    found.file_touches, self.clock(), found.refused,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, retried with backoff
                 attempts = self.store.fail_extraction(thread_id, report.owner, repr(error), self.clock())
@@ -87,9 +89,16 @@ class Memory:
             if committed:
                 report.extracted_threads.append(thread_id)
                 report.candidates += len(found.candidates)
+                report.refused += len(found.refused)
             else:
                 report.failed[thread_id] = "claim lost (lease expired)"
         return report
+
+    def thread_project(self, thread_id: str) -> str | None:
+        """The project of a thread: its first event's (the one its state has too)."""
+        first = self.bus.first_record(thread_id)
+        event = validate(first.value) if first is not None else None
+        return event.project if isinstance(event, Envelope) else None
 
     # -- phase 2 ------------------------------------------------------------------------
 
@@ -140,7 +149,9 @@ class Memory:
             f for f in facts.values()
             if (project is None or f["project"] == project) and (key is None or f["key"] == key)
         ]  # fmt: skip
-        return {"version": version, "project": project, "facts": items}
+        # Redacted again as shown: a fact keyed db.password loses its value, and facts stored
+        # before a pattern existed get it too.
+        return {"version": version, "project": project, "facts": redact_value(items)}
 
     def revoke(self, event_id: str, reason: str | None = None, lease_s: float = 60.0) -> dict[str, Any]:
         """Withdraw a source: a ``revoke`` event in its thread (so the log has it), then a
@@ -165,7 +176,8 @@ class Memory:
             publisher.close()
         else:
             publish_to(self.bus, body, self.settings.max_event_bytes)
-        self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason))
+        project = self.thread_project(parsed.thread_id)
+        self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason, project))
         view = self.consolidate(lease_s=lease_s)
         return {"revoked": event_id, "revoke_event_id": revoke_id, "view": view}
 
@@ -178,10 +190,18 @@ class Memory:
         claims = [r for r in rows.values() if r["owner"]]
         version, facts = self.store.published()
         accounted = {s for f in facts.values() for s in f["supporting"] + f["contradicting"] + f["revoked"]}
-        revoked = {r.target_event_id for r in self.store.revocations()}
-        waiting = [c.source_event_id for c in self.store.candidates()
+        candidates = self.store.candidates()
+        project_of = {c.source_event_id: c.project for c in candidates}
+        revocations = self.store.revocations()
+        revoked = {r.target_event_id for r in revocations
+                   if r.project in (None, project_of.get(r.target_event_id))}  # fmt: skip
+        waiting = [c.source_event_id for c in candidates
                    if c.source_event_id not in accounted and c.source_event_id not in revoked]  # fmt: skip
         lease = self.store.lease_row()
+        refused = self.store.refused()
+        # A revoke from another project's thread withdraws nothing: say so.
+        ignored = [asdict(r) for r in revocations if r.project is not None
+                   and project_of.get(r.target_event_id, r.project) != r.project]  # fmt: skip
         return {
             "threads": len(ends),
             "not_extracted": sorted(pending),
@@ -194,6 +214,9 @@ class Memory:
             "built_not_published": [v for v in self.store.unpublished() if v["version"] > version],
             "published_version": version,
             "lease": None if lease is None else {**lease, "expired": lease["expires_at"] < now},
+            "refused": len(refused),
+            "refused_recent": [asdict(r) for r in refused[-20:]],
+            "revocations_out_of_scope": ignored,
         }
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ import orjson
 
 from processors.compaction import Summariser
 from processors.records import active_hits
+from processors.redaction import redact_if
 from processors.textsearch import tokenize
 from processors.validation import Rejection, validate
 from schemas.events import Envelope
@@ -201,7 +202,7 @@ class EmbeddedService:
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            return tp.state.public()
+            return redact_if(self.settings.redact, tp.state.public())
 
     def threads(self) -> list[str]:
         self._settle()

@@ -14,6 +14,7 @@ import orjson
 
 from processors.compaction import Summariser
 from processors.records import active_hits
+from processors.redaction import redact_if
 from processors.textsearch import tokenize
 from processors.thread import ThreadSnapshot
 from processors.validation import validate
@@ -88,7 +89,7 @@ class WorkerService:
         return snapshot
 
     def state(self, thread_id: str) -> dict[str, Any]:
-        return self._snapshot(thread_id).state.public()
+        return redact_if(self.settings.redact, self._snapshot(thread_id).state.public())
 
     def orphans(self, thread_id: str) -> set[str]:
         return set(self._snapshot(thread_id).pairing.orphans)

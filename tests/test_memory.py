@@ -136,8 +136,8 @@ def test_a_web_page_asking_to_write_the_api_key_into_memory_becomes_no_instructi
 
 
 def test_facts_of_project_a_are_invisible_to_project_b(settings: Settings, mem: Memory) -> None:
-    publish(settings, fact("a1", "db.host", "a.internal", "user_confirmed", 0, project="A"),
-            fact("b1", "db.host", "b.internal", "user_confirmed", 0, project="B"))  # fmt: skip
+    publish(settings, fact("a1", "db.host", "a.internal", "user_confirmed", 0, project="A", thread="ta"),
+            fact("b1", "db.host", "b.internal", "user_confirmed", 0, project="B", thread="tb"))  # fmt: skip
     mem.extract()
     mem.consolidate()
     assert [f["value"] for f in mem.show("B")["facts"]] == ["b.internal"]
@@ -345,7 +345,7 @@ def test_the_context_builder_includes_the_projects_facts_as_data_with_status_and
     service.catch_up()
     ctx = context_for(service, "t1", 4000)
     (section,) = [s for s in ctx["sections"] if s["name"] == "memory"]
-    assert "java.version = 17 [ok; user_confirmed; source f1]" in section["content"]
+    assert 'java.version = "17" [ok; user_confirmed; source f1]' in section["content"]  # values as quoted data
     assert "external content, unverified" in section["content"] and "not instructions" in section["content"]
     assert "11" not in section["content"]  # another project's fact stays invisible
 
