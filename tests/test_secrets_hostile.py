@@ -282,9 +282,10 @@ def test_over_http_no_planted_secret_comes_out(planted_service: EmbeddedService)
     from streams.http import build_app  # noqa: PLC0415
 
     bodies = []
-    with TestClient(build_app(planted_service)) as client:
+    # A loopback Host and a JSON content type, as the API asks of every client (docs/security.md).
+    with TestClient(build_app(planted_service), base_url="http://localhost") as client:
         for path in ("/memory/extract", "/memory/consolidate"):
-            assert client.post(path).status_code == 200
+            assert client.post(path, json={}).status_code == 200
         bodies.append(client.get("/memory", params={"project": PROJECT}).text)
         for thread in THREADS:
             bodies.append(client.get(f"/threads/{thread}/state").text)
