@@ -9,6 +9,7 @@ API (``streams.client``).
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
+from pydantic_core import from_json
 
 from processors.compaction import Summariser
 from processors.records import active_hits
@@ -43,23 +45,52 @@ class NotFound(LookupError):
     """The thread or event does not exist (and is not pending either)."""
 
 
+_JSON_SPACE = " \t\n\r"
+
+
+def _array_items(body: bytes) -> list[bytes] | None:
+    """The items of a body that is one JSON array, each as the bytes received (not
+    re-serialised: the log keeps what the producer sent), or None if it is not one."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    decoder = json.JSONDecoder()  # only to find where each item ends; validation is later
+    items: list[bytes] = []
+    i = 1
+    try:
+        while True:
+            while text[i] in _JSON_SPACE:
+                i += 1
+            if text[i] == "]" and not items:
+                return [] if i == len(text) - 1 else None
+            _item, end = decoder.raw_decode(text, i)
+            items.append(text[i:end].encode("utf-8"))  # UTF-8 round-trips byte for byte
+            while text[end] in _JSON_SPACE:
+                end += 1
+            if text[end] == "]":
+                return items if end == len(text) - 1 else None
+            if text[end] != ",":
+                return None
+            i = end + 1
+    except (ValueError, IndexError, RecursionError):
+        return None
+
+
 def split_records(data: bytes) -> list[bytes]:
     """JSON lines (blank lines skipped); a body that is one JSON array gives its items, and
     one object spread over several lines (pretty-printed) is one record."""
     stripped = data.strip()
     if stripped.startswith(b"{") and b"\n" in stripped:
         try:
-            orjson.loads(stripped)
+            from_json(stripped, allow_inf_nan=True)  # what validation parses (NaN refused there)
             return [stripped]
-        except orjson.JSONDecodeError:
+        except ValueError:
             pass  # JSON lines: the first object ends at its line
     if stripped.startswith(b"[") and stripped.endswith(b"]"):
-        try:
-            items = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            items = None
-        if isinstance(items, list):
-            return [orjson.dumps(item) for item in items]
+        items = _array_items(stripped)
+        if items is not None:
+            return items
     lines = data.split(b"\n")
     return [line[:-1] if line.endswith(b"\r") else line for line in lines if line.strip()]
 
@@ -84,7 +115,7 @@ def check_records(records: list[bytes], max_bytes: int) -> tuple[list[tuple[str,
     for n, raw in enumerate(records, start=1):
         result = validate(raw, max_bytes)
         if isinstance(result, Rejection):
-            rejected.append((raw, result.reason))
+            rejected.append((result.raw, result.reason))  # a bounded prefix if too large
             if len(report.rejections) < 100:
                 report.rejections.append({"record": n, "reason": result.reason})
         else:
