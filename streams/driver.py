@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from processors.pipeline import BatchResult, Pipeline
+from processors.duplicates import conflict_reason, same_content
+from processors.pipeline import BatchResult, Pipeline, Record
 from processors.records import log_rows, search_docs
 from processors.thread import PairingConfig
+from schemas.events import Envelope
 from sinks.base import LogStore, SearchIndex, StateStore
 from sinks.clickhouse import rejected_row
 from streams.bus import SqliteEventBus
@@ -102,8 +104,10 @@ class EmbeddedDriver:
         self.log.append_events(log_rows(result.applied, lambda a: a.record.offset <= self.log_events_hw))
         self.log.upsert_pairs([p.row() for p in result.pairs])
         self.index.add(search_docs(result.applied))
-        if result.rejected:  # bytes that bypassed publish-time validation: dead-letter them
-            self.bus.append((), [(r.value, why.reason) for r, why in result.rejected])
+        letters = [(r.value, why.reason) for r, why in result.rejected]  # bypassed publish checks
+        letters += self._conflicts(result.duplicates)
+        if letters:
+            self.bus.append((), letters)
         self.dirty |= result.touched
         METRICS.processed(result)
         if log.isEnabledFor(logging.DEBUG):
@@ -111,6 +115,16 @@ class EmbeddedDriver:
                 log.debug("applied thread=%s event=%s kind=%s", a.event.thread_id, a.event.event_id, a.event.kind)
         for record, event in result.duplicates:
             log.info("duplicate thread=%s event=%s offset=%d ignored", event.thread_id, event.event_id, record.offset)
+
+    def _conflicts(self, duplicates: Sequence[tuple[Record, Envelope]]) -> list[tuple[bytes, str]]:
+        """Duplicates whose content differs from the first copy (publishers racing past
+        the publish-time check): dead letters, not silent drops."""
+        letters = []
+        for record, event in duplicates:
+            first = self.bus.find(event.event_id)
+            if first is not None and first.offset < record.offset and not same_content(first.value, record.value):
+                letters.append((record.value, conflict_reason(event.event_id, first.value)))
+        return letters
 
     def maybe_flush(self) -> None:
         now = time.monotonic()

@@ -22,6 +22,7 @@ import orjson
 from pydantic_core import from_json
 
 from processors.compaction import Summariser
+from processors.duplicates import conflict_reason, same_content
 from processors.records import active_hits
 from processors.textsearch import tokenize
 from processors.validation import Rejection, validate
@@ -107,29 +108,47 @@ class PublishReport:
         return asdict(self)
 
 
-def check_records(records: list[bytes], max_bytes: int) -> tuple[list[tuple[str, str, bytes]], list[tuple[bytes, str]], PublishReport]:
-    """Validate before send: accepted (thread, id, bytes), dead letters (bytes, reason)."""
-    accepted: list[tuple[str, str, bytes]] = []
-    rejected: list[tuple[bytes, str]] = []
-    report = PublishReport()
+FirstCopies = Callable[[Sequence[str]], dict[str, bytes]]
+"""The first accepted bytes of each of these event ids that a topic already holds."""
+
+
+def check_records(
+    records: list[bytes], max_bytes: int, first_copies: FirstCopies | None = None
+) -> tuple[list[tuple[str, str, bytes]], list[tuple[bytes, str]], PublishReport]:
+    """Validate before send: accepted (thread, id, bytes), dead letters (bytes, reason).
+
+    The one publish check of both deployments. An event id seen before with different
+    content (earlier in ``records``, or in the topic when ``first_copies`` can tell) is a
+    ``conflicting_duplicate`` dead letter; an exact copy passes (the processors drop it).
+    """
+    valid: list[tuple[int, str, str, bytes]] = []
+    rejected: list[tuple[int, bytes, str]] = []
     for n, raw in enumerate(records, start=1):
         result = validate(raw, max_bytes)
         if isinstance(result, Rejection):
-            rejected.append((result.raw, result.reason))  # a bounded prefix if too large
-            if len(report.rejections) < 100:
-                report.rejections.append({"record": n, "reason": result.reason})
+            rejected.append((n, result.raw, result.reason))  # a bounded prefix if too large
         else:
-            accepted.append((result.thread_id, result.event_id, raw))
-            report.last_event_id = result.event_id
-    report.accepted, report.rejected = len(accepted), len(rejected)
-    return accepted, rejected, report
+            valid.append((n, result.thread_id, result.event_id, raw))
+    first = dict(first_copies([e for _, _, e, _ in valid])) if first_copies and valid else {}
+    accepted: list[tuple[str, str, bytes]] = []
+    for n, thread_id, event_id, raw in valid:
+        earlier = first.setdefault(event_id, raw)
+        if earlier is not raw and not same_content(earlier, raw):
+            rejected.append((n, raw, conflict_reason(event_id, earlier)))
+        else:
+            accepted.append((thread_id, event_id, raw))
+    rejected.sort(key=lambda r: r[0])
+    report = PublishReport(accepted=len(accepted), rejected=len(rejected))
+    report.last_event_id = accepted[-1][1] if accepted else None
+    report.rejections = [{"record": n, "reason": why} for n, _, why in rejected[:100]]
+    return accepted, [(raw, why) for _, raw, why in rejected], report
 
 
 def publish_to(bus: SqliteEventBus, data: bytes, max_bytes: int) -> PublishReport:
     """Validate before send, then append accepted records and dead letters to the topic."""
     records = split_records(data)
     METRICS.published.inc(len(records))
-    accepted, rejected, report = check_records(records, max_bytes)
+    accepted, rejected, report = check_records(records, max_bytes, bus.first_copies)
     report.last_offset = bus.append(accepted, rejected)
     for raw, reason in rejected[:20]:
         log.warning("rejected record: %s (%d bytes)", reason, len(raw))
