@@ -170,14 +170,22 @@ def check_json(raw: bytes) -> str | None:
     return result.reason if isinstance(result, Rejection) else None
 
 
+def _kept(raw: bytes, max_bytes: int) -> str:
+    return f"kept the first {min(len(raw), max_bytes)} bytes; sha256 {hashlib.sha256(raw).hexdigest()}"
+
+
 def oversize(raw: bytes, max_bytes: int) -> Rejection:
     """The dead letter of a record over the limit: a bounded prefix, the whole one named."""
-    digest = hashlib.sha256(raw).hexdigest()
-    reason = (
-        f"too_large: {len(raw)} bytes exceeds the limit of {max_bytes}; "
-        f"kept the first {min(len(raw), max_bytes)} bytes; sha256 {digest}"
-    )
+    reason = f"too_large: {len(raw)} bytes exceeds the limit of {max_bytes}; {_kept(raw, max_bytes)}"
     return Rejection(raw[:max_bytes], reason)
+
+
+def bounded_letter(raw: bytes, reason: str, max_bytes: int) -> tuple[bytes, str]:
+    """A dead letter as stored: never more than ``max_bytes`` of it (one written whole by
+    an older release, or by another producer of the dead-letter topic, is clipped here)."""
+    if len(raw) <= max_bytes:
+        return raw, reason
+    return raw[:max_bytes], f"{reason}; {_kept(raw, max_bytes)}"
 
 
 def validate(raw: bytes, max_bytes: int = MAX_EVENT_BYTES) -> Envelope | Rejection:
@@ -195,4 +203,4 @@ def validate(raw: bytes, max_bytes: int = MAX_EVENT_BYTES) -> Envelope | Rejecti
         return Rejection(raw, f"invalid_json: {error}")
 
 
-__all__ = ["INT_MAX", "INT_MIN", "Rejection", "check_json", "oversize", "parse_json", "validate"]
+__all__ = ["INT_MAX", "INT_MIN", "Rejection", "check_json", "bounded_letter", "oversize", "parse_json", "validate"]

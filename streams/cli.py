@@ -136,7 +136,8 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         print(f"accepted {report['accepted']}, rejected {report['rejected']}")
         for r in report["rejections"][:10]:
             print(f"  record {r['record']}: {r['reason']}", file=sys.stderr)
-    return 0
+    # Some rejected is a normal day (they are dead-lettered); none accepted is a mistake.
+    return 1 if report["rejected"] and not report["accepted"] else 0
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -365,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-idle", action="store_true", help="process everything pending, flush every sink, exit")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8787)")
-    p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected")
+    p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected. "
+            "Exit status 0 if any record was accepted (rejected ones are dead-lettered with their reason), "
+            "1 if every record was rejected")
     p.add_argument("file", metavar="FILE|-")
     p = add("state", cmd_state, "show a thread's working state")
     p.add_argument("thread", metavar="THREAD")

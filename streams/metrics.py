@@ -26,6 +26,16 @@ class Metrics:
         self.dedup_ids = Gauge("agentlog_dedup_ids", "Event ids a Kafka worker remembers to drop duplicates "
                                "(bounded by AGENTLOG_DEDUP_HORIZON)", registry=r)  # fmt: skip
 
+        self.store_degraded = Gauge("agentlog_store_degraded", "1 while a store fails (label error: its last "
+                                    "error); absent when every store is healthy", ["store", "error"], registry=r)
+
+    def store_failed(self, store: str, error: str) -> None:
+        self.store_degraded.clear()  # one series per store: the last error only
+        self.store_degraded.labels(store, error[:200]).set(1)
+
+    def stores_recovered(self) -> None:
+        self.store_degraded.clear()
+
     def processed(self, result: BatchResult) -> None:
         """Count a batch's outcome (both deployments' processors)."""
         self.accepted.inc(len(result.applied))

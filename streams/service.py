@@ -38,8 +38,12 @@ from streams.driver import EmbeddedDriver
 from streams.rebuild import replay_log
 from streams.wiring import open_log_store, open_search_index
 from streams.metrics import METRICS
+from streams.sink_guard import StoreUnavailable
 
 log = logging.getLogger("agentlog.service")
+
+RETRY_MAX_S = 30.0
+"""The longest wait between retries of a store that is down."""
 
 
 class NotFound(LookupError):
@@ -197,6 +201,8 @@ class EmbeddedService:
         # runs the driver in a background thread).
         self.lock = threading.RLock()
         self.serving = False
+        # Stores the live loop cannot write right now: name -> last error (health, metrics).
+        self.failing: dict[str, str] = {}
         self._memory: MemoryStore | None = None
         self.summariser: Summariser | None = None
         if settings.summary_url:
@@ -209,6 +215,7 @@ class EmbeddedService:
         return EmbeddedDriver(
             self.bus, self.log, self.index, self.states, s.pairing,
             batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, refresh_s=s.refresh_seconds,
+            max_event_bytes=s.max_event_bytes,
         )  # fmt: skip
 
     # -- writes -----------------------------------------------------------------------
@@ -250,7 +257,10 @@ class EmbeddedService:
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            return tp.state.public()
+            public = tp.state.public()
+        if self.failing:  # the state may lag what was published while a store is down
+            public["warnings"] = self.warnings()
+        return public
 
     def threads(self) -> list[str]:
         self._settle()
@@ -328,10 +338,14 @@ class EmbeddedService:
         if own_thread is not None:
             active = self._active_hits(query, own_thread, filters, {h.event_id for h in hits})
         merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
+        visible = self.index.visible_offsets().get(0, 0)
         return {
             "query": query,
             "hits": [asdict(h) for h in merged],
-            "index_visible_offset": self.index.visible_offsets().get(0, 0),
+            "index_visible_offset": visible,
+            # The index may lack recent events (refresh interval) or a failing store's.
+            "stale": bool(self.failing) or visible < self.driver.events_pos,
+            "warnings": self.warnings(),
         }
 
     def _active_hits(
@@ -394,8 +408,10 @@ class EmbeddedService:
         return {"candidates": len(candidates), "facts": len(facts)}
 
     def health(self) -> dict[str, Any]:
+        failing = dict(self.failing)
         return {
-            "status": "ok",
+            "status": "degraded" if failing else "ok",
+            "failing": failing,
             "deployment": "embedded",
             "log": self.log.description,
             "pending": self.driver.pending(),
@@ -408,9 +424,16 @@ class EmbeddedService:
     def run_forever(self, stop: threading.Event, idle_sleep: float = 0.02) -> None:
         """The live driver loop of ``agentlog run`` (a background thread of the server)."""
         self.serving = True
-        last_mirror = 0.0
+        last_mirror = delay = 0.0
+        rebuild = False
         while not stop.is_set():
             try:
+                if rebuild:
+                    with self.lock:
+                        # The failed batch is applied in memory but maybe not written: start
+                        # again from the checkpoint, replaying into the idempotent sinks.
+                        self.driver = self._new_driver()
+                    rebuild = False
                 with self.lock:
                     n = self.driver.step()
                 if n == 0:
@@ -420,15 +443,35 @@ class EmbeddedService:
                             self.mirror_memory()
                             last_mirror = time.monotonic()
                     stop.wait(idle_sleep)
-            except Exception:  # noqa: BLE001 - a store failed: resume from the checkpoint
-                log.exception("a store failed; resuming from the last checkpoint in 1 s")
-                stop.wait(1.0)
-                with self.lock:
-                    # The failed batch is applied in memory but maybe not written: start
-                    # again from the checkpoint, replaying into the idempotent sinks.
-                    self.driver = self._new_driver()
+            except Exception as error:  # noqa: BLE001 - a store failed: back off, resume from the checkpoint
+                delay = self._store_failed(error, delay)
+                rebuild = True
+                stop.wait(delay)
+            else:
+                if self.failing and n:
+                    self._store_recovered()
+                delay = 0.0
         with self.lock:
             self.driver.run_until_idle()
+
+    def _store_failed(self, error: Exception, delay: float) -> float:
+        """Report a failing store (``/healthz``, ``/metrics``) and the next back-off."""
+        store = error.store if isinstance(error, StoreUnavailable) else "pipeline"
+        message = str(error).strip()[:500] or type(error).__name__
+        self.failing[store] = message
+        METRICS.store_failed(store, message)
+        delay = min(max(1.0, delay * 2), RETRY_MAX_S)
+        log.exception("the %s store failed; retrying from the last checkpoint in %.0f s", store, delay)
+        return delay
+
+    def _store_recovered(self) -> None:
+        log.warning("stores back: %s", ", ".join(self.failing))
+        self.failing.clear()
+        METRICS.stores_recovered()
+
+    def warnings(self) -> list[str]:
+        """Why an answer may be stale right now (empty when it is not)."""
+        return [f"{store} failing: {error}" for store, error in self.failing.items()]
 
     def close(self) -> None:
         with self.lock:
