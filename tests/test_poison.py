@@ -1,0 +1,355 @@
+"""Poison input (issue 12): every odd or hostile record gets one documented answer on
+every path, nothing valid around it is lost, and the pipeline never stops.
+
+The corpus below is published through the embedded service and through the `agentlog`
+command; each record is either rejected with its documented reason (dead-lettered with
+its bytes) or accepted and stored as sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from processors.duplicates import same_content
+from processors.validation import Rejection, validate
+from sinks.tantivy_index import TantivySearchIndex
+from streams.config import Settings
+from streams.service import EmbeddedService, check_records, split_records
+from streams.sink_guard import StoreUnavailable, is_refusal, write_isolating
+from tests.helpers import raw
+
+TS = '"2026-01-01T12:00:00Z"'
+
+
+def event(kind: str = "message", payload: str = '{"role":"user","text":"hi"}', eid: str = "p",
+          **fields: str) -> bytes:  # fmt: skip
+    """An event written by hand, so that bytes no serialiser would write can be put in."""
+    parts = {"event_id": f'"{eid}"', "thread_id": '"poison"', "kind": f'"{kind}"', "ts": TS,
+             "payload": payload, **fields}  # fmt: skip
+    # latin-1: each character is the one byte it stands for (the corpus is ASCII otherwise)
+    return ("{" + ",".join(f'"{k}":{v}' for k, v in parts.items()) + "}").encode("latin-1")
+
+
+def call_args(args: str, eid: str = "p") -> bytes:
+    return event("tool_call", '{"call_id":"c","tool_name":"calc","arguments":' + args + "}", eid)
+
+
+def fact(value: str, eid: str = "p") -> bytes:
+    return event("fact", '{"key":"k","value":' + value + ',"evidence_type":"tool_observed","confirmed":true}', eid)
+
+
+def summary(body: str, eid: str = "p") -> bytes:
+    return event("compaction", '{"summary":' + body + ',"covers_through":"x"}', eid)
+
+
+def deep(n: int, open_: str, close: str) -> str:
+    return open_ * n + "1" + close * n if open_ == "[" else '{"a":' * n + "1" + "}" * n
+
+
+NONFINITE = "invalid_json: non-finite"
+BIG = "integer_out_of_range"
+
+# (name, record, the reason it must start with; None: accepted and stored as sent)
+CORPUS: list[tuple[str, bytes, str | None]] = [
+    # numbers a double cannot hold, anywhere in the record
+    ("nan in arguments", call_args('{"n":NaN}'), NONFINITE),
+    ("infinity in arguments", call_args('{"n":Infinity}'), NONFINITE),
+    ("minus infinity in a fact value", fact("-Infinity"), NONFINITE),
+    ("1e400 in a compaction summary", summary('{"x":1e400}'), NONFINITE),
+    ("-1e400 in an unknown top-level field", event(extra="-1e400"), NONFINITE),
+    ("nan as schema_version", event(schema_version="NaN"), NONFINITE),
+    ("nan in an ignored payload field", event(payload='{"role":"user","text":"hi","junk":[NaN]}'), NONFINITE),
+    # integers beyond 64 bits
+    ("huge int in arguments", call_args('{"n":999999999999999999999999999999}'), BIG),
+    ("int below -2**63 in a fact value", fact(str(-(2**63) - 1)), BIG),
+    ("huge int nested in a summary", summary('{"a":[{"b":' + str(2**64) + "}]}"), BIG),
+    ("huge exit code", event("tool_result", '{"call_id":"c","output":"o","exit_code":' + str(2**70) + "}"), BIG),
+    ("huge int in an unknown field", event(extra=str(10**40)), BIG),
+    # numbers at the edges that are fine
+    ("2**64-1 in arguments", call_args('{"n":18446744073709551615}', "edge1"), None),
+    ("-2**63 in a fact value", fact(str(-(2**63)), "edge2"), None),
+    ("minus zero", call_args('{"n":-0,"f":-0.0}', "edge3"), None),
+    ("an underflowing 1e-400", call_args('{"n":1e-400}', "edge4"), None),
+    # repeated keys, at every depth
+    ("kind twice", event(kind='message","kind":"goal'), "duplicate_key: kind"),
+    ("thread_id twice", event(thread_id='"a","thread_id":"b"'), "duplicate_key: thread_id"),
+    ("event_id twice", event(event_id='"p","event_id":"q"'), "duplicate_key: event_id"),
+    ("payload text twice", event(payload='{"role":"user","text":"a","text":"b"}'), "duplicate_key: text"),
+    ("a key twice deep in arguments", call_args('{"a":{"b":[{"c":1,"c":2}]}}'), "duplicate_key: c"),
+    ("a key with an escaped quote twice", call_args('{"a\\"b":1,"a\\"b":2}'), 'duplicate_key: a"b'),
+    ("a key twice, once written as escapes", event(payload='{"role":"user","text":"a","\\u0074ext":"b"}'),
+     "duplicate_key: text"),
+    ("a key twice in a fact value", fact('{"x":1,"x":1}'), "duplicate_key: x"),
+    ("payload twice", event(payload='{"role":"user","text":"a"},"payload":{"role":"user","text":"b"}'),
+     "duplicate_key: payload"),
+    ("quotes in strings but no repeats", call_args('{"q":"say \\"hi\\"","r":"\\\\","s":"\\u0022"}', "q1"), None),
+    # nesting
+    ("10,000 nested arrays", call_args('{"a":' + deep(10_000, "[", "]") + "}"), "invalid_json"),
+    ("10,000 nested objects", call_args(deep(10_000, "{", "}")), "invalid_json"),
+    # encodings
+    ("invalid UTF-8", event(payload=b'{"role":"user","text":"\xff\xfe"}'.decode("latin-1")), "invalid_json"),
+    ("overlong UTF-8", event(payload=b'{"role":"user","text":"\xc0\xaf"}'.decode("latin-1")), "invalid_json"),
+    ("a lone high surrogate", event(payload='{"role":"user","text":"\\ud800"}'), "invalid_json"),
+    ("a lone low surrogate", event(payload='{"role":"user","text":"x\\udc00y"}'), "invalid_json"),
+    ("a raw NUL byte in a string", event(payload='{"role":"user","text":"a\x00b"}'), "invalid_json"),
+    ("an escaped NUL", event(payload='{"role":"user","text":"nul\\u0000byte"}', eid="nul1"), None),
+    ("a paired surrogate", event(payload='{"role":"user","text":"\\ud83d\\ude00 grin"}', eid="emoji1"), None),
+    ("a byte order mark", b"\xef\xbb\xbf" + event(), "invalid_json"),
+    # size
+    ("a 5 MB string", event(payload='{"role":"user","text":"' + "x" * 5_000_000 + '"}'), "too_large"),
+    # not an event object
+    ("an empty object", b"{}", "missing_field"),
+    ("an array of events", b"[" + event() + b"]", "not_an_object"),
+    ("a number", b"42", "not_an_object"),
+    ("a string", b'"event"', "not_an_object"),
+    ("null", b"null", "not_an_object"),
+    ("true", b"true", "not_an_object"),
+    ("truncated", event()[:-3], "invalid_json"),
+    # wrong types of each field
+    ("event_id a number", event(event_id="5"), "invalid_event"),
+    ("thread_id null", event(thread_id="null"), "invalid_event"),
+    ("kind a number", b'{"event_id":"p","thread_id":"t","kind":5,"ts":' + TS.encode() + b',"payload":{}}',
+     "unknown_kind"),
+    ("ts a number", event(ts="1767225600"), "invalid_event"),
+    ("payload a string", event(payload='"hi"'), "invalid_payload"),
+    ("payload an array", event(payload="[]"), "invalid_payload"),
+    ("payload null", event(payload="null"), "invalid_payload"),
+    ("schema_version a string", event(schema_version='"1"'), "invalid_event"),
+    ("source unknown", event(source='"robot"'), "invalid_event"),
+    ("agent_id a number", event(agent_id="5"), "invalid_event"),
+    ("message text a number", event(payload='{"role":"user","text":5}'), "invalid_payload"),
+    ("arguments a list", event("tool_call", '{"call_id":"c","tool_name":"t","arguments":[1]}'), "invalid_payload"),
+    ("confirmed a string", event("fact", '{"key":"k","value":1,"evidence_type":"tool_observed","confirmed":"yes"}'),
+     "invalid_payload"),
+    # identifiers
+    ("an id of 129 characters", event(eid="e" * 129), "invalid_event"),
+    ("an id with a space", event(eid="a b"), "invalid_event"),
+    ("an id with a slash", event(eid="../etc/passwd"), "invalid_event"),
+    ("an empty id", event(eid=""), "invalid_event"),
+    ("a thread id with an accent", event(thread_id='"caf\\u00e9"'), "invalid_event"),
+    ("an id with a newline escape", event(eid="a\\nb"), "invalid_event"),
+    # event time
+    ("year 0", event(ts='"0000-01-01T00:00:00Z"'), "invalid_event"),
+    ("year 9999", event(ts='"9999-12-31T23:59:59Z"'), "invalid_event"),
+    ("year 1899", event(ts='"1899-12-31T23:59:59Z"'), "invalid_event"),
+    ("no offset", event(ts='"2026-01-01T12:00:00"'), "invalid_event"),
+    ("not a time", event(ts='"yesterday"'), "invalid_event"),
+    ("February 30", event(ts='"2026-02-30T00:00:00Z"'), "invalid_event"),
+    # kinds
+    ("an unknown kind", event(kind="teleport"), "unknown_kind"),
+    ("a kind in capitals", event(kind="MESSAGE"), "unknown_kind"),
+    ("no kind", b'{"event_id":"p","thread_id":"t","ts":' + TS.encode() + b',"payload":{}}', "missing_field"),
+]
+
+ACCEPTED = [(name, rec) for name, rec, why in CORPUS if why is None]
+
+
+def test_the_corpus_holds_at_least_fifty_poison_payloads() -> None:
+    assert len([c for c in CORPUS if c[2] is not None]) >= 50
+    assert len({name for name, _, _ in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize(("name", "record", "reason"), CORPUS, ids=[c[0] for c in CORPUS])
+def test_each_poison_payload_gets_its_documented_answer(name: str, record: bytes, reason: str | None) -> None:
+    result = validate(record)
+    if reason is None:
+        assert not isinstance(result, Rejection), result
+    else:
+        assert isinstance(result, Rejection), name
+        assert result.reason.startswith(reason), result.reason
+        assert result.raw == record[: 1024 * 1024]
+
+
+def body_of(records: list[bytes]) -> bytes:
+    """The corpus as JSON lines, a valid event between every two poison records."""
+    lines: list[bytes] = []
+    for i, rec in enumerate(records):
+        lines.append(raw(f"ok{i}", "message", {"role": "user", "text": f"valid neighbour {i}"}, i, thread="good"))
+        lines.append(rec)
+    lines.append(raw("ok-last", "message", {"role": "user", "text": "the last valid one"}, 999, thread="good"))
+    assert all(b"\n" not in line and b"\r" not in line for line in lines)
+    return b"\n".join(lines)
+
+
+def expected_dead_letter(record: bytes) -> bytes:
+    return record[: 1024 * 1024]
+
+
+def test_the_corpus_through_the_service_rejects_each_with_its_reason_and_loses_nothing_valid(
+    service: EmbeddedService,
+) -> None:
+    records = [rec for _, rec, _ in CORPUS]
+    report = service.publish(body_of(records))
+    poison = [(rec, why) for _, rec, why in CORPUS if why is not None]
+    assert report.rejected == len(poison)
+    assert report.accepted == len(records) + 1 + len(ACCEPTED)
+    # Record n of the body is the corpus record (n // 2): every rejection names its own reason.
+    for rejection in report.rejections:
+        _, _, why = CORPUS[rejection["record"] // 2 - 1]
+        assert why is not None and rejection["reason"].startswith(why), rejection
+    service.catch_up()
+
+    stored = service.log.rejected()
+    assert [r for r, _ in stored] == [expected_dead_letter(rec) for rec, _ in poison]
+    assert [w.split(":")[0] for _, w in stored] == [why.split(":")[0] for _, why in poison]
+    good = service.sql("SELECT count() FROM events WHERE thread_id = 'good'").rows[0][0]
+    assert good == len(records) + 1
+    for name, rec in ACCEPTED:  # accepted odd records are stored exactly as sent
+        eid = orjson.loads(rec)["event_id"]
+        assert service.log.get(eid).raw == rec, name
+    assert service.state("good")["event_count"] == len(records) + 1
+    assert [h["event_id"] for h in service.search("nul byte")["hits"]] == ["nul1"]
+    after_attack_is_still_ingested(service)
+
+
+def after_attack_is_still_ingested(service: EmbeddedService) -> None:
+    service.publish(raw("after1", "goal", {"text": "still ingesting zebracorn"}, 5, thread="after"))
+    service.catch_up()
+    assert service.state("after")["goal"]["text"] == "still ingesting zebracorn"
+    assert service.sql("SELECT count() FROM events WHERE event_id = 'after1'").rows[0][0] == 1
+    assert [h["event_id"] for h in service.search("zebracorn")["hits"]] == ["after1"]
+
+
+def agentlog(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin,
+                          capture_output=True, timeout=300)  # fmt: skip
+
+
+def test_the_corpus_through_the_cli_exits_zero_and_the_data_directory_stays_usable(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "poison.jsonl"
+    path.write_bytes(body_of([rec for _, rec, _ in CORPUS]))
+    published = agentlog(cli_env, "publish", str(path), "--json")
+    assert published.returncode == 0, published.stderr
+    report = json.loads(published.stdout)
+    assert report["rejected"] == len([c for c in CORPUS if c[2] is not None])
+    run = agentlog(cli_env, "run", "--until-idle")
+    assert run.returncode == 0, run.stderr
+    assert agentlog(cli_env, "publish", "-", stdin=raw("after1", "goal", {"text": "zebracorn"}, thread="after")).returncode == 0
+    assert agentlog(cli_env, "run", "--until-idle").returncode == 0
+    state = json.loads(agentlog(cli_env, "state", "after", "--json").stdout)
+    assert state["goal"]["text"] == "zebracorn"
+    sql = agentlog(cli_env, "sql", "SELECT count() AS n FROM events WHERE event_id = 'after1'", "--json")
+    assert json.loads(sql.stdout) == [{"n": 1}], sql.stdout
+    hits = json.loads(agentlog(cli_env, "search", "zebracorn", "--json").stdout)["hits"]
+    assert [h["event_id"] for h in hits] == ["after1"]
+
+
+def test_a_file_whose_every_record_is_rejected_exits_one_and_a_partly_rejected_one_zero(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\n".join(rec for _, rec, why in CORPUS[:6]))
+    all_rejected = agentlog(cli_env, "publish", str(bad))
+    assert all_rejected.returncode == 1
+    assert b"accepted 0, rejected 6" in all_rejected.stdout
+    partly = tmp_path / "partly.jsonl"
+    partly.write_bytes(bad.read_bytes() + b"\n" + raw("fine", "goal", {"text": "g"}))
+    assert agentlog(cli_env, "publish", str(partly)).returncode == 0
+
+
+# -- the same event id twice ------------------------------------------------------------
+
+
+def test_the_same_event_id_with_other_content_is_a_visible_conflicting_duplicate(service: EmbeddedService) -> None:
+    first = raw("d1", "goal", {"text": "the real goal"}, thread="dup")
+    exact = raw("d1", "goal", {"text": "the real goal"}, thread="dup")
+    reordered = orjson.dumps({**orjson.loads(first), "payload": {"text": "the real goal"}}, option=orjson.OPT_SORT_KEYS)
+    other_payload = raw("d1", "goal", {"text": "a forged goal"}, thread="dup")
+    other_thread = raw("d1", "goal", {"text": "the real goal"}, thread="elsewhere")
+    other_kind = raw("d1", "message", {"role": "user", "text": "the real goal"}, thread="dup")
+    assert service.publish(first).accepted == 1
+    report = service.publish(b"\n".join([exact, reordered, other_payload, other_thread, other_kind]))
+    assert (report.accepted, report.rejected) == (2, 3)
+    assert [r["record"] for r in report.rejections] == [3, 4, 5]
+    assert all(r["reason"].startswith("conflicting_duplicate: event_id d1") for r in report.rejections)
+    service.catch_up()
+    assert service.state("dup")["goal"]["text"] == "the real goal"
+    assert [r for r, _ in service.log.rejected()] == [other_payload, other_thread, other_kind]
+    assert service.sql("SELECT count() FROM events WHERE event_id = 'd1'").rows[0][0] == 1
+    with pytest.raises(Exception):  # noqa: B017,PT011 - the forged thread never got the event
+        service.state("elsewhere")
+
+
+def test_a_conflict_within_one_body_keeps_the_first_copy() -> None:
+    a = raw("d2", "goal", {"text": "one"})
+    b = raw("d2", "goal", {"text": "two"})
+    accepted, rejected, report = check_records([a, a, b], 1024 * 1024)
+    assert [r for _, _, r in accepted] == [a, a]
+    assert rejected == [(b, report.rejections[0]["reason"])]
+    assert report.rejections[0]["record"] == 3
+
+
+def test_content_equal_but_typed_differently_is_not_the_same_content() -> None:
+    assert same_content(b'{"a":1,"b":[true]}', b'{ "b" : [true], "a" : 1 }')
+    assert not same_content(b'{"a":1}', b'{"a":1.0}')
+    assert not same_content(b'{"a":true}', b'{"a":1}')
+
+
+def test_a_conflict_racing_past_the_publish_check_is_dead_lettered_by_the_driver(service: EmbeddedService) -> None:
+    first = raw("d3", "goal", {"text": "first"}, thread="race")
+    forged = raw("d3", "goal", {"text": "second"}, thread="race")
+    service.bus.append([("race", "d3", first), ("race", "d3", forged)])  # as two racing publishers would
+    service.catch_up()
+    assert service.state("race")["goal"]["text"] == "first"
+    assert service.log.rejected() == [(forged, service.log.rejected()[0][1])]
+    assert service.log.rejected()[0][1].startswith("conflicting_duplicate")
+
+
+# -- bodies and sizes -------------------------------------------------------------------
+
+
+def test_a_json_array_body_keeps_each_item_as_the_bytes_received(service: EmbeddedService) -> None:
+    a = b'{ "event_id" : "arr1", "thread_id":"arr", "kind":"goal","ts":"2026-01-01T12:00:00Z","payload":{"text":"caf\xc3\xa9"} }'
+    b = b'{"thread_id":"arr","event_id":"arr2","kind":"goal","ts":"2026-01-01T12:00:01.000Z","payload":{"text":"\\u00e9"}}'
+    body = b"[\n  " + a + b" ,\n" + b + b"\n]"
+    assert split_records(body) == [a, b]
+    service.publish(body)
+    service.catch_up()
+    assert service.log.get("arr1").raw == a
+    assert service.log.get("arr2").raw == b
+
+
+def test_a_sixty_megabyte_record_is_rejected_as_a_bounded_prefix_and_processing_goes_on(
+    service: EmbeddedService, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    huge = event(payload='{"role":"user","text":"' + "y" * 60_000_000 + '"}', eid="huge")
+    report = service.publish(huge + b"\n" + raw("small", "goal", {"text": "after the huge one"}, thread="big"))
+    assert (report.accepted, report.rejected) == (1, 1)
+    reason = report.rejections[0]["reason"]
+    assert reason.startswith(f"too_large: {len(huge)} bytes") and hashlib.sha256(huge).hexdigest() in reason
+    service.catch_up()
+    stored = service.log.rejected()
+    assert stored[0][0] == huge[: 1024 * 1024]
+    assert service.state("big")["goal"]["text"] == "after the huge one"
+    assert service.sql("SELECT max(length(raw)) FROM rejected_events").rows[0][0] == 1024 * 1024
+    # The same through the command, into another data directory.
+    path = tmp_path / "huge.jsonl"
+    path.write_bytes(huge + b"\n" + raw("small", "goal", {"text": "g"}))
+    published = agentlog(cli_env, "publish", str(path), "--json")
+    assert published.returncode == 0 and json.loads(published.stdout)["rejected"] == 1
+    assert agentlog(cli_env, "run", "--until-idle").returncode == 0
+    sql = agentlog(cli_env, "sql", "SELECT 1", "--json")
+    assert sql.returncode == 0, sql.stderr
+
+
+def test_a_dead_letter_written_whole_by_an_older_release_is_clipped_before_the_column_writer(
+    service: EmbeddedService,
+) -> None:
+    big = b"z" * 3_000_000
+    service.bus.append((), [(big, "too_large: an older release kept it whole")])
+    service.catch_up()
+    [(kept, why)] = service.log.rejected()
+    assert kept == big[: 1024 * 1024]
+    assert "sha256 " + hashlib.sha256(big).hexdigest() in why
