@@ -236,7 +236,8 @@ class EmbeddedService:
             self._drain()
             return
         deadline = time.monotonic() + timeout
-        while self.driver.events_pos < offset and time.monotonic() < deadline:
+        # A failing store holds the position back: answer now, with warnings, not late.
+        while self.driver.events_pos < offset and time.monotonic() < deadline and not self.failing:
             time.sleep(0.005)
 
     def _drain(self) -> None:

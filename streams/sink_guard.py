@@ -24,6 +24,8 @@ _REFUSED_CODES = frozenset({
     6, 26, 27, 32, 33, 38, 41, 53, 69, 70, 72, 117, 130, 131, 190, 321, 386, 407, 691,
 })  # fmt: skip
 _CODE = re.compile(r"Code:\s*(\d+)")
+# OpenSearch's per-document bulk errors that name the document, not the cluster.
+_REFUSED_DOCUMENT = re.compile(r"mapper_parsing_exception|document_parsing_exception|illegal_argument_exception")
 
 
 class StoreUnavailable(RuntimeError):
@@ -39,6 +41,8 @@ def is_refusal(error: BaseException) -> bool:
     """Whether ``error`` is a store refusing this content (as opposed to being down)."""
     if isinstance(error, StoreUnavailable):
         return False
+    if _REFUSED_DOCUMENT.search(str(error)):
+        return True
     match = _CODE.search(str(error))
     if match is not None:  # a ClickHouse answer: its code says which
         return int(match.group(1)) in _REFUSED_CODES

@@ -353,3 +353,125 @@ def test_a_dead_letter_written_whole_by_an_older_release_is_clipped_before_the_c
     [(kept, why)] = service.log.rejected()
     assert kept == big[: 1024 * 1024]
     assert "sha256 " + hashlib.sha256(big).hexdigest() in why
+
+
+# -- a sink that refuses a record, a store that is down ---------------------------------
+#
+# After validation no record is known that tantivy refuses, so these indexes stand in for
+# one: the real tantivy index underneath, with a refusal (the ValueError tantivy raises
+# for a document it cannot take) or an outage (an OSError) injected.
+
+
+class RefusingIndex(TantivySearchIndex):
+    def add(self, docs: Any) -> None:
+        if any("poisonpill" in d["text"] for d in docs):
+            raise ValueError("tantivy could not convert the document")
+        super().add(docs)
+
+
+class FlakyIndex(TantivySearchIndex):
+    down = False
+
+    def add(self, docs: Any) -> None:
+        if self.down:
+            raise OSError(28, "No space left on device")
+        super().add(docs)
+
+
+def service_with(index_class: type, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> EmbeddedService:
+    monkeypatch.setattr("streams.service.open_search_index", lambda s: index_class(str(s.path("index"))))
+    return EmbeddedService(settings)
+
+
+def test_a_record_a_sink_refuses_is_dead_lettered_and_the_others_are_written(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = service_with(RefusingIndex, settings, monkeypatch)
+    try:
+        records = [raw(f"r{i}", "goal", {"text": "poisonpill" if i == 3 else f"fine zebra {i}"}, i, thread="sr")
+                   for i in range(6)]  # fmt: skip
+        svc.publish(b"\n".join(records))
+        assert svc.catch_up()["processed"] >= 6  # run --until-idle completes
+        [(kept, why)] = svc.log.rejected()
+        assert kept == records[3]
+        assert why.startswith("sink_refused:index: ValueError: tantivy could not convert")
+        assert sorted(h["event_id"] for h in svc.search("zebra", limit=50)["hits"]) == ["r0", "r1", "r2", "r4", "r5"]
+        assert svc.sql("SELECT count() FROM events WHERE thread_id = 'sr'").rows[0][0] == 6  # the log has it
+        assert svc.health()["status"] == "ok"
+    finally:
+        svc.close()
+
+
+def wait_for(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_store_that_is_down_is_retried_with_back_off_and_reported_degraded_until_it_is_back(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prometheus_client import generate_latest  # noqa: PLC0415
+
+    from streams.metrics import METRICS  # noqa: PLC0415
+
+    svc = service_with(FlakyIndex, settings, monkeypatch)
+    stop = threading.Event()
+    worker = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
+    try:
+        FlakyIndex.down = True
+        worker.start()
+        svc.publish(raw("down1", "goal", {"text": "written while the index is down"}, thread="dn"))
+        wait_for(lambda: svc.health()["status"] == "degraded")
+        health = svc.health()
+        assert "No space left on device" in health["failing"]["index"]
+        metrics = generate_latest(METRICS.registry).decode()
+        assert 'agentlog_store_degraded{error="index: OSError' in metrics and 'store="index"' in metrics
+        found = svc.search("written", thread_id="dn")
+        assert found["stale"] and "index failing" in found["warnings"][0]
+        assert [h["source"] for h in found["hits"]] == ["active"]  # read-your-writes still holds
+        assert svc.state("dn")["warnings"] and svc.state("dn")["goal"]["text"].startswith("written")
+        FlakyIndex.down = False
+        wait_for(lambda: svc.health()["status"] == "ok")
+        assert svc.health()["failing"] == {}
+        assert "agentlog_store_degraded{" not in generate_latest(METRICS.registry).decode()
+        wait_for(lambda: [h["source"] for h in svc.search("written", thread_id="dn")["hits"]] == ["index"])
+        assert "warnings" not in svc.state("dn")
+        assert svc.log.rejected() == []  # an outage is never a dead letter
+    finally:
+        FlakyIndex.down = False
+        stop.set()
+        worker.join(30)
+        svc.close()
+
+
+def test_refusals_and_outages_are_told_apart() -> None:
+    assert is_refusal(ValueError("cannot convert"))
+    assert is_refusal(OverflowError("int too big"))
+    assert is_refusal(RuntimeError("Code: 27. DB::Exception: Cannot parse input"))
+    assert is_refusal(RuntimeError("bulk indexing: 1 of 3 documents failed, first: {'type': 'mapper_parsing_exception'}"))
+    assert not is_refusal(OSError(28, "No space left on device"))
+    assert not is_refusal(ConnectionError("refused"))
+    assert not is_refusal(RuntimeError("Code: 164. DB::Exception: Cannot execute query in readonly mode"))
+    assert not is_refusal(StoreUnavailable("log", ValueError("x")))
+
+
+def test_isolation_writes_every_record_but_the_refused_one_and_raises_on_an_outage() -> None:
+    written: list[str] = []
+
+    def write(items: Any) -> None:
+        if "bad" in items:
+            raise ValueError("refused bad")
+        written.extend(items)
+
+    letters = write_isolating("log", write, ["a", "bad", "c"], str.encode)
+    assert written == ["a", "c"]
+    assert letters == [(b"bad", "sink_refused:log: ValueError: refused bad")]
+
+    def down(items: Any) -> None:
+        raise ConnectionError("gone")
+
+    with pytest.raises(StoreUnavailable) as raised:
+        write_isolating("index", down, ["a"], str.encode)
+    assert raised.value.store == "index"
