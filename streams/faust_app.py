@@ -44,6 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from processors.context import BudgetTooSmall
 from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
+from processors.validation import bounded_letter
 from schemas.search import time_bounds
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
@@ -352,7 +353,8 @@ def create_app(settings: Settings) -> faust.App:
             reason = headers.get("reason", b"unknown").decode()
             m = event.message
             partition, offset = (int(x) for x in headers.get("source", f"{m.partition}:{m.offset}".encode()).split(b":"))
-            log_store.append_rejected([rejected_row(event.value, reason, partition, offset, m.timestamp or 0)])
+            value, reason = bounded_letter(event.value, reason, settings.max_event_bytes)  # never whole to the column writer
+            log_store.append_rejected([rejected_row(value, reason, partition, offset, m.timestamp or 0)])
             written["rejected"] += 1
             METRICS.rejected.inc()
 
