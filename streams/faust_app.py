@@ -48,7 +48,7 @@ from processors.validation import bounded_letter
 from schemas.search import time_bounds
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
-from streams.accepted import by_partition, chunks, read_messages, write_log
+from streams.accepted import by_partition, chunks, index_guarded, read_messages, write_log_guarded
 from streams.batch_producer import BatchProducer
 from streams.batch_seen import BatchSeen
 from streams.config import Settings
@@ -310,19 +310,25 @@ def create_app(settings: Settings) -> faust.App:
                               security=settings.kafka_security)
              for name in ("log", "index")}  # fmt: skip
 
+    async def dead_letter(letters: list[tuple[bytes, str]]) -> None:
+        """Records a sink refused (retrying cannot help): to the dead-letter topic."""
+        if letters:
+            await delivered([dlq.send(value=raw, headers=[("reason", why.encode())]) for raw, why in letters])
+
     async def write_log_batch(batch: list[bytes]) -> None:
         items, pairs = await asyncio.to_thread(read_messages, batch)
-        count = await asyncio.to_thread(write_log, log_store, items, pairs)
+        count, refused = await asyncio.to_thread(write_log_guarded, log_store, items, pairs)
+        await dead_letter(refused)
         unlogged.logged(item["event_id"] for item in items)
         written["events"] += count
 
     async def write_index_batch(batch: list[bytes]) -> None:
-        # An unreachable index raises StoreError; the feed retries the batch with
+        # An unreachable index raises StoreUnavailable; the feed retries the batch with
         # back-off (counted in its retries) while the log and the state carry on.
         items, _pairs = await asyncio.to_thread(read_messages, batch)
-        docs = [item["doc"] for item in items]
-        await asyncio.to_thread(index.add, docs)
-        written["indexed"] += len(docs)
+        refused = await asyncio.to_thread(index_guarded, index, items)
+        await dead_letter(refused)
+        written["indexed"] += len(items) - len(refused)
 
     @app.on_partitions_assigned.connect
     async def follow(_app: Any, assigned: Any, **_kwargs: Any) -> None:
@@ -458,7 +464,8 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
         counts = {**written, "index_retries": feeds["index"].retries}
-        return web.json({"status": "ok", "deployment": "kafka", "written": counts, "partitions": owned_partitions(),
+        failing = {name: feed.last_error for name, feed in feeds.items() if feed.last_error}
+        return web.json({"status": "degraded" if failing else "ok", "failing": failing, "deployment": "kafka", "written": counts, "partitions": owned_partitions(),
                          "dedup_ids": len(seen)})  # fmt: skip
 
     @app.page("/threads/{thread_id}/state")

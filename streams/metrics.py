@@ -28,13 +28,25 @@ class Metrics:
 
         self.store_degraded = Gauge("agentlog_store_degraded", "1 while a store fails (label error: its last "
                                     "error); absent when every store is healthy", ["store", "error"], registry=r)
+        self._degraded: dict[str, str] = {}
 
     def store_failed(self, store: str, error: str) -> None:
-        self.store_degraded.clear()  # one series per store: the last error only
-        self.store_degraded.labels(store, error[:200]).set(1)
+        """One series per failing store, labelled with its last error."""
+        error = error[:200]
+        old = self._degraded.get(store)
+        if old is not None and old != error:
+            self.store_degraded.remove(store, old)
+        self._degraded[store] = error
+        self.store_degraded.labels(store, error).set(1)
+
+    def store_recovered(self, store: str) -> None:
+        old = self._degraded.pop(store, None)
+        if old is not None:
+            self.store_degraded.remove(store, old)
 
     def stores_recovered(self) -> None:
-        self.store_degraded.clear()
+        for store in list(self._degraded):
+            self.store_recovered(store)
 
     def processed(self, result: BatchResult) -> None:
         """Count a batch's outcome (both deployments' processors)."""

@@ -475,3 +475,45 @@ def test_isolation_writes_every_record_but_the_refused_one_and_raises_on_an_outa
     with pytest.raises(StoreUnavailable) as raised:
         write_isolating("index", down, ["a"], str.encode)
     assert raised.value.store == "index"
+
+
+def accepted_items(n: int) -> list[dict[str, Any]]:
+    from processors.pipeline import Pipeline, Record  # noqa: PLC0415
+    from streams.accepted import sink_item  # noqa: PLC0415
+
+    records = [Record(0, i + 1, raw(f"k{i}", "goal", {"text": f"kafka zebra {i}"}, i, thread="kf")) for i in range(4)]
+    return [sink_item(a) for a in Pipeline().process(records).applied]
+
+
+def test_the_kafka_log_sink_dead_letters_a_row_the_log_refuses_and_writes_the_rest(settings: Settings) -> None:
+    from sinks.clickhouse import ClickHouseLogStore  # noqa: PLC0415
+    from streams.accepted import write_log_guarded  # noqa: PLC0415
+
+    store = ClickHouseLogStore.open(path=str(settings.path("log")))
+    try:
+        items = accepted_items(4)
+        items[2]["row"]["ts"] = "not a time at all"  # a row real ClickHouse refuses to parse
+        count, letters = write_log_guarded(store, items, [])
+        assert count == 3
+        assert [raw_ for raw_, _ in letters] == [items[2]["row"]["raw"].encode()]
+        assert letters[0][1].startswith("sink_refused:log: ")
+        assert sorted(r[0] for r in store.query("SELECT event_id FROM events").rows) == ["k0", "k1", "k3"]
+    finally:
+        store.close()
+
+
+def test_the_kafka_index_sink_dead_letters_a_document_the_index_refuses(tmp_path: Path) -> None:
+    from streams.accepted import index_guarded  # noqa: PLC0415
+
+    index = RefusingIndex(str(tmp_path / "index"))
+    try:
+        items = accepted_items(4)
+        items[1]["doc"]["text"] = "poisonpill"
+        letters = index_guarded(index, items)
+        assert [raw_ for raw_, _ in letters] == [items[1]["row"]["raw"].encode()]
+        index.refresh()
+        from schemas.search import SearchFilters  # noqa: PLC0415
+
+        assert sorted(h.event_id for h in index.search("zebra", SearchFilters(), 10)) == ["k0", "k2", "k3"]
+    finally:
+        index.close()
