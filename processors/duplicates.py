@@ -5,9 +5,13 @@ seen rather than silently dropped."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable
 
 import orjson
 from pydantic_core import from_json
+
+from processors.pipeline import Record
+from schemas.events import Envelope
 
 
 def canonical(raw: bytes) -> bytes:
@@ -36,4 +40,17 @@ def conflict_reason(event_id: str, first: bytes) -> str:
     )
 
 
-__all__ = ["canonical", "conflict_reason", "same_content"]
+def conflicts(
+    duplicates: Iterable[tuple[Record, Envelope]], first_copy: Callable[[str], bytes | None]
+) -> list[tuple[Record, str]]:
+    """The duplicates whose content differs from their id's first copy, with the reason
+    to dead-letter them under (``first_copy``: the first accepted bytes of an id)."""
+    found: list[tuple[Record, str]] = []
+    for record, event in duplicates:
+        first = first_copy(event.event_id)
+        if first is not None and not same_content(first, record.value):
+            found.append((record, conflict_reason(event.event_id, first)))
+    return found
+
+
+__all__ = ["canonical", "conflict_reason", "conflicts", "same_content"]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from processors.duplicates import conflict_reason, same_content
+from processors.duplicates import conflicts
 from processors.pipeline import Applied, BatchResult, Pipeline, Record
 from processors.records import log_rows, search_docs
 from processors.thread import PairingConfig
@@ -145,12 +145,13 @@ class EmbeddedDriver:
     def _conflicts(self, duplicates: Sequence[tuple[Record, Envelope]]) -> list[tuple[bytes, str]]:
         """Duplicates whose content differs from the first copy (publishers racing past
         the publish-time check): dead letters, not silent drops."""
-        letters = []
-        for record, event in duplicates:
-            first = self.bus.find(event.event_id)
-            if first is not None and first.offset < record.offset and not same_content(first.value, record.value):
-                letters.append((record.value, conflict_reason(event.event_id, first.value)))
-        return letters
+        if not duplicates:
+            return []
+        return [(r.value, why) for r, why in conflicts(duplicates, self._first_copy)]
+
+    def _first_copy(self, event_id: str) -> bytes | None:
+        first = self.bus.find(event_id)
+        return None if first is None else first.value
 
     def maybe_flush(self) -> None:
         now = time.monotonic()

@@ -42,6 +42,7 @@ from faust.streams import _current_event
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.context import BudgetTooSmall
+from processors.duplicates import conflicts
 from processors.pipeline import Pipeline, Record
 from processors.thread import ThreadSnapshot
 from processors.validation import bounded_letter
@@ -238,6 +239,19 @@ def create_app(settings: Settings) -> faust.App:
         """Hand every message to the producer at once, then wait until all are acked."""
         await asyncio.gather(*await asyncio.gather(*sends))
 
+    def first_copy(result: Any) -> Any:
+        """Where a duplicate's first copy is: this batch, accepted but not yet logged, or the log."""
+        applied = {a.event.event_id: a.record.value for a in result.applied}
+
+        def find(event_id: str) -> bytes | None:
+            if event_id in applied:
+                return applied[event_id]
+            pending = unlogged.find(event_id)
+            logged = pending if pending is not None else log_store.get(event_id)
+            return None if logged is None else logged.raw
+
+        return find
+
     async def apply_batch(records: list[Record], positions: dict[int, int]) -> None:
         started = time.perf_counter()
         checked = in_order(records)
@@ -249,9 +263,12 @@ def create_app(settings: Settings) -> faust.App:
         for r in records:
             last_offset[r.partition] = max(last_offset.get(r.partition, -1), r.offset)
         groups = by_partition(result)
-        sends = [dlq.send(value=bad.value, headers=[("reason", why.reason.encode()),
+        letters = [(bad, why.reason) for bad, why in result.rejected]
+        if result.duplicates:  # the same id with other content: seen, not silently dropped
+            letters += await asyncio.to_thread(conflicts, result.duplicates, first_copy(result))
+        sends = [dlq.send(value=bad.value, headers=[("reason", why.encode()),
                                                     ("source", f"{bad.partition}:{bad.offset}".encode())])
-                 for bad, why in result.rejected]  # fmt: skip
+                 for bad, why in letters]  # fmt: skip
         for p, group in groups.items():
             for i, chunk in enumerate(chunks(group["items"])):
                 body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}

@@ -517,3 +517,17 @@ def test_the_kafka_index_sink_dead_letters_a_document_the_index_refuses(tmp_path
         assert sorted(h.event_id for h in index.search("zebra", SearchFilters(), 10)) == ["k0", "k2", "k3"]
     finally:
         index.close()
+
+
+def test_the_processors_find_conflicts_against_wherever_the_first_copy_is() -> None:
+    from processors.duplicates import conflicts  # noqa: PLC0415
+    from processors.pipeline import Pipeline, Record  # noqa: PLC0415
+
+    first = raw("c1", "goal", {"text": "one"})
+    same = orjson.dumps(orjson.loads(first), option=orjson.OPT_INDENT_2)
+    other = raw("c1", "goal", {"text": "two"})
+    result = Pipeline().process([Record(0, 1, first), Record(0, 2, same), Record(0, 3, other)])
+    assert [r.offset for r, _ in result.duplicates] == [2, 3]
+    found = conflicts(result.duplicates, {"c1": first}.get)
+    assert [(r.offset, why.split(":")[0]) for r, why in found] == [(3, "conflicting_duplicate")]
+    assert conflicts(result.duplicates, {}.get) == []  # first copy unknown (beyond reach): no claim
