@@ -203,4 +203,4 @@ def validate(raw: bytes, max_bytes: int = MAX_EVENT_BYTES) -> Envelope | Rejecti
         return Rejection(raw, f"invalid_json: {error}")
 
 
-__all__ = ["INT_MAX", "INT_MIN", "Rejection", "check_json", "bounded_letter", "oversize", "parse_json", "validate"]
+__all__ = ["INT_MAX", "INT_MIN", "Rejection", "bounded_letter", "check_json", "oversize", "parse_json", "validate"]

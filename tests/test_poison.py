@@ -221,7 +221,7 @@ def after_attack_is_still_ingested(service: EmbeddedService) -> None:
 
 
 def agentlog(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin,
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin, check=False,
                           capture_output=True, timeout=300)  # fmt: skip
 
 
