@@ -531,3 +531,17 @@ def test_the_processors_find_conflicts_against_wherever_the_first_copy_is() -> N
     found = conflicts(result.duplicates, {"c1": first}.get)
     assert [(r.offset, why.split(":")[0]) for r, why in found] == [(3, "conflicting_duplicate")]
     assert conflicts(result.duplicates, {}.get) == []  # first copy unknown (beyond reach): no claim
+
+
+def test_poison_an_older_release_accepted_into_the_topic_is_dead_lettered_when_processed(
+    service: EmbeddedService,
+) -> None:
+    # Bytes that reached the topic without today's publish check (an older release took them).
+    old = [call_args('{"n":999999999999999999999999999999}', "old1"), fact("NaN", "old2"),
+           event(kind='message","kind":"goal', eid="old3")]  # fmt: skip
+    service.bus.append([("poison", f"old{i + 1}", rec) for i, rec in enumerate(old)])
+    service.catch_up()  # run --until-idle: no store refuses anything, nothing raises
+    reasons = [why for _, why in service.log.rejected()]
+    assert [r.split(":")[0] for r in reasons] == ["integer_out_of_range", "invalid_json", "duplicate_key"]
+    assert service.sql("SELECT count() FROM events").rows[0][0] == 0
+    after_attack_is_still_ingested(service)
