@@ -111,6 +111,12 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 # -- commands -------------------------------------------------------------------------
 
 
+def _warn(warnings: list[str]) -> None:
+    """Why an answer may be stale (a store is failing), on stderr: stdout stays the answer."""
+    for warning in warnings:
+        print(f"agentlog: warning: the answer may be stale: {warning}", file=sys.stderr)
+
+
 def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     from streams.client import RemoteService, server_url  # noqa: PLC0415
@@ -167,6 +173,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
     with backend(settings) as svc:
         state = svc.state(args.thread)
+    _warn(state.get("warnings", []))
     if args.json:
         _print_json(state)
         return 0
@@ -219,6 +226,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
                             window_id=args.window, project=args.project, after=args.after,
                             since_ms=time_bound_ms(args.since), until_ms=time_bound_ms(args.until),
                             limit=args.limit)  # fmt: skip
+    _warn(result.get("warnings", []))
     if args.json:
         _print_json(result)
         return 0
