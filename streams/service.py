@@ -352,8 +352,13 @@ class EmbeddedService:
                 if self.failing and n:
                     self._store_recovered()
                 delay = 0.0
-        with self.lock:
-            self.driver.run_until_idle()
+        try:
+            with self.lock:
+                if rebuild:
+                    self.driver = self._new_driver()
+                self.driver.run_until_idle()
+        except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
+            log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
 
     def _store_failed(self, error: Exception, delay: float) -> float:
         """Report a failing store (``/healthz``, ``/metrics``) and the next back-off."""
