@@ -27,6 +27,7 @@ from streams.config import Settings
 from streams.service import EmbeddedService, check_records, split_records
 from streams.sink_guard import StoreUnavailable, is_refusal, write_isolating
 from tests.helpers import raw
+from tests.test_e2e_embedded import server  # noqa: F401 - the fixture: `agentlog run` serving
 
 TS = '"2026-01-01T12:00:00Z"'
 
@@ -545,3 +546,25 @@ def test_poison_an_older_release_accepted_into_the_topic_is_dead_lettered_when_p
     assert [r.split(":")[0] for r in reasons] == ["integer_out_of_range", "invalid_json", "duplicate_key"]
     assert service.sql("SELECT count() FROM events").rows[0][0] == 0
     after_attack_is_still_ingested(service)
+
+
+def test_the_corpus_over_http_gets_the_same_answers_and_the_server_keeps_ingesting(server: Any) -> None:
+    import httpx  # noqa: PLC0415
+
+    url, env = server
+    body = body_of([rec for _, rec, _ in CORPUS if len(rec) <= 1024 * 1024])
+    report = httpx.post(f"{url}/events", content=body, headers={"Content-Type": "application/json"},
+                        timeout=120).json()  # fmt: skip
+    poison = [why for _, rec, why in CORPUS if why is not None and len(rec) <= 1024 * 1024]
+    assert report["rejected"] == len(poison)
+    assert [r["reason"].split(":")[0] for r in report["rejections"]] == [w.split(":")[0] for w in poison]
+    assert httpx.get(f"{url}/healthz", timeout=10).json()["status"] == "ok"
+    after = raw("after1", "goal", {"text": "still ingesting zebracorn"}, thread="after")
+    httpx.post(f"{url}/events", content=after, headers={"Content-Type": "application/json"}, timeout=30)
+    state = json.loads(agentlog(env, "state", "after", "--json").stdout)
+    assert state["goal"]["text"] == "still ingesting zebracorn"
+    sql = agentlog(env, "sql", "SELECT count() AS n FROM events WHERE event_id = 'after1'", "--json")
+    assert json.loads(sql.stdout) == [{"n": 1}]
+    hits = json.loads(agentlog(env, "search", "zebracorn", "--thread", "after", "--json").stdout)["hits"]
+    assert [h["event_id"] for h in hits] == ["after1"]
+    assert httpx.get(f"{url}/healthz", timeout=10).json()["status"] == "ok"
