@@ -19,9 +19,12 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings  # `settings` is the data directory's fixture here
+from hypothesis import strategies as st
 
 from processors.duplicates import same_content
-from processors.validation import Rejection, validate
+from processors.validation import Rejection, check_json, validate
 from sinks.tantivy_index import TantivySearchIndex
 from streams.config import Settings
 from streams.service import EmbeddedService, check_records, split_records
@@ -548,7 +551,7 @@ def test_poison_an_older_release_accepted_into_the_topic_is_dead_lettered_when_p
     after_attack_is_still_ingested(service)
 
 
-def test_the_corpus_over_http_gets_the_same_answers_and_the_server_keeps_ingesting(server: Any) -> None:
+def test_the_corpus_over_http_gets_the_same_answers_and_the_server_keeps_ingesting(server: Any) -> None:  # noqa: F811
     import httpx  # noqa: PLC0415
 
     url, env = server
@@ -568,3 +571,25 @@ def test_the_corpus_over_http_gets_the_same_answers_and_the_server_keeps_ingesti
     hits = json.loads(agentlog(env, "search", "zebracorn", "--thread", "after", "--json").stdout)["hits"]
     assert [h["event_id"] for h in hits] == ["after1"]
     assert httpx.get(f"{url}/healthz", timeout=10).json()["status"] == "ok"
+
+
+# -- the repeated-key check counts string tokens: a property check of that trick --------
+
+_KEYS = st.text(alphabet=st.sampled_from('ab"\\/\n\u00e9\u2028x'), max_size=4)
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(alphabet='q"\\\u00e9\x01', max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(st.dictionaries(_KEYS, _VALUES, min_size=1, max_size=4), st.booleans())
+def test_json_without_repeated_keys_passes_and_one_repeated_key_is_always_found(
+    tree: dict[str, Any], ascii_only: bool
+) -> None:
+    text = json.dumps(tree, ensure_ascii=ascii_only).encode()
+    assert check_json(text) is None, text
+    first = next(iter(tree))
+    repeated = b"{" + json.dumps(first, ensure_ascii=ascii_only).encode() + b':"again",' + text[1:]
+    assert check_json(repeated) == f"duplicate_key: {first}"[: len("duplicate_key: ") + 200], repeated
