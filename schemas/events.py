@@ -78,8 +78,16 @@ def epoch_ms_of(ts: str) -> float:
     return parse_ts(ts).timestamp() * 1000.0
 
 
+TS_MIN_MS = -2_208_988_800_000.0  # 1900-01-01T00:00:00Z
+TS_MAX_MS = 10_413_792_000_000.0  # 2300-01-01T00:00:00Z (exclusive)
+"""Event times the log can store (ClickHouse DateTime64 spans 1900..2299); outside it a
+row's time would be clamped, and Python clients cannot read some of them back."""
+
+
 def _real_date(value: str) -> str:
-    epoch_ms_of(value)  # the pattern admits month 13 or February 30; the calendar does not
+    # The pattern admits month 13 or February 30; the calendar does not.
+    if not TS_MIN_MS <= epoch_ms_of(value) < TS_MAX_MS:
+        raise ValueError("event time out of range: it must lie in 1900-01-01..2299-12-31 (UTC)")
     return value
 
 

@@ -9,14 +9,15 @@ holds one source partition's items (at most ``CHUNK_BYTES``) and its pair rows.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
 
 from processors.pipeline import Applied, BatchResult
 from processors.records import log_row, search_doc
-from sinks.base import LogStore
+from sinks.base import LogStore, SearchIndex
+from streams.sink_guard import StoreUnavailable, write_isolating
 
 # Accepted items travel in messages of at most this many bytes (one large event alone).
 CHUNK_BYTES = 512 * 1024
@@ -87,4 +88,34 @@ def write_log(log_store: LogStore, items: list[dict[str, Any]], pairs: list[dict
     return len(rows)
 
 
-__all__ = ["CHUNK_BYTES", "by_partition", "chunks", "read_messages", "sink_item", "write_log"]
+def _item_raw(item: dict[str, Any]) -> bytes:
+    return item["row"]["raw"].encode("utf-8")
+
+
+def write_log_guarded(
+    log_store: LogStore, items: list[dict[str, Any]], pairs: list[dict[str, Any]]
+) -> tuple[int, list[tuple[bytes, str]]]:
+    """``write_log``, with the items the log refuses isolated: (rows written, dead letters
+    of the refused items). A log that is down raises ``StoreUnavailable``."""
+    written = [0]
+
+    def write(some: Sequence[dict[str, Any]]) -> None:
+        written[0] += write_log(log_store, list(some), [])
+
+    letters = write_isolating("log", write, items, _item_raw)
+    try:
+        log_store.upsert_pairs(pairs)
+    except Exception as error:  # noqa: BLE001 - pair rows are derived, never poison
+        raise StoreUnavailable("log", error) from error
+    return written[0], letters
+
+
+def index_guarded(index: SearchIndex, items: list[dict[str, Any]]) -> list[tuple[bytes, str]]:
+    """Index the items' documents; the dead letters of those the index refuses."""
+    return write_isolating("index", lambda some: index.add([i["doc"] for i in some]), items, _item_raw)
+
+
+__all__ = [
+    "CHUNK_BYTES", "by_partition", "chunks", "index_guarded", "read_messages", "sink_item", "write_log",
+    "write_log_guarded",
+]  # fmt: skip

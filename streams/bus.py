@@ -108,6 +108,21 @@ class SqliteEventBus:
             ).fetchone()
         return None if row is None else Record(0, row[0], row[1])
 
+    def first_copies(self, event_ids: Sequence[str]) -> dict[str, bytes]:
+        """The first record of each of these event ids that the topic holds."""
+        found: dict[str, bytes] = {}
+        unique = list(dict.fromkeys(event_ids))
+        with self._lock:
+            for i in range(0, len(unique), 500):  # SQLite's bound on host parameters
+                chunk = unique[i : i + 500]
+                rows = self._db.execute(
+                    "SELECT event_id, value FROM events WHERE event_id IN "
+                    f"({','.join('?' * len(chunk))}) ORDER BY offset DESC",
+                    chunk,
+                ).fetchall()
+                found.update(rows)  # descending offsets: the first copy is written last
+        return found
+
     def thread_tail(self, thread_id: str, after: int, limit: int = 1000) -> list[Record]:
         """A thread's records after ``after``, oldest first (the newest ``limit`` of them)."""
         with self._lock:

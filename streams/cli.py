@@ -114,6 +114,12 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 # -- commands -------------------------------------------------------------------------
 
 
+def _warn(warnings: list[str]) -> None:
+    """Why an answer may be stale (a store is failing), on stderr: stdout stays the answer."""
+    for warning in warnings:
+        print(f"agentlog: warning: the answer may be stale: {warning}", file=sys.stderr)
+
+
 def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     from streams.client import RemoteService, server_url  # noqa: PLC0415
@@ -139,7 +145,8 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         print(f"accepted {report['accepted']}, rejected {report['rejected']}")
         for r in report["rejections"][:10]:
             print(f"  record {r['record']}: {r['reason']}", file=sys.stderr)
-    return 0
+    # Some rejected is a normal day (they are dead-lettered); none accepted is a mistake.
+    return 1 if report["rejected"] and not report["accepted"] else 0
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -169,6 +176,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
     with backend(settings) as svc:
         state = svc.state(args.thread)
+    _warn(state.get("warnings", []))
     if args.json:
         _print_json(state)
         return 0
@@ -221,6 +229,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
                             window_id=args.window, project=args.project, after=args.after,
                             since_ms=time_bound_ms(args.since), until_ms=time_bound_ms(args.until),
                             limit=args.limit)  # fmt: skip
+    _warn(result.get("warnings", []))
     if args.json:
         _print_json(result)
         return 0
@@ -369,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-idle", action="store_true", help="process everything pending, flush every sink, exit")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8787)")
-    p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected")
+    p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected. "
+            "Exit status 0 if any record was accepted (rejected ones are dead-lettered with their reason), "
+            "1 if every record was rejected")
     p.add_argument("file", metavar="FILE|-")
     p = add("state", cmd_state, "show a thread's working state")
     p.add_argument("thread", metavar="THREAD")

@@ -13,14 +13,19 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from processors.pipeline import BatchResult, Pipeline
+from processors.duplicates import conflicts
+from processors.pipeline import Applied, BatchResult, Pipeline, Record
 from processors.records import log_rows, search_docs
 from processors.thread import PairingConfig
+from processors.validation import bounded_letter
+from schemas.events import MAX_EVENT_BYTES, Envelope
 from sinks.base import LogStore, SearchIndex, StateStore
 from sinks.clickhouse import rejected_row
 from streams.bus import SqliteEventBus
 from streams.metrics import METRICS
+from streams.sink_guard import StoreUnavailable, write_isolating
 
 log = logging.getLogger("agentlog.driver")
 
@@ -56,13 +61,15 @@ class EmbeddedDriver:
         batch_size: int = 5000,
         checkpoint_s: float = 2.0,
         refresh_s: float = 1.0,
+        max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
         self.bus, self.log, self.index, self.states = bus, log_store, index, states
         self.batch_size = batch_size
         self.checkpoint_s = checkpoint_s
         self.refresh_s = refresh_s
+        self.max_event_bytes = max_event_bytes
         self.seen = CheckpointedSeen(states)
-        self.pipeline = Pipeline(self.seen, states.load, pairing)
+        self.pipeline = Pipeline(self.seen, states.load, pairing, max_event_bytes)
         positions = states.offsets()
         self.events_pos = positions.get("events", 0)
         self.dlq_pos = positions.get("dlq", 0)
@@ -87,11 +94,11 @@ class EmbeddedDriver:
         letters = self.bus.read_dlq(self.dlq_pos, self.batch_size)
         if letters:
             rows = [
-                rejected_row(d.value, d.reason, 0, d.offset, d.appended_at)
+                rejected_row(*bounded_letter(d.value, d.reason, self.max_event_bytes), 0, d.offset, d.appended_at)
                 for d in letters
                 if d.offset > self.log_rejected_hw
             ]
-            self.log.append_rejected(rows)
+            self._write_rejected(rows)
             METRICS.rejected.inc(len(letters))
             self.dlq_pos = letters[-1].offset
         self.maybe_flush()
@@ -99,11 +106,21 @@ class EmbeddedDriver:
 
     def _write(self, result: BatchResult) -> None:
         # Offsets at or below the log's high-water mark were written before a crash.
-        self.log.append_events(log_rows(result.applied, lambda a: a.record.offset <= self.log_events_hw))
-        self.log.upsert_pairs([p.row() for p in result.pairs])
-        self.index.add(search_docs(result.applied))
-        if result.rejected:  # bytes that bypassed publish-time validation: dead-letter them
-            self.bus.append((), [(r.value, why.reason) for r, why in result.rejected])
+        letters = write_isolating(
+            "log", lambda xs: self.log.append_events(log_rows(xs, lambda a: a.record.offset <= self.log_events_hw)),
+            result.applied, _raw_of,
+        )  # fmt: skip
+        try:
+            self.log.upsert_pairs([p.row() for p in result.pairs])
+        except Exception as error:  # noqa: BLE001 - pair rows are derived, never poison
+            raise StoreUnavailable("log", error) from error
+        refused = {raw for raw, _ in letters}  # what the log refused is not indexed either
+        logged = [a for a in result.applied if a.record.value not in refused] if refused else result.applied
+        letters += write_isolating("index", lambda xs: self.index.add(search_docs(xs)), logged, _raw_of)
+        letters += [(r.value, why.reason) for r, why in result.rejected]  # bypassed publish checks
+        letters += self._conflicts(result.duplicates)
+        if letters:
+            self.bus.append((), letters)
         self.dirty |= result.touched
         METRICS.processed(result)
         if log.isEnabledFor(logging.DEBUG):
@@ -111,6 +128,30 @@ class EmbeddedDriver:
                 log.debug("applied thread=%s event=%s kind=%s", a.event.thread_id, a.event.event_id, a.event.kind)
         for record, event in result.duplicates:
             log.info("duplicate thread=%s event=%s offset=%d ignored", event.thread_id, event.event_id, record.offset)
+
+    def _write_rejected(self, rows: list[dict[str, Any]]) -> None:
+        """Dead letters into the log; one the log refuses is kept by its reason alone
+        (the topic's ``dlq`` still holds its bytes)."""
+        refused = write_isolating("log", self.log.append_rejected, rows, lambda r: r["raw"])
+        if refused:
+            by_raw = {raw: why for raw, why in refused}
+            kept = [{**r, "raw": b"", "reason": f"{r['reason']}; bytes not stored: {by_raw[r['raw']]}"}
+                    for r in rows if r["raw"] in by_raw]  # fmt: skip
+            try:
+                self.log.append_rejected(kept)
+            except Exception as error:  # noqa: BLE001
+                raise StoreUnavailable("log", error) from error
+
+    def _conflicts(self, duplicates: Sequence[tuple[Record, Envelope]]) -> list[tuple[bytes, str]]:
+        """Duplicates whose content differs from the first copy (publishers racing past
+        the publish-time check): dead letters, not silent drops."""
+        if not duplicates:
+            return []
+        return [(r.value, why) for r, why in conflicts(duplicates, self._first_copy)]
+
+    def _first_copy(self, event_id: str) -> bytes | None:
+        first = self.bus.find(event_id)
+        return None if first is None else first.value
 
     def maybe_flush(self) -> None:
         now = time.monotonic()
@@ -161,6 +202,10 @@ class EmbeddedDriver:
         self.refresh()
         self.checkpoint()
         return progress
+
+
+def _raw_of(applied: Applied) -> bytes:
+    return applied.record.value
 
 
 __all__ = ["CheckpointedSeen", "EmbeddedDriver", "Progress"]

@@ -43,15 +43,17 @@ from faust.streams import _current_event
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors.context import BudgetTooSmall
+from processors.duplicates import conflicts
 from processors.pipeline import Pipeline, Record
 from processors.redaction import redact_if
 from processors.thread import ThreadSnapshot
+from processors.validation import bounded_letter
 from schemas.openapi import openapi_document
 from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadPath, parse_body, parse_path,
                               parse_query)  # fmt: skip
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
-from streams.accepted import by_partition, chunks, read_messages, write_log
+from streams.accepted import by_partition, chunks, index_guarded, read_messages, write_log_guarded
 from streams.batch_producer import BatchProducer
 from streams.batch_seen import BatchSeen
 from streams.config import Settings
@@ -248,6 +250,19 @@ def create_app(settings: Settings) -> faust.App:
         """Hand every message to the producer at once, then wait until all are acked."""
         await asyncio.gather(*await asyncio.gather(*sends))
 
+    def first_copy(result: Any) -> Any:
+        """Where a duplicate's first copy is: this batch, accepted but not yet logged, or the log."""
+        applied = {a.event.event_id: a.record.value for a in result.applied}
+
+        def find(event_id: str) -> bytes | None:
+            if event_id in applied:
+                return applied[event_id]
+            pending = unlogged.find(event_id)
+            logged = pending if pending is not None else log_store.get(event_id)
+            return None if logged is None else logged.raw
+
+        return find
+
     async def apply_batch(records: list[Record], positions: dict[int, int]) -> None:
         started = time.perf_counter()
         checked = in_order(records)
@@ -259,9 +274,12 @@ def create_app(settings: Settings) -> faust.App:
         for r in records:
             last_offset[r.partition] = max(last_offset.get(r.partition, -1), r.offset)
         groups = by_partition(result)
-        sends = [dlq.send(value=bad.value, headers=[("reason", why.reason.encode()),
+        letters = [(bad, why.reason) for bad, why in result.rejected]
+        if result.duplicates:  # the same id with other content: seen, not silently dropped
+            letters += await asyncio.to_thread(conflicts, result.duplicates, first_copy(result))
+        sends = [dlq.send(value=bad.value, headers=[("reason", why.encode()),
                                                     ("source", f"{bad.partition}:{bad.offset}".encode())])
-                 for bad, why in result.rejected]  # fmt: skip
+                 for bad, why in letters]  # fmt: skip
         for p, group in groups.items():
             for i, chunk in enumerate(chunks(group["items"])):
                 body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
@@ -320,19 +338,25 @@ def create_app(settings: Settings) -> faust.App:
                               security=settings.kafka_security)
              for name in ("log", "index")}  # fmt: skip
 
+    async def dead_letter(letters: list[tuple[bytes, str]]) -> None:
+        """Records a sink refused (retrying cannot help): to the dead-letter topic."""
+        if letters:
+            await delivered([dlq.send(value=raw, headers=[("reason", why.encode())]) for raw, why in letters])
+
     async def write_log_batch(batch: list[bytes]) -> None:
         items, pairs = await asyncio.to_thread(read_messages, batch)
-        count = await asyncio.to_thread(write_log, log_store, items, pairs)
+        count, refused = await asyncio.to_thread(write_log_guarded, log_store, items, pairs)
+        await dead_letter(refused)
         unlogged.logged(item["event_id"] for item in items)
         written["events"] += count
 
     async def write_index_batch(batch: list[bytes]) -> None:
-        # An unreachable index raises StoreError; the feed retries the batch with
+        # An unreachable index raises StoreUnavailable; the feed retries the batch with
         # back-off (counted in its retries) while the log and the state carry on.
         items, _pairs = await asyncio.to_thread(read_messages, batch)
-        docs = [item["doc"] for item in items]
-        await asyncio.to_thread(index.add, docs)
-        written["indexed"] += len(docs)
+        refused = await asyncio.to_thread(index_guarded, index, items)
+        await dead_letter(refused)
+        written["indexed"] += len(items) - len(refused)
 
     @app.on_partitions_assigned.connect
     async def follow(_app: Any, assigned: Any, **_kwargs: Any) -> None:
@@ -363,7 +387,8 @@ def create_app(settings: Settings) -> faust.App:
             reason = headers.get("reason", b"unknown").decode()
             m = event.message
             partition, offset = (int(x) for x in headers.get("source", f"{m.partition}:{m.offset}".encode()).split(b":"))
-            log_store.append_rejected([rejected_row(event.value, reason, partition, offset, m.timestamp or 0)])
+            value, reason = bounded_letter(event.value, reason, settings.max_event_bytes)  # never whole to the column writer
+            log_store.append_rejected([rejected_row(value, reason, partition, offset, m.timestamp or 0)])
             written["rejected"] += 1
             METRICS.rejected.inc()
 
@@ -479,7 +504,8 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
         counts = {**written, "index_retries": feeds["index"].retries}
-        return web.json({"status": "ok", "deployment": "kafka", "written": counts, "partitions": owned_partitions(),
+        failing = {name: feed.last_error for name, feed in feeds.items() if feed.last_error}
+        return web.json({"status": "degraded" if failing else "ok", "failing": failing, "deployment": "kafka", "written": counts, "partitions": owned_partitions(),
                          "dedup_ids": len(seen)})  # fmt: skip
 
     @app.page("/openapi.json")

@@ -9,7 +9,7 @@ from kafka import KafkaProducer
 from streams.config import Settings
 from streams.kafka_topics import DLQ, EVENTS, ensure_topics, topic
 from streams.metrics import METRICS
-from streams.service import PublishReport, check_records, split_records
+from streams.publish_check import PublishReport, check_records, split_records
 
 
 class KafkaPublisher:

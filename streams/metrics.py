@@ -26,6 +26,28 @@ class Metrics:
         self.dedup_ids = Gauge("agentlog_dedup_ids", "Event ids a Kafka worker remembers to drop duplicates "
                                "(bounded by AGENTLOG_DEDUP_HORIZON)", registry=r)  # fmt: skip
 
+        self.store_degraded = Gauge("agentlog_store_degraded", "1 while a store fails (label error: its last "
+                                    "error); absent when every store is healthy", ["store", "error"], registry=r)
+        self._degraded: dict[str, str] = {}
+
+    def store_failed(self, store: str, error: str) -> None:
+        """One series per failing store, labelled with its last error."""
+        error = error[:200]
+        old = self._degraded.get(store)
+        if old is not None and old != error:
+            self.store_degraded.remove(store, old)
+        self._degraded[store] = error
+        self.store_degraded.labels(store, error).set(1)
+
+    def store_recovered(self, store: str) -> None:
+        old = self._degraded.pop(store, None)
+        if old is not None:
+            self.store_degraded.remove(store, old)
+
+    def stores_recovered(self) -> None:
+        for store in list(self._degraded):
+            self.store_recovered(store)
+
     def processed(self, result: BatchResult) -> None:
         """Count a batch's outcome (both deployments' processors)."""
         self.accepted.inc(len(result.applied))

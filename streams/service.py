@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ from processors.compaction import Summariser
 from processors.records import active_hits
 from processors.redaction import redact_if
 from processors.textsearch import tokenize
-from processors.validation import Rejection, validate
+from processors.validation import validate
 from schemas.events import Envelope
 from schemas.requests import check_search_limit
 from schemas.search import Hit, SearchFilters
@@ -34,73 +34,27 @@ from sinks.sqlite_state import SqliteStateStore
 from streams.bus import SqliteEventBus
 from streams.config import Settings
 from streams.driver import EmbeddedDriver
+from streams.publish_check import PublishReport, check_records, split_records
 from streams.rebuild import replay_log
 from streams.wiring import open_log_store, open_search_index
 from streams.metrics import METRICS
+from streams.sink_guard import StoreUnavailable
 
 log = logging.getLogger("agentlog.service")
+
+RETRY_MAX_S = 30.0
+"""The longest wait between retries of a store that is down."""
 
 
 class NotFound(LookupError):
     """The thread or event does not exist (and is not pending either)."""
 
 
-def split_records(data: bytes) -> list[bytes]:
-    """JSON lines (blank lines skipped); a body that is one JSON array gives its items, and
-    one object spread over several lines (pretty-printed) is one record."""
-    stripped = data.strip()
-    if stripped.startswith(b"{") and b"\n" in stripped:
-        try:
-            orjson.loads(stripped)
-            return [stripped]
-        except orjson.JSONDecodeError:
-            pass  # JSON lines: the first object ends at its line
-    if stripped.startswith(b"[") and stripped.endswith(b"]"):
-        try:
-            items = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            items = None
-        if isinstance(items, list):
-            return [orjson.dumps(item) for item in items]
-    lines = data.split(b"\n")
-    return [line[:-1] if line.endswith(b"\r") else line for line in lines if line.strip()]
-
-
-@dataclass
-class PublishReport:
-    accepted: int = 0
-    rejected: int = 0
-    last_event_id: str | None = None
-    last_offset: int = 0
-    rejections: list[dict[str, Any]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def check_records(records: list[bytes], max_bytes: int) -> tuple[list[tuple[str, str, bytes]], list[tuple[bytes, str]], PublishReport]:
-    """Validate before send: accepted (thread, id, bytes), dead letters (bytes, reason)."""
-    accepted: list[tuple[str, str, bytes]] = []
-    rejected: list[tuple[bytes, str]] = []
-    report = PublishReport()
-    for n, raw in enumerate(records, start=1):
-        result = validate(raw, max_bytes)
-        if isinstance(result, Rejection):
-            rejected.append((raw, result.reason))
-            if len(report.rejections) < 100:
-                report.rejections.append({"record": n, "reason": result.reason})
-        else:
-            accepted.append((result.thread_id, result.event_id, raw))
-            report.last_event_id = result.event_id
-    report.accepted, report.rejected = len(accepted), len(rejected)
-    return accepted, rejected, report
-
-
 def publish_to(bus: SqliteEventBus, data: bytes, max_bytes: int) -> PublishReport:
     """Validate before send, then append accepted records and dead letters to the topic."""
     records = split_records(data)
     METRICS.published.inc(len(records))
-    accepted, rejected, report = check_records(records, max_bytes)
+    accepted, rejected, report = check_records(records, max_bytes, bus.first_copies)
     report.last_offset = bus.append(accepted, rejected)
     for raw, reason in rejected[:20]:
         log.warning("rejected record: %s (%d bytes)", reason, len(raw))
@@ -149,6 +103,8 @@ class EmbeddedService:
         # runs the driver in a background thread).
         self.lock = threading.RLock()
         self.serving = False
+        # Stores the live loop cannot write right now: name -> last error (health, metrics).
+        self.failing: dict[str, str] = {}
         self._memory: MemoryStore | None = None
         self.summariser: Summariser | None = None
         if settings.summary_url:
@@ -161,6 +117,7 @@ class EmbeddedService:
         return EmbeddedDriver(
             self.bus, self.log, self.index, self.states, s.pairing,
             batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, refresh_s=s.refresh_seconds,
+            max_event_bytes=s.max_event_bytes,
         )  # fmt: skip
 
     # -- writes -----------------------------------------------------------------------
@@ -181,7 +138,8 @@ class EmbeddedService:
             self._drain()
             return
         deadline = time.monotonic() + timeout
-        while self.driver.events_pos < offset and time.monotonic() < deadline:
+        # A failing store holds the position back: answer now, with warnings, not late.
+        while self.driver.events_pos < offset and time.monotonic() < deadline and not self.failing:
             time.sleep(0.005)
 
     def _drain(self) -> None:
@@ -202,7 +160,10 @@ class EmbeddedService:
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            return redact_if(self.settings.redact, tp.state.public())
+            public = redact_if(self.settings.redact, tp.state.public())
+        if self.failing:  # the state may lag what was published while a store is down
+            public["warnings"] = self.warnings()
+        return public
 
     def threads(self) -> list[str]:
         self._settle()
@@ -281,10 +242,14 @@ class EmbeddedService:
         if own_thread is not None:
             active = self._active_hits(query, own_thread, filters, {h.event_id for h in hits})
         merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
+        visible = self.index.visible_offsets().get(0, 0)
         return {
             "query": query,
             "hits": [asdict(h) for h in merged],
-            "index_visible_offset": self.index.visible_offsets().get(0, 0),
+            "index_visible_offset": visible,
+            # The index may lack recent events (refresh interval) or a failing store's.
+            "stale": bool(self.failing) or visible < self.driver.events_pos,
+            "warnings": self.warnings(),
         }
 
     def _active_hits(
@@ -347,8 +312,10 @@ class EmbeddedService:
         return {"candidates": len(candidates), "facts": len(facts)}
 
     def health(self) -> dict[str, Any]:
+        failing = dict(self.failing)
         return {
-            "status": "ok",
+            "status": "degraded" if failing else "ok",
+            "failing": failing,
             "deployment": "embedded",
             "log": self.log.description,
             "pending": self.driver.pending(),
@@ -361,9 +328,16 @@ class EmbeddedService:
     def run_forever(self, stop: threading.Event, idle_sleep: float = 0.02) -> None:
         """The live driver loop of ``agentlog run`` (a background thread of the server)."""
         self.serving = True
-        last_mirror = 0.0
+        last_mirror = delay = 0.0
+        rebuild = False
         while not stop.is_set():
             try:
+                if rebuild:
+                    with self.lock:
+                        # The failed batch is applied in memory but maybe not written: start
+                        # again from the checkpoint, replaying into the idempotent sinks.
+                        self.driver = self._new_driver()
+                    rebuild = False
                 with self.lock:
                     n = self.driver.step()
                 if n == 0:
@@ -373,15 +347,40 @@ class EmbeddedService:
                             self.mirror_memory()
                             last_mirror = time.monotonic()
                     stop.wait(idle_sleep)
-            except Exception:  # noqa: BLE001 - a store failed: resume from the checkpoint
-                log.exception("a store failed; resuming from the last checkpoint in 1 s")
-                stop.wait(1.0)
-                with self.lock:
-                    # The failed batch is applied in memory but maybe not written: start
-                    # again from the checkpoint, replaying into the idempotent sinks.
+            except Exception as error:  # noqa: BLE001 - a store failed: back off, resume from the checkpoint
+                delay = self._store_failed(error, delay)
+                rebuild = True
+                stop.wait(delay)
+            else:
+                if self.failing and n:
+                    self._store_recovered()
+                delay = 0.0
+        try:
+            with self.lock:
+                if rebuild:
                     self.driver = self._new_driver()
-        with self.lock:
-            self.driver.run_until_idle()
+                self.driver.run_until_idle()
+        except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
+            log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
+
+    def _store_failed(self, error: Exception, delay: float) -> float:
+        """Report a failing store (``/healthz``, ``/metrics``) and the next back-off."""
+        store = error.store if isinstance(error, StoreUnavailable) else "pipeline"
+        message = str(error).strip()[:500] or type(error).__name__
+        self.failing[store] = message
+        METRICS.store_failed(store, message)
+        delay = min(max(1.0, delay * 2), RETRY_MAX_S)
+        log.exception("the %s store failed; retrying from the last checkpoint in %.0f s", store, delay)
+        return delay
+
+    def _store_recovered(self) -> None:
+        log.warning("stores back: %s", ", ".join(self.failing))
+        self.failing.clear()
+        METRICS.stores_recovered()
+
+    def warnings(self) -> list[str]:
+        """Why an answer may be stale right now (empty when it is not)."""
+        return [f"{store} failing: {error}" for store, error in self.failing.items()]
 
     def close(self) -> None:
         with self.lock:

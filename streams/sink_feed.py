@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from streams.kafka_topics import plain_consumer
+from streams.metrics import METRICS
 from streams.security import KafkaSecurity
 
 log = logging.getLogger("agentlog.sinks")
@@ -44,6 +45,7 @@ class SinkFeed:
         self.consumer: AIOKafkaConsumer | None = None
         self._started = False
         self.retries = 0  # failed writes retried so far
+        self.last_error: str | None = None  # while a write fails: why (the worker's /healthz)
 
     async def start(self) -> None:
         """Connect (in the worker's event loop, which aiokafka binds to)."""
@@ -87,9 +89,15 @@ class SinkFeed:
         while True:
             try:
                 await write(values)
+                if self.last_error is not None:
+                    METRICS.store_recovered(self.group_id)
+                self.last_error = None
                 return
             except Exception as error:  # noqa: BLE001 - any failure: keep the batch, retry
+                # (a record the store refuses never gets here: the writers dead-letter it)
                 self.retries += 1
+                self.last_error = str(error).strip()[:500] or type(error).__name__
+                METRICS.store_failed(self.group_id, self.last_error)
                 log.error("%s could not write %d records, retrying in %.1f s: %s", self.group_id, len(values),
                           delay, error)  # fmt: skip
                 await asyncio.sleep(delay)
