@@ -29,7 +29,15 @@ class SqliteStateStore:
         self.path = path
         self._db = sqlite_db.connect(path, timeout=30)
         self._db.executescript(_SCHEMA)
+        # Read the positions and every applied id now: a corrupt file fails on open, where
+        # the data directory's check moves it aside and rebuilds it (``streams.datadir``).
+        self._applied = int(self._db.execute("SELECT count(*) FROM applied").fetchone()[0])
+        self._db.execute("SELECT * FROM positions").fetchall()
         self._lock = threading.Lock()
+
+    def applied_count(self) -> int:
+        """How many events the last checkpoint had applied (counted on open)."""
+        return self._applied
 
     def load(self, thread_id: str) -> ThreadSnapshot | None:
         with self._lock:
@@ -79,6 +87,7 @@ class SqliteStateStore:
             self._db.executescript(
                 "DELETE FROM thread_state; DELETE FROM applied; DELETE FROM positions;"
             )
+            self._applied = 0
 
     def close(self) -> None:
         with self._lock:

@@ -55,6 +55,10 @@ class TantivySearchIndex:
         # Every document added so far, committed or not, has an offset at or below this.
         self._high = max(self._visible.values(), default=-1)
 
+    def doc_count(self) -> int:
+        """Searchable documents (committed, not deleted): one per event processed."""
+        return int(self._index.searcher().num_docs)
+
     def _read_visible(self) -> dict[int, int]:
         self._index.reload()
         searcher = self._index.searcher()

@@ -11,10 +11,12 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -31,6 +33,7 @@ from sinks.memory_sqlite import MemoryStore
 from sinks.sqlite_state import SqliteStateStore
 from streams.bus import SqliteEventBus
 from streams.config import Settings
+from streams.datadir import count_damage, derived_behind, open_derived, open_sqlite, topic_help
 from streams.driver import EmbeddedDriver
 from streams.rebuild import replay_log
 from streams.wiring import open_log_store, open_search_index
@@ -136,13 +139,20 @@ class DataDirLock:
 class EmbeddedService:
     """The embedded deployment's stores and the operations on them."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None) -> None:
+        """Open the data directory's stores; a derived one that is lost, corrupt or behind
+        is rebuilt from the topic here (``on_progress`` shows it), see ``streams.datadir``."""
         self.settings = settings
-        self.bus = SqliteEventBus(str(settings.path("topic.db")))
-        self.log = open_log_store(settings)
-        self.index = open_search_index(settings)
-        self.states = SqliteStateStore(str(settings.path("state.db")))
+        notes: list[str] = []
+        self.bus = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
+        embedded_log = not settings.clickhouse_url
+        self.log = open_derived(settings.path("log"), lambda _p: open_log_store(settings), notes) \
+            if embedded_log else open_log_store(settings)  # fmt: skip
+        self.index = open_search_index(settings) if settings.opensearch_url else \
+            open_derived(settings.path("index"), lambda _p: open_search_index(settings), notes)  # fmt: skip
+        self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
         self.driver = self._new_driver()
+        self._heal(notes, on_progress)
         # Serialises the driver and readers of its in-memory state (the HTTP server
         # runs the driver in a background thread).
         self.lock = threading.RLock()
@@ -160,6 +170,25 @@ class EmbeddedService:
             self.bus, self.log, self.index, self.states, s.pairing,
             batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, refresh_s=s.refresh_seconds,
         )  # fmt: skip
+
+    def _heal(self, notes: list[str], on_progress: Callable[[int, int], None] | None) -> None:
+        """Rebuild the derived stores from the topic when one was lost, corrupt or behind."""
+        topic_end = self.bus.end_offsets()[0]
+        processed, applied = self.driver.events_pos, self.states.applied_count()
+        count_damage(processed, self.driver.log_events_hw, topic_end, Path(self.bus.path))
+        logged = self.log.count_events()
+        indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None  # tantivy only
+        notes += derived_behind(applied, logged, indexed, processed, topic_end, notes)
+        if not notes:
+            return
+        if 0 < logged < applied:  # holes: appending the missing rows cannot tell which they are
+            self.log.truncate_log()
+        self.states.reset()
+        self.index.clear()
+        self.log.truncate_derived()
+        self.driver = self._new_driver()
+        done = self.driver.run_until_idle(on_progress).processed
+        print(f"agentlog: {'; '.join(notes)}; rebuilt from the topic ({done:,} records)", file=sys.stderr)
 
     # -- writes -----------------------------------------------------------------------
 

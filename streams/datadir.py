@@ -1,0 +1,146 @@
+"""The embedded data directory's stores, checked when they are opened.
+
+``topic.db`` is the source of truth; everything else in the embedded deployment is
+derived from it: ``state.db`` (thread snapshots and positions), ``index/`` (search) and
+``log/`` (the chDB log, re-logged from the topic's deliveries and dead letters). A derived
+store that is corrupt is moved aside and rebuilt; one that is missing, or holds fewer
+events than were processed, is rebuilt. A damaged topic cannot be rebuilt from anything,
+so it is a clear error naming the file and what to do; so is ``memory.db``, whose views
+and leases are not derived from the topic alone.
+
+The checks are cheap enough for every command: a SQLite file's header against its size,
+one probe query per database, and counts the stores keep anyway.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sinks.base import StoreError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class CorruptStore(StoreError):
+    """A store's files cannot be read; the message names the file and what to do."""
+
+    def __init__(self, message: str, problem: str = "") -> None:
+        super().__init__(message)
+        self.problem = problem or message
+
+
+def topic_help(path: Path) -> str:
+    return (f"{path.name} is the event topic, the source of everything in {path.parent}, and nothing can "
+            f"rebuild it: stop agentlog and restore {path} from a backup (with its -wal file, if any), "
+            "or move the data directory aside and start a new one")  # fmt: skip
+
+
+def memory_help(path: Path) -> str:
+    return (f"long-term memory is kept only there, so it is not rebuilt silently: stop agentlog, move it "
+            f"aside (mv {path} {path}.corrupt), then `agentlog memory extract` and `agentlog memory "
+            "consolidate` re-extract memory from the threads' events")  # fmt: skip
+
+
+def sqlite_problem(path: Path) -> str | None:
+    """Why the SQLite file at ``path`` is unusable, judged from its header and size; None
+    when it looks whole or does not exist (SQLite creates it). An empty file is an empty
+    database to SQLite, and is not a problem here either."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    if size == 0:
+        return None
+    with path.open("rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        return "not a SQLite database"
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The header's page count is only valid when its change counter matches (SQLite's rule).
+    if header[24:28] == header[92:96] and pages and size < pages * page_size:
+        return f"truncated: {size:,} of {pages * page_size:,} bytes"
+    return None
+
+
+def open_sqlite(path: Path, opener: Callable[[str], Any], help_text: Callable[[Path], str]) -> Any:
+    """``opener(path)``, or a ``CorruptStore`` naming the file and what to do."""
+    problem = sqlite_problem(path)
+    if problem is None:
+        try:
+            return opener(str(path))
+        except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                raise
+            problem = str(error)
+    raise CorruptStore(f"{path} is unreadable ({problem}); {help_text(path)}", problem)
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged store (and a SQLite file's -wal and -shm) to ``<name>.corrupt-<time>``."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        part = path.with_name(path.name + suffix)
+        if part.exists():
+            part.rename(target.with_name(target.name + suffix))
+    return target
+
+
+def store_name(path: Path) -> str:
+    """How notices name a store: ``state.db``, ``index/``, ``log/``."""
+    return path.name if path.suffix == ".db" else f"{path.name}/"
+
+
+def open_derived(path: Path, opener: Callable[[str], Any], notes: list[str]) -> Any:
+    """Open a derived store; a corrupt one is moved aside, noted, and opened afresh."""
+    try:
+        return open_sqlite(path, opener, lambda p: "") if path.suffix == ".db" else opener(str(path))
+    except (CorruptStore, StoreError, ValueError, OSError) as error:
+        if isinstance(error, sqlite3.OperationalError):
+            raise
+        reason = error.problem if isinstance(error, CorruptStore) else str(error).replace(str(path), store_name(path))
+        reason = " ".join(reason.split())
+        aside = move_aside(path)
+        notes.append(f"{store_name(path)} was corrupt ({reason[:120]}; moved to {aside.name})")
+        return opener(str(path))
+
+
+def count_damage(processed: int, log_hw: int, topic_end: int, topic: Path) -> None:
+    """The topic must reach every offset already processed from it, or it lost records."""
+    if max(processed, log_hw) > topic_end:
+        raise CorruptStore(
+            f"{topic} ends at offset {topic_end:,} but offset {max(processed, log_hw):,} was already "
+            f"processed from it: the topic lost records (a deleted or truncated {topic.name}-wal, or an "
+            f"older copy of {topic.name}); {topic_help(topic)}"
+        )
+
+
+def derived_behind(applied: int, logged: int, indexed: int | None, processed: int, topic_end: int,
+                   known: list[str]) -> list[str]:  # fmt: skip
+    """What the derived stores lack, from counts: each processed event is one log row and
+    one search document, so a store holding fewer than the state has applied lost some.
+    ``known``: what was found already (a store moved aside is not reported twice)."""
+    notes: list[str] = []
+    if not _known("state.db", known) and processed == 0 and topic_end > 0 and (logged > 0 or (indexed or 0) > 0):
+        notes.append("state.db was missing")
+    if logged < applied and not _known("log/", known):
+        notes.append(f"log/ was missing events ({logged:,} of {applied:,})")
+    if indexed is not None and indexed < applied and not _known("index/", known):
+        notes.append(f"index/ was missing events ({indexed:,} of {applied:,})")
+    return notes
+
+
+def _known(store: str, notes: list[str]) -> bool:
+    return any(n.startswith(store) for n in notes)
+
+
+__all__ = [
+    "CorruptStore", "count_damage", "derived_behind", "memory_help", "move_aside", "open_derived",
+    "open_sqlite", "sqlite_problem", "store_name", "topic_help",
+]  # fmt: skip
