@@ -7,10 +7,12 @@ import csv
 import io
 import json
 import logging
+import os
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +88,12 @@ def backend(settings: Settings) -> Iterator[Any]:
         return
     from streams.service import EmbeddedService  # noqa: PLC0415
 
-    service = EmbeddedService(settings)
+    try:
+        with _progress("rebuilding from the topic") as update:  # only if a store needs it
+            service = EmbeddedService(settings, update)
+    except BaseException:
+        lock.release()
+        raise
     try:
         yield service
     finally:
@@ -97,15 +104,24 @@ def backend(settings: Settings) -> Iterator[Any]:
 @contextmanager
 def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar on stderr when it is a terminal (silent otherwise); yields its
-    ``update(done, total)``."""
+    ``update(done, total)``. The bar appears at the first update, so work that turns out
+    to be nothing (a data directory with nothing to heal) shows none."""
     if not sys.stderr.isatty():
         yield lambda _d, _t: None
         return
     from rich.progress import Progress  # noqa: PLC0415
 
-    with Progress(transient=True) as bar:
-        task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+    with ExitStack() as stack:
+        shown: list[tuple[Progress, Any]] = []
+
+        def update(done: int, total: int) -> None:
+            if not shown:
+                bar = stack.enter_context(Progress(transient=True))
+                shown.append((bar, bar.add_task(label, total=total or None)))
+            bar, task = shown[0]
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
 
 
 # -- commands -------------------------------------------------------------------------
@@ -426,9 +442,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr,
     )  # fmt: skip
     tune_gc()
+    settings: Settings | None = None
     try:
         settings = Settings.from_env()
-        return int(args.fn(args, settings))
+        code = int(args.fn(args, settings))
+        sys.stdout.flush()  # here, so a closed pipe is seen below rather than at exit
+        return code
     except NotFound as error:
         print(f"agentlog: not found: {error}", file=sys.stderr)
         return 1
@@ -438,6 +457,16 @@ def main(argv: list[str] | None = None) -> int:
     except StaleToken as error:
         print(f"agentlog: refused: {error}", file=sys.stderr)
         return 3
+    except BrokenPipeError:
+        # The reader went away (`agentlog sql ... | head`): nothing more to say. Python's
+        # documented recipe: point stdout at devnull so the exit flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except sqlite3.DatabaseError as error:  # a store went bad while in use
+        from streams.datadir import diagnose  # noqa: PLC0415
+
+        print(f"agentlog: error: {diagnose(settings, error) if settings else error}", file=sys.stderr)
+        return 1
     except (StoreError, UsageError, OSError, ValueError) as error:
         print(f"agentlog: error: {error}", file=sys.stderr)
         return 1

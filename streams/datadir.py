@@ -45,6 +45,13 @@ def memory_help(path: Path) -> str:
             "consolidate` re-extract memory from the threads' events")  # fmt: skip
 
 
+def open_memory(path: Path) -> Any:
+    """``memory.db``; a corrupt one is a ``CorruptStore`` saying how to re-extract memory."""
+    from sinks.memory_sqlite import MemoryStore  # noqa: PLC0415 - only the memory commands need it
+
+    return open_sqlite(path, MemoryStore, memory_help)
+
+
 def sqlite_problem(path: Path) -> str | None:
     """Why the SQLite file at ``path`` is unusable, judged from its header and size; None
     when it looks whole or does not exist (SQLite creates it). An empty file is an empty
@@ -136,11 +143,43 @@ def derived_behind(applied: int, logged: int, indexed: int | None, processed: in
     return notes
 
 
+def check_whole(path: Path) -> str | None:
+    """A full ``PRAGMA quick_check`` of a SQLite file (slow: only once something failed)."""
+    problem = sqlite_problem(path)
+    if problem is not None or not path.exists():
+        return problem
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = db.execute("PRAGMA quick_check(3)").fetchall()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as error:
+        return str(error)
+    return None if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows)
+
+
+def diagnose(settings: Any, error: Exception) -> str:
+    """What to say when a SQLite error reached the command line: which file, and what to do."""
+    data = Path(settings.data_dir)
+    helps: dict[str, Callable[[Path], str]] = {
+        "topic.db": topic_help,
+        "state.db": lambda p: (f"it is derived from the topic: move it aside (mv {p} {p}.corrupt) and the "
+                               "next command rebuilds it"),  # fmt: skip
+        "memory.db": memory_help,
+    }
+    for name, help_text in helps.items():
+        problem = check_whole(data / name)
+        if problem is not None:
+            return f"{data / name} is unreadable ({problem}); {help_text(data / name)}"
+    return f"a database in {data} failed ({error}); `PRAGMA quick_check` finds no damage: try again"
+
+
 def _known(store: str, notes: list[str]) -> bool:
     return any(n.startswith(store) for n in notes)
 
 
 __all__ = [
-    "CorruptStore", "count_damage", "derived_behind", "memory_help", "move_aside", "open_derived",
+    "CorruptStore", "check_whole", "diagnose", "count_damage", "derived_behind", "memory_help", "move_aside", "open_derived", "open_memory",
     "open_sqlite", "sqlite_problem", "store_name", "topic_help",
 ]  # fmt: skip

@@ -33,7 +33,7 @@ from sinks.memory_sqlite import MemoryStore
 from sinks.sqlite_state import SqliteStateStore
 from streams.bus import SqliteEventBus
 from streams.config import Settings
-from streams.datadir import count_damage, derived_behind, open_derived, open_sqlite, topic_help
+from streams.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from streams.driver import EmbeddedDriver
 from streams.rebuild import replay_log
 from streams.wiring import open_log_store, open_search_index
@@ -157,6 +157,9 @@ class EmbeddedService:
         # runs the driver in a background thread).
         self.lock = threading.RLock()
         self.serving = False
+        self.stopping = threading.Event()  # set on SIGTERM: a running rebuild ends early
+        self.rebuilding: tuple[int, int] | None = None  # (done, total) while one runs
+        self.interrupted = False
         self._memory: MemoryStore | None = None
         self.summariser: Summariser | None = None
         if settings.summary_url:
@@ -336,12 +339,28 @@ class EmbeddedService:
     # -- maintenance ------------------------------------------------------------------
 
     def rebuild(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Replay the immutable log into fresh state, pairs and index."""
+        """Replay the immutable log into fresh state, pairs and index. Its progress is in
+        ``health()`` (what a client of the server shows); ``stopping`` ends it early."""
+
+        def progress(done: int, total: int) -> None:
+            self.rebuilding = (done, total)
+            if on_progress:
+                on_progress(done, total)
+
         with self.lock:
             self.driver.run_until_idle()
             positions = {"events": self.driver.events_pos, "dlq": self.driver.dlq_pos}
             self.states.reset()
-            replay = replay_log(self.log, self.index, self.settings.pairing, on_progress)
+            try:
+                replay = replay_log(self.log, self.index, self.settings.pairing, progress, self.stopping.is_set)
+            except BaseException:
+                # State is empty now: the next start rebuilds it from the topic (``_heal``),
+                # and this process must not drain the whole topic again on its way out.
+                self.interrupted = True
+                self.driver = self._new_driver()
+                raise
+            finally:
+                self.rebuilding = None
             threads = replay.pipeline.threads
             self.states.checkpoint(
                 [tp.snapshot() for tp in threads.values()], list(replay.pipeline.seen.ids), positions  # type: ignore[attr-defined]
@@ -351,7 +370,7 @@ class EmbeddedService:
 
     def _memory_store(self) -> MemoryStore:
         if self._memory is None:
-            self._memory = MemoryStore(str(self.settings.path("memory.db")))
+            self._memory = open_memory(self.settings.path("memory.db"))
         return self._memory
 
     def memory_facts(self, project: str) -> list[dict[str, Any]]:
@@ -380,6 +399,7 @@ class EmbeddedService:
             "pending": self.driver.pending(),
             "processed_offset": self.driver.events_pos,
             "index_visible_offset": self.index.visible_offsets().get(0, 0),
+            **({"rebuild": dict(zip(("done", "total"), self.rebuilding))} if self.rebuilding else {}),
         }
 
     # -- serving ----------------------------------------------------------------------
@@ -407,12 +427,14 @@ class EmbeddedService:
                     # again from the checkpoint, replaying into the idempotent sinks.
                     self.driver = self._new_driver()
         with self.lock:
-            self.driver.run_until_idle()
+            if not self.interrupted:
+                self.driver.run_until_idle()
 
     def close(self) -> None:
         with self.lock:
-            self.driver.refresh()
-            self.driver.checkpoint()
+            if not self.interrupted:
+                self.driver.refresh()
+                self.driver.checkpoint()
             self.index.close()
             if self._memory is not None:
                 self._memory.close()
