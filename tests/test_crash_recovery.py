@@ -145,6 +145,7 @@ def test_kill_9_at_random_moments_then_damaged_stores_leave_every_event_logged_o
         healed = _cli(env, "run", "--until-idle")
         assert healed.returncode == 0, f"{label}: {healed.stderr.decode()[-3000:]}"
         assert b"Traceback" not in healed.stderr, label
+        print(label, "->", healed.stderr.decode().strip()[-300:])
         _invariants(env, unique)
 
     os.truncate(data / "topic.db", (data / "topic.db").stat().st_size // 2)
