@@ -427,11 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
     p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
     p.add_argument("--kafka-events", type=int, default=100_000, help="events for the Kafka benchmark")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka"], default="all",
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka", "rebuild"], default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
                         "context (assembly vs thread length, naive baseline, search, retention table), "
                         "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
-                        "eval \"$(infra/up)\"; part of 'all' when Kafka is configured)")
+                        "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
+                        "of an --events log, without a server and through one; not part of 'all')")
     return parser
 
 
