@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +62,14 @@ def running(cli_env: dict[str, str]):
         proc.wait()
 
 
+def test_rebuild_reports_its_progress_against_the_count_of_the_log(service) -> None:
+    service.publish(b"\n".join(synthetic_events(EVENTS, 40)))
+    service.catch_up()
+    seen: list[tuple[int, int]] = []
+    service.rebuild(lambda done, total: seen.append((done, total)))
+    assert seen == [(5000, EVENTS), (10000, EVENTS), (EVENTS, EVENTS)]
+
+
 def test_rebuild_through_a_running_server_completes_and_the_server_still_stops_on_sigterm(
     running, tmp_path: Path
 ) -> None:
@@ -68,7 +77,18 @@ def test_rebuild_through_a_running_server_completes_and_the_server_still_stops_o
     _publish(env, tmp_path)
     agentlog(env, "run", "--until-idle")
     before = _states(env)
-    out = orjson.loads(agentlog(env, "rebuild", "--json").stdout)
+    url = f"http://127.0.0.1:{env['AGENTLOG_HTTP_PORT']}"
+    answer: list[httpx.Response] = []
+    call = threading.Thread(target=lambda: answer.append(httpx.post(f"{url}/rebuild", timeout=300)))
+    call.start()
+    progress = []
+    while call.is_alive():  # what `agentlog rebuild` shows while the server rebuilds
+        progress.append(httpx.get(f"{url}/healthz", timeout=10).json().get("rebuild"))
+        time.sleep(0.02)
+    call.join()
+    assert answer[0].json() == {"events": EVENTS, "threads": 40}
+    assert {p["total"] for p in progress if p} == {EVENTS}
+    out = orjson.loads(agentlog(env, "rebuild", "--json").stdout)  # and through the command
     assert out == {"events": EVENTS, "threads": 40}
     assert _states(env) == before
     agentlog(env, "publish", "-", stdin=next(iter(synthetic_events(1, 1, seed=99))).replace(b"bench-", b"after-"))
