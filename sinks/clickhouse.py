@@ -175,13 +175,6 @@ class ClickHouseLogStore:
         with self._lock:
             self._client.command("TRUNCATE TABLE tool_calls")
 
-    def truncate_log(self) -> None:
-        """Empty the log itself, to re-log it from the embedded topic (its source there)
-        when it lost rows: appending to a log with holes would double the rest."""
-        with self._lock:
-            for table in ("events", "rejected_events", "tool_calls"):
-                self._client.command(f"TRUNCATE TABLE {table}")
-
     def close(self) -> None:
         with self._lock:
             self._client.close()

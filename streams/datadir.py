@@ -3,8 +3,8 @@
 ``topic.db`` is the source of truth; everything else in the embedded deployment is
 derived from it: ``state.db`` (thread snapshots and positions), ``index/`` (search) and
 ``log/`` (the chDB log, re-logged from the topic's deliveries and dead letters). A derived
-store that is corrupt is moved aside and rebuilt; one that is missing, or holds fewer
-events than were processed, is rebuilt. A damaged topic cannot be rebuilt from anything,
+store that is corrupt is moved aside and rebuilt; one that is missing (found empty while
+events were processed) is rebuilt. A damaged topic cannot be rebuilt from anything,
 so it is a clear error naming the file and what to do; so is ``memory.db``, whose views
 and leases are not derived from the topic alone.
 
@@ -130,16 +130,20 @@ def count_damage(processed: int, log_hw: int, topic_end: int, topic: Path) -> No
 
 def derived_behind(applied: int, logged: int, indexed: int | None, processed: int, topic_end: int,
                    known: list[str]) -> list[str]:  # fmt: skip
-    """What the derived stores lack, from counts: each processed event is one log row and
-    one search document, so a store holding fewer than the state has applied lost some.
-    ``known``: what was found already (a store moved aside is not reported twice)."""
+    """Which derived stores were lost, from counts: an empty log or index while the state
+    has applied events (``log/`` or ``index/`` deleted), or no state while the others hold
+    events (``state.db`` deleted). ``known``: stores already reported (moved aside).
+
+    Only a store found empty counts as lost: a record a sink could never take (dead-
+    lettered with its reason, processing going on) leaves a store short of the applied
+    count for good, and taking that for damage would rebuild on every start."""
     notes: list[str] = []
     if not _known("state.db", known) and processed == 0 and topic_end > 0 and (logged > 0 or (indexed or 0) > 0):
         notes.append("state.db was missing")
-    if logged < applied and not _known("log/", known):
-        notes.append(f"log/ was missing events ({logged:,} of {applied:,})")
-    if indexed is not None and indexed < applied and not _known("index/", known):
-        notes.append(f"index/ was missing events ({indexed:,} of {applied:,})")
+    if logged == 0 < applied and not _known("log/", known):
+        notes.append(f"log/ was missing (0 of {applied:,} events)")
+    if indexed == 0 < applied and not _known("index/", known):
+        notes.append(f"index/ was missing (0 of {applied:,} events)")
     return notes
 
 

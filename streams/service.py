@@ -184,8 +184,6 @@ class EmbeddedService:
         notes += derived_behind(applied, logged, indexed, processed, topic_end, notes)
         if not notes:
             return
-        if 0 < logged < applied:  # holes: appending the missing rows cannot tell which they are
-            self.log.truncate_log()
         self.states.reset()
         self.index.clear()
         self.log.truncate_derived()
