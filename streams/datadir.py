@@ -139,7 +139,7 @@ def derived_behind(applied: int, logged: int, indexed: int | None, processed: in
     count for good, and taking that for damage would rebuild on every start."""
     notes: list[str] = []
     if not _known("state.db", known) and processed == 0 and topic_end > 0 and (logged > 0 or (indexed or 0) > 0):
-        notes.append("state.db was missing")
+        notes.append("state.db was missing or empty")
     if logged == 0 < applied and not _known("log/", known):
         notes.append(f"log/ was missing (0 of {applied:,} events)")
     if indexed == 0 < applied and not _known("index/", known):

@@ -96,3 +96,25 @@ def test_rebuild_through_a_running_server_completes_and_the_server_still_stops_o
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     assert not (Path(env["AGENTLOG_DATA_DIR"]) / "server.json").exists()  # removed on a clean stop
+
+
+def test_a_rebuild_stopped_by_the_server_shutting_down_is_finished_from_the_topic_on_the_next_start(
+    settings, capfd
+) -> None:
+    from streams.rebuild import RebuildInterrupted  # noqa: PLC0415
+    from streams.service import EmbeddedService  # noqa: PLC0415
+
+    service = EmbeddedService(settings)
+    service.publish(b"\n".join(synthetic_events(EVENTS, 40)))
+    service.catch_up()
+    before = {t: service.state(t) for t in service.threads()}
+    service.stopping.set()  # what SIGTERM to `agentlog run` does
+    with pytest.raises(RebuildInterrupted, match="after 5,000 of 12,000"):
+        service.rebuild()
+    service.close()
+    again = EmbeddedService(settings)
+    try:
+        assert {t: again.state(t) for t in again.threads()} == before
+        assert "state.db was missing or empty; rebuilt from the topic" in capfd.readouterr().err
+    finally:
+        again.close()
