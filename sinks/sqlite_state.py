@@ -29,15 +29,16 @@ class SqliteStateStore:
         self.path = path
         self._db = sqlite_db.connect(path, timeout=30)
         self._db.executescript(_SCHEMA)
-        # Read the positions and every applied id now: a corrupt file fails on open, where
-        # the data directory's check moves it aside and rebuilds it (``streams.datadir``).
-        self._applied = int(self._db.execute("SELECT count(*) FROM applied").fetchone()[0])
+        # Read what every start needs now: a corrupt file fails on open, where the data
+        # directory's check moves it aside and rebuilds it (``streams.datadir``).
         self._db.execute("SELECT * FROM positions").fetchall()
+        self._db.execute("SELECT event_id FROM applied LIMIT 1").fetchall()
         self._lock = threading.Lock()
 
     def applied_count(self) -> int:
-        """How many events the last checkpoint had applied (counted on open)."""
-        return self._applied
+        """How many events the last checkpoint had applied (reads every id: not per query)."""
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM applied").fetchone()[0])
 
     def load(self, thread_id: str) -> ThreadSnapshot | None:
         with self._lock:
@@ -87,7 +88,6 @@ class SqliteStateStore:
             self._db.executescript(
                 "DELETE FROM thread_state; DELETE FROM applied; DELETE FROM positions;"
             )
-            self._applied = 0
 
     def close(self) -> None:
         with self._lock:

@@ -177,10 +177,12 @@ class EmbeddedService:
     def _heal(self, notes: list[str], on_progress: Callable[[int, int], None] | None) -> None:
         """Rebuild the derived stores from the topic when one was lost, corrupt or behind."""
         topic_end = self.bus.end_offsets()[0]
-        processed, applied = self.driver.events_pos, self.states.applied_count()
+        processed = self.driver.events_pos
         count_damage(processed, self.driver.log_events_hw, topic_end, Path(self.bus.path))
         logged = self.log.count_events()
         indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None  # tantivy only
+        # Only an empty store can count as lost: the applied ids are counted only then.
+        applied = self.states.applied_count() if 0 in (logged, indexed) else 0
         notes += derived_behind(applied, logged, indexed, processed, topic_end, notes)
         if not notes:
             return
