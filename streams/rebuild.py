@@ -48,7 +48,7 @@ def replay_log(
     def flush() -> None:
         result = replay.pipeline.process(batch)
         log.upsert_pairs([p.row() for p in result.pairs])
-        index.add(search_docs(result.applied))
+        index.add(search_docs(result.applied), new=True)  # each event once: the pipeline dedups
         replay.events += len(batch)
         batch.clear()
         if on_progress:
