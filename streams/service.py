@@ -140,8 +140,8 @@ class EmbeddedService:
     """The embedded deployment's stores and the operations on them."""
 
     def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None) -> None:
-        """Open the data directory's stores; a derived one that is lost, corrupt or behind
-        is rebuilt from the topic here (``on_progress`` shows it), see ``streams.datadir``."""
+        """Open the data directory's stores; a derived one that is lost or corrupt is
+        rebuilt from the topic here (``on_progress`` shows it), see ``streams.datadir``."""
         self.settings = settings
         notes: list[str] = []
         self.bus = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
@@ -152,7 +152,11 @@ class EmbeddedService:
             open_derived(settings.path("index"), lambda _p: open_search_index(settings), notes)  # fmt: skip
         self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
         self.driver = self._new_driver()
-        self._heal(notes, on_progress)
+        try:
+            self._heal(notes, on_progress)
+        except BaseException:
+            self._close_stores()  # a damaged topic: nothing is served from this directory
+            raise
         # Serialises the driver and readers of its in-memory state (the HTTP server
         # runs the driver in a background thread).
         self.lock = threading.RLock()
@@ -175,7 +179,8 @@ class EmbeddedService:
         )  # fmt: skip
 
     def _heal(self, notes: list[str], on_progress: Callable[[int, int], None] | None) -> None:
-        """Rebuild the derived stores from the topic when one was lost, corrupt or behind."""
+        """Rebuild the derived stores from the topic when one was lost or corrupt; a topic
+        that lost records already processed is a ``CorruptStore``."""
         topic_end = self.bus.end_offsets()[0]
         processed = self.driver.events_pos
         count_damage(processed, self.driver.log_events_hw, topic_end, Path(self.bus.path))
@@ -435,12 +440,15 @@ class EmbeddedService:
             if not self.interrupted:
                 self.driver.refresh()
                 self.driver.checkpoint()
-            self.index.close()
             if self._memory is not None:
                 self._memory.close()
-            self.states.close()
-            self.bus.close()
-            self.log.close()
+            self._close_stores()
+
+    def _close_stores(self) -> None:
+        self.index.close()
+        self.states.close()
+        self.bus.close()
+        self.log.close()
 
 
 __all__ = [
