@@ -105,11 +105,13 @@ def store_name(path: Path) -> str:
 
 
 def open_derived(path: Path, opener: Callable[[str], Any], notes: list[str]) -> Any:
-    """Open a derived store; a corrupt one is moved aside, noted, and opened afresh."""
+    """Open a derived store; a corrupt one is moved aside, noted, and opened afresh. A
+    store busy elsewhere or a disk that refuses (an ``OSError``) is not corruption, and
+    raises as it is."""
     try:
         return open_sqlite(path, opener, lambda p: "") if path.suffix == ".db" else opener(str(path))
-    except (CorruptStore, StoreError, ValueError, OSError) as error:
-        if isinstance(error, sqlite3.OperationalError):
+    except (CorruptStore, StoreError, ValueError) as error:
+        if isinstance(error, sqlite3.OperationalError) or "lock" in str(error).lower():
             raise
         reason = error.problem if isinstance(error, CorruptStore) else str(error).replace(str(path), store_name(path))
         reason = " ".join(reason.split())
