@@ -69,8 +69,11 @@ def sqlite_problem(path: Path) -> str | None:
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
-    # The header's page count is only valid when its change counter matches (SQLite's rule).
-    if header[24:28] == header[92:96] and pages and size < pages * page_size:
+    # The header's page count is only valid when its change counter matches (SQLite's
+    # rule); with a WAL, pages a checkpoint cut short are still in it (not a truncation).
+    wal = path.with_name(path.name + "-wal")
+    in_wal = wal.exists() and wal.stat().st_size > 0
+    if header[24:28] == header[92:96] and pages and size < pages * page_size and not in_wal:
         return f"truncated: {size:,} of {pages * page_size:,} bytes"
     return None
 
