@@ -95,7 +95,7 @@ def move_aside(path: Path) -> Path:
     """Rename a damaged store (and a SQLite file's -wal and -shm) to ``<name>.corrupt-<time>``."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
     target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("-wal", "-shm", ""):  # the WAL first: never left beside a new database
         part = path.with_name(path.name + suffix)
         if part.exists():
             part.rename(target.with_name(target.name + suffix))
