@@ -64,7 +64,9 @@ class LogStore(Protocol):
 class SearchIndex(Protocol):
     """An eventually consistent full-text index: writes become visible at ``refresh``."""
 
-    def add(self, docs: Sequence[dict[str, Any]]) -> None: ...
+    def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:
+        """Upsert by ``event_id``; ``new``: none of them is in the index (skip the delete)."""
+
     def tick(self) -> None:
         """Called every refresh interval; an engine with its own refresh does nothing."""
 

@@ -25,6 +25,9 @@ from sinks.sql_sandbox import (
 _RESULT_FORMAT = "JSONCompact"
 """Analyst results come back as bytes first, so their size is checked before decoding."""
 
+REPLAY_PAGE = 5000
+"""Rows a replay reads per query (one page is held in memory at a time)."""
+
 _INSERT_SETTINGS = {"date_time_input_format": "best_effort", "input_format_skip_unknown_fields": 1}
 
 
@@ -227,20 +230,32 @@ class ClickHouseLogStore:
         )
         return [LoggedEvent(*row) for row in reversed(result.result_rows)]
 
-    def replay(self, thread_id: str | None = None) -> Iterator[LoggedEvent]:
-        where = "WHERE thread_id = {t:String}" if thread_id else ""
+    def replay(self, thread_id: str | None = None, page: int = REPLAY_PAGE) -> Iterator[LoggedEvent]:
+        """Every logged event (or one thread's) in sort-key order, read in pages.
+
+        The lock is held per page, never across a ``yield``: a replay writes pair rows
+        through this same store between pages (holding it across the stream deadlocked
+        ``rebuild`` at its first flush). Paging by the sort key ``(thread_id, partition,
+        offset)`` reads each page from its own range of the table, and holds one page in
+        memory, however long the log.
+        """
+        where = "thread_id = {t:String} AND " if thread_id else ""
         sql = (
-            f"SELECT event_id, thread_id, raw, partition, offset FROM events {where} "
-            "ORDER BY thread_id, partition, offset"
+            "SELECT event_id, thread_id, raw, partition, offset FROM events "
+            f"WHERE {where}thread_id >= {{at_t:String}} "
+            "AND (thread_id, partition, offset) > ({at_t:String}, {at_p:UInt32}, {at_o:Int64}) "
+            "ORDER BY thread_id, partition, offset LIMIT {n:UInt32}"
         )
-        with self._lock:
-            with self._client.query_row_block_stream(
-                sql, parameters={"t": thread_id} if thread_id else None,
-                column_formats={"raw": "bytes"},
-            ) as stream:  # fmt: skip
-                for block in stream:
-                    for row in block:
-                        yield LoggedEvent(*row)
+        after: tuple[str, int, int] = ("", 0, -1)
+        while True:
+            params = {"t": thread_id or "", "at_t": after[0], "at_p": after[1], "at_o": after[2], "n": page}
+            rows = self._query(sql, params, column_formats={"raw": "bytes"}).result_rows
+            for row in rows:
+                yield LoggedEvent(*row)
+            if len(rows) < page:
+                return
+            last = rows[-1]
+            after = (last[1], int(last[3]), int(last[4]))
 
     def append_memory(self, candidates: Sequence[dict[str, Any]], facts: Sequence[dict[str, Any]]) -> None:
         self._insert_json("memory_candidates", candidates)

@@ -69,7 +69,7 @@ class OpenSearchIndex:
             if "resource_already_exists" not in str(error):
                 raise StoreError(f"OpenSearch refused the index {index}: {error}") from error
 
-    def add(self, docs: Sequence[dict[str, Any]]) -> None:
+    def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:  # an index op upserts anyway
         # The bulk body is built with orjson: the client's own JSON encoding of every
         # action and document was a tenth of the Kafka worker's sink time.
         for start in range(0, len(docs), BULK_DOCS):

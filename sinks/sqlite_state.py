@@ -29,7 +29,16 @@ class SqliteStateStore:
         self.path = path
         self._db = sqlite_db.connect(path, timeout=30)
         self._db.executescript(_SCHEMA)
+        # Read what every start needs now: a corrupt file fails on open, where the data
+        # directory's check moves it aside and rebuilds it (``streams.datadir``).
+        self._db.execute("SELECT * FROM positions").fetchall()
+        self._db.execute("SELECT event_id FROM applied LIMIT 1").fetchall()
         self._lock = threading.Lock()
+
+    def applied_count(self) -> int:
+        """How many events the last checkpoint had applied (reads every id: not per query)."""
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM applied").fetchone()[0])
 
     def load(self, thread_id: str) -> ThreadSnapshot | None:
         with self._lock:

@@ -55,6 +55,10 @@ class TantivySearchIndex:
         # Every document added so far, committed or not, has an offset at or below this.
         self._high = max(self._visible.values(), default=-1)
 
+    def doc_count(self) -> int:
+        """Searchable documents (committed, not deleted): one per event processed."""
+        return int(self._index.searcher().num_docs)
+
     def _read_visible(self) -> dict[int, int]:
         self._index.reload()
         searcher = self._index.searcher()
@@ -67,17 +71,20 @@ class TantivySearchIndex:
         doc = searcher.doc(result.hits[0][1])
         return {0: int(doc["offset"][0])}
 
-    def add(self, docs: Sequence[dict[str, Any]]) -> None:
+    def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:
+        """Upsert ``docs``; ``new``: the caller knows none is in the index yet (a replay
+        after ``clear``, which goes thread by thread, not in offset order), so no delete
+        is queued for them (1M queued deletes held about 1.5 GB until the commit)."""
         with self._lock:
             for d in docs:
                 # Upsert by event_id: a replay after a crash must not duplicate a hit. A
                 # document past every offset added so far cannot be in the index yet, and
                 # skipping its delete halves the cost of adding it (an event keeps its offset;
                 # only a duplicate published again beyond the Kafka dedup horizon would not).
-                if d["offset"] <= self._high:
+                if d["offset"] <= self._high and not new:
                     self._writer.delete_documents_by_term("event_id", d["event_id"])
                 else:
-                    self._high = d["offset"]
+                    self._high = max(self._high, d["offset"])
                 # from_dict with the schema converts about 3x faster than keyword arguments.
                 self._writer.add_document(
                     tantivy.Document.from_dict({k: v for k, v in d.items() if v is not None}, self._schema)

@@ -9,8 +9,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import resource
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,6 +22,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 
 from processors.pipeline import MemorySeen, Pipeline, Record
@@ -163,14 +168,70 @@ def run_memory_section(args: argparse.Namespace) -> None:
           f"{mem['consolidate_seconds']} s", flush=True)  # fmt: skip
 
 
+def _timed_rebuild(env: dict[str, str]) -> float:
+    """`agentlog rebuild` as a user runs it (its progress bar on this terminal)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", "rebuild", "--json"], env=env,
+                          stdout=subprocess.PIPE, check=True)  # fmt: skip
+    elapsed = time.perf_counter() - t0
+    print(f"  {orjson.loads(proc.stdout)}", flush=True)
+    return elapsed
+
+
+def _serve(env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{env['AGENTLOG_HTTP_PORT']}/healthz"
+    for _ in range(600):
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("agentlog run did not start")
+
+
+def _peak_rss_mib(pid: int) -> int:
+    """A live process's peak resident set (VmHWM), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+def run_rebuild_section(args: argparse.Namespace) -> None:
+    """`agentlog rebuild` of an ``--events`` log, without a server and through one."""
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-rebuild-") as tmp:
+        print(f"building a log of {args.events:,} events over {args.threads:,} threads …", flush=True)
+        pipe, service = bench_pipeline(args.events, args.threads, Path(tmp))
+        service.close()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "AGENTLOG_DATA_DIR": tmp, "AGENTLOG_HTTP_PORT": str(port)}
+        alone = _timed_rebuild(env)
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024  # the only child so far
+        print(f"rebuild without a server: {pipe['log_rows']:,} events in {alone:.1f} s "
+              f"({pipe['log_rows'] / alone:,.0f} events/s); peak RSS {rss} MiB", flush=True)  # fmt: skip
+        server = _serve(env)
+        try:
+            served = _timed_rebuild(env)
+            print(f"rebuild through a running server: {served:.1f} s ({pipe['log_rows'] / served:,.0f} events/s); "
+                  f"server peak RSS {_peak_rss_mib(server.pid)} MiB", flush=True)  # fmt: skip
+        finally:
+            server.terminate()
+            server.wait(timeout=120)
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from streams import bench_context, bench_kafka  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
                 "context": lambda _args: bench_context.run(),
-                "kafka": lambda a: bench_kafka.run(a.kafka_events)}  # fmt: skip
+                "kafka": lambda a: bench_kafka.run(a.kafka_events), "rebuild": run_rebuild_section}  # fmt: skip
     # The Kafka section needs servers; "all" runs it only when they are configured.
-    chosen = [args.only] if args.only != "all" else [s for s in sections if s != "kafka" or Settings.from_env().kafka_bootstrap]
+    chosen = [args.only] if args.only != "all" else [s for s in sections if s != "rebuild" and
+                                                     (s != "kafka" or Settings.from_env().kafka_bootstrap)]  # fmt: skip
     return max(sections[name](args) or 0 for name in chosen)
 
 

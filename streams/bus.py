@@ -48,6 +48,7 @@ class SqliteEventBus:
         self.path = path
         self._db = sqlite_db.connect(path, timeout=60)
         self._db.executescript(_SCHEMA)
+        self._db.execute("SELECT max(offset) FROM events").fetchone()  # a corrupt file fails on open
         self._lock = threading.Lock()
 
     def append(

@@ -7,10 +7,12 @@ import csv
 import io
 import json
 import logging
+import os
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +91,12 @@ def backend(settings: Settings) -> Iterator[Any]:
         return
     from streams.service import EmbeddedService  # noqa: PLC0415
 
-    service = EmbeddedService(settings)
+    try:
+        with _progress("rebuilding from the topic") as update:  # only if a store needs it
+            service = EmbeddedService(settings, update)
+    except BaseException:
+        lock.release()
+        raise
     try:
         yield service
     finally:
@@ -100,15 +107,24 @@ def backend(settings: Settings) -> Iterator[Any]:
 @contextmanager
 def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar on stderr when it is a terminal (silent otherwise); yields its
-    ``update(done, total)``."""
+    ``update(done, total)``. The bar appears at the first update, so work that turns out
+    to be nothing (a data directory with nothing to heal) shows none."""
     if not sys.stderr.isatty():
         yield lambda _d, _t: None
         return
     from rich.progress import Progress  # noqa: PLC0415
 
-    with Progress(transient=True) as bar:
-        task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+    with ExitStack() as stack:
+        shown: list[tuple[Progress, Any]] = []
+
+        def update(done: int, total: int) -> None:
+            if not shown:
+                bar = stack.enter_context(Progress(transient=True))
+                shown.append((bar, bar.add_task(label, total=total or None)))
+            bar, task = shown[0]
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
 
 
 # -- commands -------------------------------------------------------------------------
@@ -426,11 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
     p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
     p.add_argument("--kafka-events", type=int, default=100_000, help="events for the Kafka benchmark")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka"], default="all",
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka", "rebuild"], default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
                         "context (assembly vs thread length, naive baseline, search, retention table), "
                         "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
-                        "eval \"$(infra/up)\"; part of 'all' when Kafka is configured)")
+                        "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
+                        "of an --events log, without a server and through one; not part of 'all')")
     return parser
 
 
@@ -441,9 +458,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr,
     )  # fmt: skip
     tune_gc()
+    settings: Settings | None = None
     try:
         settings = Settings.from_env()
-        return int(args.fn(args, settings))
+        code = int(args.fn(args, settings))
+        sys.stdout.flush()  # here, so a closed pipe is seen below rather than at exit
+        return code
     except NotFound as error:
         print(f"agentlog: not found: {error}", file=sys.stderr)
         return 1
@@ -453,6 +473,16 @@ def main(argv: list[str] | None = None) -> int:
     except StaleToken as error:
         print(f"agentlog: refused: {error}", file=sys.stderr)
         return 3
+    except BrokenPipeError:
+        # The reader went away (`agentlog sql ... | head`): nothing more to say. Python's
+        # documented recipe: point stdout at devnull so the exit flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except sqlite3.DatabaseError as error:  # a store went bad while in use
+        from streams.datadir import diagnose  # noqa: PLC0415
+
+        print(f"agentlog: error: {diagnose(settings, error) if settings else error}", file=sys.stderr)
+        return 1
     except (StoreError, UsageError, OSError, ValueError) as error:
         print(f"agentlog: error: {error}", file=sys.stderr)
         return 1

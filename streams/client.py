@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,30 @@ class RemoteService:
         return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
 
     def rebuild(self, on_progress: Any = None) -> dict[str, Any]:
-        return self._check(lambda: self.http.post("/rebuild", headers=JSON))
+        """``POST /rebuild`` (no time limit: a million events take minutes), showing the
+        progress the server reports in ``/healthz`` meanwhile."""
+        answer: list[Any] = []
+        call = threading.Thread(target=lambda: answer.append(self._try(
+            lambda: self.http.post("/rebuild", headers=JSON, timeout=None))), daemon=True)  # fmt: skip
+        call.start()
+        while call.is_alive():
+            call.join(0.5)
+            if on_progress is not None and call.is_alive():
+                try:
+                    done = self.http.get("/healthz", timeout=2.0).json().get("rebuild")
+                except (httpx.HTTPError, ValueError):
+                    done = None
+                if done:
+                    on_progress(done["done"], done["total"])
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
+
+    def _try(self, send: Any) -> Any:
+        try:
+            return self._check(send)
+        except BaseException as error:  # noqa: BLE001 - handed to the calling thread
+            return error
 
     def close(self) -> None:
         self.http.close()

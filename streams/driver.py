@@ -177,6 +177,9 @@ class EmbeddedDriver:
         if not self.dirty and not self.seen.since_checkpoint and positions == self._checkpointed:
             self._last_checkpoint = time.monotonic()
             return  # nothing new: queries that catch up first cost no write
+        # The index commits first: positions past documents a crash could still lose
+        # would never add them again (the log and pairs are written synchronously).
+        self.refresh()
         snapshots = [self.pipeline.threads[t].snapshot() for t in self.dirty]
         self.states.checkpoint(snapshots, list(self.seen.since_checkpoint), positions)
         self._checkpointed = positions

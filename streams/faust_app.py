@@ -225,10 +225,11 @@ def create_app(settings: Settings) -> faust.App:
                      "going on from %d", event_feed.topic, p, start, end - 1, end)  # fmt: skip
         return checked
 
-    async def caught_up(web: Any, timeout: float = 10.0) -> Any:
+    async def caught_up(web: Any, timeout: float = 10.0, busy_when_behind: bool = False) -> Any:
         """Read-your-writes: wait until every event the broker held when this was called
         has been applied here (cheap when the processor is not behind). Returns a 503
-        response instead while the tables are still being restored."""
+        response instead while the tables are still being restored, and when still behind
+        after ``timeout`` if ``busy_when_behind`` (else the answer goes out as it is)."""
         if not ready.is_set() or app.in_recovery:
             return web.json({"error": "this worker is restoring its state tables (after a start or a rebalance); "
                                       "try again in a few seconds"}, status=503)  # fmt: skip
@@ -239,6 +240,9 @@ def create_app(settings: Settings) -> faust.App:
         deadline = asyncio.get_running_loop().time() + timeout
         while any(processed.get(p, 0) < end for p, end in ends.items() if end):
             if asyncio.get_running_loop().time() > deadline:
+                if busy_when_behind:
+                    return web.json({"error": "this worker has not applied every published event yet; "
+                                              "try again in a few seconds"}, status=503)  # fmt: skip
                 log.warning("answering before the processor caught up: %s behind %s", processed, ends)
                 return None
             await asyncio.sleep(0.01)
@@ -520,6 +524,10 @@ def create_app(settings: Settings) -> faust.App:
             return busy
         snapshot = load(thread_id)
         if snapshot is None:
+            # Only a processor that has applied everything may say "no events": one that
+            # is still behind (under load, past the wait above) answers 503, try again.
+            if (busy := await caught_up(web, timeout=0.0, busy_when_behind=True)) is not None:
+                return busy
             return web.json({"error": f"no events for thread {thread_id!r}"}, status=404)
         return web.json(redact_if(settings.redact, snapshot.state.public()))
 

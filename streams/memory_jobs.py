@@ -21,9 +21,10 @@ from processors import memory
 from processors.redaction import redact_value
 from processors.validation import validate
 from schemas.events import Envelope
-from sinks.memory_sqlite import MemoryStore, StaleToken
+from sinks.memory_sqlite import StaleToken
 from streams.bus import SqliteEventBus
 from streams.config import Settings
+from streams.datadir import open_memory
 from streams.service import publish_to
 
 log = logging.getLogger("agentlog.memory")
@@ -52,7 +53,7 @@ class Memory:
         self.settings = settings
         self.clock = clock
         self.bus = SqliteEventBus(str(settings.path("topic.db")))
-        self.store = MemoryStore(str(settings.path("memory.db")))
+        self.store = open_memory(settings.path("memory.db"))
 
     # -- phase 1 ------------------------------------------------------------------------
 

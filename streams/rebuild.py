@@ -12,11 +12,16 @@ from dataclasses import dataclass, field
 from processors.pipeline import Pipeline, Record
 from processors.records import search_docs
 from processors.thread import PairingConfig
-from sinks.base import LogStore, SearchIndex
+from sinks.base import LogStore, SearchIndex, StoreError
 
 REPLAY_BATCH = 5000
 
 Progress = Callable[[int, int], None]
+
+
+class RebuildInterrupted(StoreError):
+    """The replay stopped between batches (the server was asked to stop): the derived
+    stores are partly rebuilt, and the next start rebuilds them from the topic."""
 
 
 @dataclass
@@ -27,9 +32,13 @@ class Replay:
     """Each thread's source partition (where its changelog records belong on Kafka)."""
 
 
-def replay_log(log: LogStore, index: SearchIndex, pairing: PairingConfig, on_progress: Progress | None = None) -> Replay:
+def replay_log(
+    log: LogStore, index: SearchIndex, pairing: PairingConfig, on_progress: Progress | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Replay:
     """Empty the derived table and the index, then replay every logged event through a
-    fresh pipeline, writing pair rows and search documents as it goes."""
+    fresh pipeline, writing pair rows and search documents as it goes. The log is read a
+    page at a time, so memory grows with threads and event ids, not with the events."""
     total = log.count_events()
     log.truncate_derived()
     index.clear()
@@ -39,11 +48,13 @@ def replay_log(log: LogStore, index: SearchIndex, pairing: PairingConfig, on_pro
     def flush() -> None:
         result = replay.pipeline.process(batch)
         log.upsert_pairs([p.row() for p in result.pairs])
-        index.add(search_docs(result.applied))
+        index.add(search_docs(result.applied), new=True)  # each event once: the pipeline dedups
         replay.events += len(batch)
         batch.clear()
         if on_progress:
             on_progress(replay.events, total)
+        if should_stop():
+            raise RebuildInterrupted(f"rebuild stopped after {replay.events:,} of {total:,} events")
 
     for logged in log.replay():
         batch.append(Record(logged.partition, logged.offset, logged.raw))
@@ -55,4 +66,4 @@ def replay_log(log: LogStore, index: SearchIndex, pairing: PairingConfig, on_pro
     return replay
 
 
-__all__ = ["Replay", "replay_log"]
+__all__ = ["RebuildInterrupted", "Replay", "replay_log"]

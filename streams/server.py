@@ -8,8 +8,7 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import FrameType
 
 import uvicorn
 
@@ -31,20 +30,6 @@ def client_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-@contextmanager
-def _stop_signals_return() -> Iterator[None]:
-    """uvicorn stops gracefully on SIGTERM/SIGINT, then raises the signal again with the
-    handler it found: by default that ends the process (SIGTERM) or raises
-    KeyboardInterrupt before ``serve``'s cleanup, leaving a stale ``server.json``. Here the
-    handler it finds returns, so the cleanup runs; a second signal during it acts as usual."""
-    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def serve(settings: Settings, host: str, port: int) -> int:
     refused = bind_refusal(host, settings.api_token)
     if refused:
@@ -63,14 +48,38 @@ def serve(settings: Settings, host: str, port: int) -> int:
     marker.write_text(json.dumps({"url": client_url(host, port), "pid": os.getpid(), **identity}))
     try:
         print(f"agentlog: serving {settings.data_dir} on http://{host}:{port}", file=sys.stderr)
-        with _stop_signals_return():
-            app = build_app(service, Policy.of(settings, host), identity)
-            uvicorn.run(app, host=host, port=port, log_level="warning")
+        app = build_app(service, Policy.of(settings, host), identity)
+        _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning"))
     finally:
         marker.unlink(missing_ok=True)
         service.close()
         lock.release()
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which also tells the service to stop (a rebuild in progress ends
+    at its next batch rather than holding the shutdown for minutes)."""
+
+    def __init__(self, config: uvicorn.Config, service: EmbeddedService) -> None:
+        super().__init__(config)
+        self.service = service
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.service.stopping.set()
+        super().handle_exit(sig, frame)
+
+
+def _run(service: EmbeddedService, config: uvicorn.Config) -> None:
+    # uvicorn raises the signal it caught again once it has shut down; with the default
+    # handlers that killed the process before `serve` could close the stores and remove
+    # server.json. These handlers let it return instead.
+    previous = {sig: signal.signal(sig, lambda *_: service.stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        _Server(config, service).run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 __all__ = ["client_url", "serve"]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -33,6 +35,7 @@ from sinks.memory_sqlite import MemoryStore
 from sinks.sqlite_state import SqliteStateStore
 from streams.bus import SqliteEventBus
 from streams.config import Settings
+from streams.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from streams.driver import EmbeddedDriver
 from streams.publish_check import PublishReport, check_records, split_records
 from streams.rebuild import replay_log
@@ -92,19 +95,33 @@ class DataDirLock:
 class EmbeddedService:
     """The embedded deployment's stores and the operations on them."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None) -> None:
+        """Open the data directory's stores; a derived one that is lost or corrupt is
+        rebuilt from the topic here (``on_progress`` shows it), see ``streams.datadir``."""
         self.settings = settings
-        self.bus = SqliteEventBus(str(settings.path("topic.db")))
-        self.log = open_log_store(settings)
-        self.index = open_search_index(settings)
-        self.states = SqliteStateStore(str(settings.path("state.db")))
+        notes: list[str] = []
+        self.bus = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
+        embedded_log = not settings.clickhouse_url
+        self.log = open_derived(settings.path("log"), lambda _p: open_log_store(settings), notes) \
+            if embedded_log else open_log_store(settings)  # fmt: skip
+        self.index = open_search_index(settings) if settings.opensearch_url else \
+            open_derived(settings.path("index"), lambda _p: open_search_index(settings), notes)  # fmt: skip
+        self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
         self.driver = self._new_driver()
+        try:
+            self._heal(notes, on_progress)
+        except BaseException:
+            self._close_stores()  # a damaged topic: nothing is served from this directory
+            raise
         # Serialises the driver and readers of its in-memory state (the HTTP server
         # runs the driver in a background thread).
         self.lock = threading.RLock()
         self.serving = False
         # Stores the live loop cannot write right now: name -> last error (health, metrics).
         self.failing: dict[str, str] = {}
+        self.stopping = threading.Event()  # set on SIGTERM: a running rebuild ends early
+        self.rebuilding: tuple[int, int] | None = None  # (done, total) while one runs
+        self.interrupted = False
         self._memory: MemoryStore | None = None
         self.summariser: Summariser | None = None
         if settings.summary_url:
@@ -119,6 +136,26 @@ class EmbeddedService:
             batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, refresh_s=s.refresh_seconds,
             max_event_bytes=s.max_event_bytes,
         )  # fmt: skip
+
+    def _heal(self, notes: list[str], on_progress: Callable[[int, int], None] | None) -> None:
+        """Rebuild the derived stores from the topic when one was lost or corrupt; a topic
+        that lost records already processed is a ``CorruptStore``."""
+        topic_end = self.bus.end_offsets()[0]
+        processed = self.driver.events_pos
+        count_damage(processed, self.driver.log_events_hw, topic_end, Path(self.bus.path))
+        logged = self.log.count_events()
+        indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None  # tantivy only
+        # Only an empty store can count as lost: the applied ids are counted only then.
+        applied = self.states.applied_count() if 0 in (logged, indexed) else 0
+        notes += derived_behind(applied, logged, indexed, processed, topic_end, notes)
+        if not notes:
+            return
+        self.states.reset()
+        self.index.clear()
+        self.log.truncate_derived()
+        self.driver = self._new_driver()
+        done = self.driver.run_until_idle(on_progress).processed
+        print(f"agentlog: {'; '.join(notes)}; rebuilt from the topic ({done:,} records)", file=sys.stderr)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -275,12 +312,28 @@ class EmbeddedService:
     # -- maintenance ------------------------------------------------------------------
 
     def rebuild(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Replay the immutable log into fresh state, pairs and index."""
+        """Replay the immutable log into fresh state, pairs and index. Its progress is in
+        ``health()`` (what a client of the server shows); ``stopping`` ends it early."""
+
+        def progress(done: int, total: int) -> None:
+            self.rebuilding = (done, total)
+            if on_progress:
+                on_progress(done, total)
+
         with self.lock:
             self.driver.run_until_idle()
             positions = {"events": self.driver.events_pos, "dlq": self.driver.dlq_pos}
             self.states.reset()
-            replay = replay_log(self.log, self.index, self.settings.pairing, on_progress)
+            try:
+                replay = replay_log(self.log, self.index, self.settings.pairing, progress, self.stopping.is_set)
+            except BaseException:
+                # State is empty now: the next start rebuilds it from the topic (``_heal``),
+                # and this process must not drain the whole topic again on its way out.
+                self.interrupted = True
+                self.driver = self._new_driver()
+                raise
+            finally:
+                self.rebuilding = None
             threads = replay.pipeline.threads
             self.states.checkpoint(
                 [tp.snapshot() for tp in threads.values()], list(replay.pipeline.seen.ids), positions  # type: ignore[attr-defined]
@@ -290,7 +343,7 @@ class EmbeddedService:
 
     def _memory_store(self) -> MemoryStore:
         if self._memory is None:
-            self._memory = MemoryStore(str(self.settings.path("memory.db")))
+            self._memory = open_memory(self.settings.path("memory.db"))
         return self._memory
 
     def memory_facts(self, project: str) -> list[dict[str, Any]]:
@@ -321,6 +374,7 @@ class EmbeddedService:
             "pending": self.driver.pending(),
             "processed_offset": self.driver.events_pos,
             "index_visible_offset": self.index.visible_offsets().get(0, 0),
+            **({"rebuild": dict(zip(("done", "total"), self.rebuilding))} if self.rebuilding else {}),
         }
 
     # -- serving ----------------------------------------------------------------------
@@ -359,7 +413,8 @@ class EmbeddedService:
             with self.lock:
                 if rebuild:
                     self.driver = self._new_driver()
-                self.driver.run_until_idle()
+                if not self.interrupted:
+                    self.driver.run_until_idle()
         except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
             log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
 
@@ -384,14 +439,18 @@ class EmbeddedService:
 
     def close(self) -> None:
         with self.lock:
-            self.driver.refresh()
-            self.driver.checkpoint()
-            self.index.close()
+            if not self.interrupted:
+                self.driver.refresh()
+                self.driver.checkpoint()
             if self._memory is not None:
                 self._memory.close()
-            self.states.close()
-            self.bus.close()
-            self.log.close()
+            self._close_stores()
+
+    def _close_stores(self) -> None:
+        self.index.close()
+        self.states.close()
+        self.bus.close()
+        self.log.close()
 
 
 __all__ = [

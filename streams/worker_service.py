@@ -24,6 +24,7 @@ from schemas.search import Hit, SearchFilters
 from sinks.base import LogStore, LoggedEvent, SearchIndex, StoreError
 from sinks.memory_sqlite import MemoryStore
 from streams.config import Settings
+from streams.datadir import open_memory
 from streams.service import NotFound
 
 RECENT = 1000
@@ -168,7 +169,7 @@ class WorkerService:
 
     def memory_facts(self, project: str) -> list[dict[str, Any]]:
         if self._memory is None:
-            self._memory = MemoryStore(str(self.settings.path("memory.db")))
+            self._memory = open_memory(self.settings.path("memory.db"))
         _version, facts = self._memory.published()
         return [f for f in facts.values() if f["project"] == project]
 

@@ -81,6 +81,9 @@ def _docker_answers() -> bool:
 
 
 _CONTAINERS: list = []
+_LAUNCHED: list[str] = []
+"""Servers this test session started with infra/launch.py (not those CI's infra/up gave
+through the environment, nor one already running): their JVMs must not outlive pytest."""
 
 
 def _container(service: str) -> str:
@@ -116,6 +119,8 @@ def _server(service: str, variable: str) -> str:
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     for line in proc.stdout.splitlines():
         if line.startswith(f"export {variable}="):
+            if f"{service} already running" not in proc.stderr:
+                _LAUNCHED.append(service)  # started for this session: stopped at its end
             return line.split("=", 1)[1]
     pytest.fail(f"{service} could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")
 
@@ -123,6 +128,12 @@ def _server(service: str, variable: str) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for container in _CONTAINERS:
         container.stop()
+    if _LAUNCHED:
+        import subprocess  # noqa: PLC0415
+        import sys  # noqa: PLC0415
+
+        launcher = Path(__file__).resolve().parent.parent / "infra" / "launch.py"
+        subprocess.run([sys.executable, str(launcher), "down", *_LAUNCHED], capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session")

@@ -77,6 +77,9 @@ def state_when_served(settings: Settings, thread_id: str, timeout: float = 120) 
     while True:
         response = httpx.get(url, timeout=60, follow_redirects=True)
         if response.status_code != 503 or time.monotonic() > deadline:
+            # An error body is not a state: say what the worker answered (a KeyError on
+            # 'event_count' said nothing).
+            assert response.status_code == 200, f"{response.status_code} {response.text}"
             return response.json()
         time.sleep(0.5)
 

@@ -1,0 +1,90 @@
+"""The data directory heals what is derived and names what is not (issue 12): each store
+damaged by hand, then an ordinary command, as a user would meet it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streams.demo import synthetic_events
+from tests.test_e2e_embedded import agentlog
+
+EVENTS = 3_000
+
+
+@pytest.fixture
+def filled(cli_env: dict[str, str], tmp_path: Path) -> tuple[dict[str, str], Path, dict]:
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join(synthetic_events(EVENTS, 20)) + b"\n{not json")
+    agentlog(cli_env, "publish", str(events))
+    agentlog(cli_env, "run", "--until-idle")
+    state = orjson.loads(agentlog(cli_env, "state", "--json", "bench-00003").stdout)
+    return cli_env, Path(cli_env["AGENTLOG_DATA_DIR"]), state
+
+
+def _sql(env: dict[str, str], query: str) -> list[str]:
+    return agentlog(env, "sql", "--format", "csv", query).stdout.decode().splitlines()[1:]
+
+
+def test_a_corrupt_state_db_is_moved_aside_and_rebuilt_from_the_topic_with_a_one_line_notice(filled) -> None:
+    env, data, state = filled
+    (data / "state.db").write_bytes(b"not a database" * 1000)
+    proc = agentlog(env, "state", "--json", "bench-00003")
+    assert orjson.loads(proc.stdout) == state
+    notice = proc.stderr.decode()
+    assert "agentlog: state.db was corrupt (not a SQLite database; moved to state.db.corrupt-" in notice
+    assert f"rebuilt from the topic ({EVENTS + 1:,} records)" in notice and "Traceback" not in notice
+    assert [p for p in data.iterdir() if p.name.startswith("state.db.corrupt-")]
+
+
+def test_a_deleted_log_is_logged_again_from_the_topic_so_sql_never_answers_zero_events(filled) -> None:
+    env, data, _state = filled
+    shutil.rmtree(data / "log")
+    assert _sql(env, "SELECT count(), uniqExact(event_id) FROM events") == [f"{EVENTS},{EVENTS}"]
+    assert _sql(env, "SELECT count() FROM rejected_events") == ["1"]  # dead letters come back too
+    assert _sql(env, "SELECT count() > 0 FROM tool_calls") == ["1"]
+
+
+def test_a_deleted_index_is_rebuilt_so_search_finds_the_events_again(filled) -> None:
+    env, data, _state = filled
+    shutil.rmtree(data / "index")
+    hits = orjson.loads(agentlog(env, "search", "--json", "module", "--limit", "5").stdout)["hits"]
+    assert len(hits) == 5 and {h["source"] for h in hits} == {"index"}
+
+
+def test_a_corrupt_or_truncated_topic_is_a_clear_error_naming_the_file_and_what_to_do(filled) -> None:
+    env, data, _state = filled
+    topic = data / "topic.db"
+    original = topic.read_bytes()
+    for damage in (lambda: os.truncate(topic, len(original) // 2), lambda: topic.write_bytes(b"garbage" * 999),
+                   lambda: topic.write_bytes(b"")):  # fmt: skip
+        topic.write_bytes(original)
+        damage()
+        proc = agentlog(env, "state", "bench-00003", check=False)
+        message = proc.stderr.decode()
+        assert proc.returncode == 1 and "Traceback" not in message, message
+        assert str(topic) in message and "restore" in message and "backup" in message, message
+
+
+def test_a_corrupt_memory_db_is_a_clear_error_saying_how_to_extract_memory_again(filled) -> None:
+    env, data, _state = filled
+    agentlog(env, "memory", "status")
+    (data / "memory.db").write_bytes(b"\0garbage" * 500)
+    proc = agentlog(env, "memory", "status", check=False)
+    message = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in message, message
+    assert str(data / "memory.db") in message and "memory extract" in message, message
+
+
+def test_sql_piped_into_head_ends_quietly_without_a_broken_pipe_error(filled) -> None:
+    env, _data, _state = filled
+    proc = subprocess.run(f'"{sys.executable}" -m streams.cli sql "SELECT event_id FROM events" | head -2',
+                          shell=True, env=env, capture_output=True, timeout=300)  # fmt: skip
+    assert len(proc.stdout.splitlines()) == 2
+    assert b"Broken pipe" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
