@@ -19,11 +19,15 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from schemas.tables import DDL, MEMORY_DDL, REJECTED_COLUMNS
 from sinks.base import LoggedEvent, QueryResult, StoreError, redact_url
 from sinks.sql_sandbox import (
-    EXPLAIN_FORMAT, FunctionCatalogue, SqlLimits, SqlPolicy, SqlRefused, user_syntax_error,
+    EXPLAIN_FORMAT, FunctionCatalogue, SqlBusy, SqlLimits, SqlPolicy, SqlRefused, user_syntax_error,
 )  # fmt: skip
 
 _RESULT_FORMAT = "JSONCompact"
 """Analyst results come back as bytes first, so their size is checked before decoding."""
+
+_MAX_DECODED_VALUES = 5_000_000
+"""Python objects a result may decode to (a 64 MiB body of empty arrays would be 21 million
+lists, gigabytes in Python): counted from the body's separators, before decoding."""
 
 REPLAY_PAGE = 5000
 """Rows a replay reads per query (one page is held in memory at a time)."""
@@ -52,7 +56,11 @@ class AnalystSql:
             raise SqlRefused(f"the query is over {self._limits.max_query_chars:,} characters")
         if "\x00" in statement:
             raise SqlRefused("the query holds a NUL character")
-        with self._lock:
+        # One analyst query at a time on the connection; a caller waits at most for one
+        # query's time limit (plus a margin), then is told to come back.
+        if not self._lock.acquire(timeout=self._limits.timeout_seconds + 5):
+            raise SqlBusy("another analyst query is still running; try again in a few seconds")
+        try:
             client = self._open()
             self._policy_for(client).check(self._explain(client, statement))
             try:
@@ -62,17 +70,25 @@ class AnalystSql:
                 # next query gets a fresh one.
                 self._reset()
                 raise StoreError(self._say(str(error))) from error
+        finally:
+            self._lock.release()
         return self._decode(bytes(body))
 
     def _decode(self, body: bytes) -> QueryResult:
         """The result as rows, once its size is known to be within the limit (the engine
         does not apply ``max_result_bytes`` to what it hands back in-process)."""
+        too_large = self._limits.explain("TOO_MANY_ROWS_OR_BYTES") or "the result is too large"
         if len(body) > self._limits.max_result_bytes:
-            raise StoreError(self._limits.explain("TOO_MANY_ROWS_OR_BYTES") or "the result is too large")
+            raise StoreError(too_large)
+        if body.count(b",") + body.count(b"[") + body.count(b"{") > _MAX_DECODED_VALUES:
+            raise StoreError(f"{too_large} (it holds over {_MAX_DECODED_VALUES:,} values)")
         try:
-            result = orjson.loads(body)
-        except orjson.JSONDecodeError:  # an integer beyond 64 bits (UInt128, Int256)
-            result = json.loads(body)
+            try:
+                result = orjson.loads(body)
+            except orjson.JSONDecodeError:  # an integer beyond 64 bits (UInt128, Int256), or deep nesting
+                result = json.loads(body)
+        except (RecursionError, ValueError) as error:
+            raise StoreError(f"the result cannot be returned: {str(error)[:200]} (it nests too deeply?)") from error
         columns = [str(c["name"]) for c in result["meta"]]
         return QueryResult(columns, [tuple(row) for row in result["data"]])
 

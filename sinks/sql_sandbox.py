@@ -31,6 +31,19 @@ EXPLAIN_FORMAT = "TabSeparatedRaw"
 STATEMENTS = frozenset({"SelectWithUnionQuery", "DescribeQuery"})
 """A SELECT (WITH, UNION, INTERSECT, EXCEPT, subqueries, joins) or a DESCRIBE of a table."""
 
+NODES = frozenset({
+    "ArrayJoin", "Asterisk", "ColumnsExceptTransformer", "ColumnsListMatcher", "ColumnsRegexpMatcher",
+    "ColumnsReplaceTransformer", "ColumnsTransformerList", "DescribeQuery", "ExpressionList", "Function",
+    "Identifier", "InterpolateElement", "Literal", "OrderByElement", "QualifiedAsterisk",
+    "QualifiedColumnsListMatcher", "QualifiedColumnsRegexpMatcher", "SampleRatio",
+    "SelectIntersectExceptQuery", "SelectQuery", "SelectWithUnionQuery", "Subquery", "TableExpression",
+    "TableIdentifier", "TableJoin", "TablesInSelectQuery", "TablesInSelectQueryElement",
+    "WindowDefinition", "WindowListElement", "WithElement",
+})  # fmt: skip
+"""The syntax nodes a sandboxed statement may hold, and nothing else: a node the policy does
+not know (``* APPLY(f)``'s transformer prints no ``Function`` line for ``f``; ``SETTINGS``,
+query parameters) could hide what it calls, so it is refused, not passed over."""
+
 SAFE_CATEGORIES = frozenset({
     "Aggregate Functions", "Arithmetic", "Arrays", "Bit", "Bitmap", "Comparison", "Conditional",
     "Dates and Times", "Distance", "Encoding", "Encryption", "Financial", "Geo", "Geo Polygon",
@@ -66,11 +79,21 @@ SYNTAX_FUNCTIONS = frozenset({"lambda", "exists", "grouping", "tuple", "array"})
 """Names the parser gives to syntax (``x -> y``, ``EXISTS (...)``) rather than to catalogue entries."""
 
 TABLE_FUNCTIONS = frozenset({
-    "numbers", "numbers_mt", "values", "generate_series", "generateSeries", "primes", "view",
+    "numbers", "numbers_mt", "generate_series", "generateSeries", "primes", "view",
 })  # fmt: skip
 """Table functions that make rows from their arguments alone (``view``'s inner query is
 part of the same tree, and judged with it). Every file, URL, remote, database, dictionary
-and ``merge`` table function is refused."""
+and ``merge`` table function is refused, and so is ``values``: its structure string may
+declare ``ALIAS`` columns, expressions the tree shows only as a string literal."""
+
+COSTLY = frozenset({
+    "editDistance", "editDistanceUTF8", "levenshteinDistance", "levenshteinDistanceUTF8",
+    "damerauLevenshteinDistance", "jaroSimilarity", "jaroWinklerSimilarity",
+    "serverTimezone", "serverTimeZone", "timezone", "timeZone",
+})  # fmt: skip
+"""Refused although their category is safe: string distances cost the product of their
+arguments' lengths within one row, which no time limit interrupts (the engine checks it
+between blocks); the server's time zone is server information."""
 
 HIDDEN_DATABASES = frozenset({"system", "information_schema", "INFORMATION_SCHEMA"})
 """Always refused, even on an engine that does not list them."""
@@ -81,6 +104,10 @@ _ALIAS_OR_COUNT = re.compile(r" \((?:alias .*|children \d+)\)$")
 
 class SqlRefused(StoreError):
     """The statement is not one the sandbox runs; the message says what to do."""
+
+
+class SqlBusy(StoreError):
+    """Another analyst query holds the sandbox's connection; try again shortly."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +166,7 @@ class SqlLimits:
 class FunctionEntry:
     category: str
     aggregate: bool
+    canonical: str = ""
 
 
 @dataclass(frozen=True)
@@ -160,7 +188,7 @@ class FunctionCatalogue:
         for name, (agg, alias, cats) in raw.items():
             target = raw.get(alias) if alias else None
             category = cats or (target[2] if target else "")
-            entries[name] = FunctionEntry(category, agg or bool(target and target[0]))
+            entries[name] = FunctionEntry(category, agg or bool(target and target[0]), alias or name)
         lowercase = {name.lower(): name for name, _a, ci, _al, _c in table if ci}
         ordered = tuple(sorted(combinators, key=len, reverse=True))  # MergeState before State
         return cls(entries, lowercase, ordered)
@@ -203,6 +231,8 @@ class SqlPolicy:
             )
         self._check_clauses([(k, r) for d, k, r in nodes if d == 1])
         for _depth, kind, rest in nodes[1:]:
+            if kind not in NODES:
+                raise SqlRefused(f"this construct is not allowed in the SQL sandbox: {_construct(kind)}")
             self._check_node(kind, rest)
 
     @staticmethod
@@ -241,6 +271,9 @@ class SqlPolicy:
         if name in TABLE_FUNCTIONS or name in SYNTAX_FUNCTIONS:
             return
         entry = self.catalogue.lookup(name)
+        if name in COSTLY or (entry is not None and entry.canonical in COSTLY):
+            raise SqlRefused(f"function {name!r} is not allowed in the SQL sandbox (its cost within one row "
+                             "is unbounded, or it tells about the server)")  # fmt: skip
         if entry is not None and (
             entry.aggregate
             or entry.category in SAFE_CATEGORIES
@@ -264,10 +297,16 @@ class SqlPolicy:
     def _check_identifier(self, name: str) -> None:
         """Mostly columns, but ``x IN some_table`` names a table with an Identifier: a name
         that is a table, or sits in another database, must be a promised table."""
-        first, dot, _ = name.partition(".")
+        first, dot, rest = name.partition(".")
         hidden = dot and (first in HIDDEN_DATABASES or first in self.other_databases)
-        if hidden or (name in self.existing_tables and name not in self.tables):
+        table = rest if dot and first == self.database else name
+        if hidden or (table in self.existing_tables and table not in self.tables):
             raise SqlRefused(f"{name!r} is not readable; the tables are {', '.join(sorted(self.tables))}")
+
+
+def _construct(kind: str) -> str:
+    known = {"ColumnsApplyTransformer": "APPLY", "Set": "SETTINGS", "QueryParameter": "query parameters"}
+    return known.get(kind, kind)
 
 
 def _statement_name(kind: str) -> str:
@@ -297,6 +336,6 @@ def user_syntax_error(message: str, prefix: str, length: int) -> str:
 
 
 __all__ = [
-    "EXPLAIN_FORMAT", "FunctionCatalogue", "FunctionEntry", "PROMISED_TABLES", "SqlLimits",
+    "EXPLAIN_FORMAT", "FunctionCatalogue", "FunctionEntry", "PROMISED_TABLES", "SqlBusy", "SqlLimits",
     "SqlPolicy", "SqlRefused", "user_syntax_error",
 ]  # fmt: skip

@@ -31,6 +31,7 @@ import logging
 import sys
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -52,6 +53,7 @@ from schemas.openapi import openapi_document
 from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadPath, parse_body, parse_path,
                               parse_query)  # fmt: skip
 from sinks.base import LoggedEvent, StoreError
+from sinks.sql_sandbox import SqlBusy
 from sinks.clickhouse import rejected_row
 from streams.accepted import by_partition, chunks, index_guarded, read_messages, write_log_guarded
 from streams.batch_producer import BatchProducer
@@ -482,12 +484,17 @@ def create_app(settings: Settings) -> faust.App:
             return web.json({"error": str(error)}, status=400)
         return web.json(result)
 
+    sql_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="analyst-sql")
+
     @app.page("/sql")
     class Sql(faust.web.View):
         async def post(self, request: Any) -> Any:
             sql = parse_body(SqlBody, await body_of(request, settings.max_request_bytes)).sql
             try:
-                result = await asyncio.to_thread(log_store.query, sql)
+                # Threads of their own, so queued analyst queries never starve the worker's.
+                result = await asyncio.get_running_loop().run_in_executor(sql_threads, log_store.query, sql)
+            except SqlBusy as error:
+                return self.json({"error": str(error)}, status=503, headers={"Retry-After": "2"})
             except StoreError as error:
                 return self.json({"error": str(error)}, status=400)
             body = {"columns": result.columns, "rows": [list(r) for r in result.rows]}

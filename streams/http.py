@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -32,6 +33,7 @@ from schemas.requests import (
     SqlBody, ThreadPath, parse_body, parse_path, parse_query,
 )  # fmt: skip
 from sinks.base import StoreError
+from sinks.sql_sandbox import SqlBusy
 from streams.http_guard import Policy, check_token, read_body, refusal
 from streams.metrics import METRICS
 from streams.service import EmbeddedService, NotFound
@@ -104,6 +106,8 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
                 return _refused(error)
             except NotFound as error:
                 return _error(404, str(error))
+            except SqlBusy as error:
+                return OrjsonResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "2"})
             except (ValueError, StoreError) as error:
                 return _error(400, str(error))
             except Exception:  # noqa: BLE001 - a bug must answer, be logged, and spare the next request
@@ -145,9 +149,15 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
     async def get_event(request: Request) -> Any:
         return await run_in_threadpool(service.read, parse_path(EventPath, request.path_params).event_id)
 
+    sql_threads: list[anyio.CapacityLimiter] = []
+
     async def post_sql(request: Request) -> Any:
         body = parse_body(SqlBody, await body_of(request))
-        result = await run_in_threadpool(service.sql, body.sql)
+        # Analyst queries wait on threads of their own: however many queue up, the
+        # shared pool stays free for /events, state and context.
+        if not sql_threads:
+            sql_threads.append(anyio.CapacityLimiter(2))
+        result = await anyio.to_thread.run_sync(service.sql, body.sql, limiter=sql_threads[0])
         return {"columns": result.columns, "rows": [list(r) for r in result.rows]}
 
     async def post_flush(_request: Request) -> Any:

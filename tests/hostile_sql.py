@@ -215,10 +215,37 @@ BOUNDED = [
         "SELECT count() FROM numbers(3000000000) WHERE number % 7 = 0",
         "SELECT number FROM numbers(1000000) -- a trailing comment must not hide the limits",
         "SELECT number FROM numbers(1000000) " + "-- x\n" * 10,
+        "SELECT arrayMap(x -> [], range(21000000))",
     )
 ]
 
-CORPUS: list[Hostile] = [*FILE_READS, *FILE_WRITES, *NETWORK, *SYSTEM_TABLES, *SERVER_FUNCTIONS, *STATEMENTS, *BOUNDED]
+# Found by a red-team pass over the first sandbox: constructs whose calls the syntax tree
+# does not print as Function lines, and structure strings that declare expressions.
+HIDDEN_CALLS = _refused(
+    "SELECT * APPLY(file) FROM (SELECT '{canary}' AS p)",
+    "SELECT * APPLY(file) FROM (SELECT '/etc/hostname' AS p)",
+    "SELECT COLUMNS('p') APPLY(file) FROM (SELECT '{canary}' AS p)",
+    "SELECT * APPLY(x -> (SELECT groupArray(name) FROM system.settings)) FROM (SELECT 1 AS p)",
+    "SELECT * APPLY(x -> (SELECT groupArray((project, key, value)) FROM memory_facts)) FROM (SELECT 1 AS p)",
+    "SELECT * APPLY(sleep) FROM (SELECT 3 AS p)",
+    "SELECT * APPLY(toString) APPLY(file) FROM (SELECT '{canary}' AS p)",
+    "SELECT y FROM values('x String, y String ALIAS file(x)', '{canary}')",
+    "SELECT y FROM values('x String, y String ALIAS currentUser() || hostName()', 'a')",
+    "SELECT y FROM values('x String, y String DEFAULT file(x)', '{canary}')",
+    "SELECT x FROM (SELECT 1 AS x) WHERE x IN default.memory_facts",
+    "SELECT x FROM (SELECT 1 AS x) WHERE x IN default.memory_candidates",
+    "SELECT serverTimezone()",
+    "SELECT timezone()",
+    "SELECT editDistance(repeat('a', 65000 + number), repeat('b', 65000)) FROM numbers(8)",
+    "SELECT levenshteinDistance(repeat('a', 65000), repeat('b', 65000))",
+    "SELECT damerauLevenshteinDistance('a', 'b')",
+    "SELECT jaroWinklerSimilarity(repeat('a', 65000), repeat('b', 65000))",
+    "SELECT " + "[" * 40 + "(repeat('{\"a\":', 990) || '1' || repeat('}', 990))::JSON" + "]" * 40 + " AS j",
+)
+
+CORPUS: list[Hostile] = [
+    *FILE_READS, *FILE_WRITES, *NETWORK, *SYSTEM_TABLES, *SERVER_FUNCTIONS, *STATEMENTS, *HIDDEN_CALLS, *BOUNDED,
+]
 
 ALLOWED = [
     "SELECT count() FROM events",

@@ -88,3 +88,26 @@ def test_sql_piped_into_head_ends_quietly_without_a_broken_pipe_error(filled) ->
                           shell=True, env=env, capture_output=True, timeout=300)  # fmt: skip
     assert len(proc.stdout.splitlines()) == 2
     assert b"Broken pipe" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path) -> None:
+    """chDB inserts pass event bodies through temporary files: never in the machine's /tmp,
+    and one left by a process killed mid-insert is gone at the next open."""
+    import tempfile  # noqa: PLC0415
+
+    from streams.config import Settings  # noqa: PLC0415
+    from streams.service import EmbeddedService  # noqa: PLC0415
+
+    data = tmp_path / "data"
+    (data / "tmp-inserts").mkdir(parents=True)
+    (data / "tmp-inserts" / "tmpleft.raw").write_text('{"event_id": "left by a kill -9"}')
+    service = EmbeddedService(Settings(data_dir=data))
+    try:
+        assert Path(tempfile.gettempdir()).resolve() == (data / "tmp-inserts").resolve()
+        assert not (data / "tmp-inserts" / "tmpleft.raw").exists()
+        service.publish(orjson.dumps({"event_id": "e1", "thread_id": "t1", "kind": "goal",
+                                      "ts": "2026-01-01T00:00:00Z", "payload": {"text": "g"}}))  # fmt: skip
+        service.catch_up()
+        assert service.sql("SELECT count() FROM events").rows == [(1,)]
+    finally:
+        service.close()

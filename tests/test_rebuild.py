@@ -79,7 +79,7 @@ def test_rebuild_through_a_running_server_completes_and_the_server_still_stops_o
     before = _states(env)
     url = f"http://127.0.0.1:{env['AGENTLOG_HTTP_PORT']}"
     answer: list[httpx.Response] = []
-    call = threading.Thread(target=lambda: answer.append(httpx.post(f"{url}/rebuild", timeout=300)))
+    call = threading.Thread(target=lambda: answer.append(httpx.post(f"{url}/rebuild", json={}, timeout=300)))
     call.start()
     progress = []
     while call.is_alive():  # what `agentlog rebuild` shows while the server rebuilds

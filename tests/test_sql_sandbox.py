@@ -189,3 +189,31 @@ def test_over_http_every_hostile_statement_is_a_4xx_and_the_service_still_ingest
         assert rows == [[1]]
         hits = http.get("/search", params={"q": "attacks", "thread": "h"}).json()["hits"]
         assert [h["event_id"] for h in hits] == ["http-after"]
+
+
+def test_queued_analyst_queries_never_starve_publishing_or_the_state_over_http(start_server) -> None:
+    """50 slow analyst queries at once: they wait on threads of their own, each answered
+    within its limit (or told the sandbox is busy), while /events and state answer at once."""
+    url, _env = start_server(AGENTLOG_SQL_TIMEOUT_SECONDS="2")
+    slow = "SELECT count() FROM numbers(2000000000) WHERE cityHash64(number) % 3 = 1"
+    statuses: list[int] = []
+
+    def analyst() -> None:
+        with httpx.Client(base_url=url, timeout=120) as http:
+            statuses.append(http.post("/sql", json={"sql": slow}).status_code)
+
+    crowd = [threading.Thread(target=analyst) for _ in range(50)]
+    for thread in crowd:
+        thread.start()
+    time.sleep(1.0)
+    with httpx.Client(base_url=url, timeout=10) as http:
+        t0 = time.monotonic()
+        report = http.post("/events", content=raw("crowd-1", "goal", {"text": "heard"}, thread="crowd"),
+                           headers={"content-type": "application/json"}).json()  # fmt: skip
+        state = http.get("/threads/crowd/state").json()
+        elapsed = time.monotonic() - t0
+    for thread in crowd:
+        thread.join()
+    assert report["accepted"] == 1 and state["goal"]["text"] == "heard"
+    assert elapsed < 3.0, f"publish + state took {elapsed:.1f} s behind the analysts"
+    assert set(statuses) <= {400, 503} and len(statuses) == 50  # stopped by its limit, or busy
