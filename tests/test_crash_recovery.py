@@ -2,8 +2,8 @@
 files damaged in turn: every accepted event logged once, state equal to a replay of the
 log, and the data directory usable afterwards (issue 12, "the data directory").
 
-``AGENTLOG_CRASH_EVENTS`` sets the event count (default 30,000, which fits CI on two
-cores; the bar's 100,000 is the same test with ``AGENTLOG_CRASH_EVENTS=100000``) and
+``AGENTLOG_CRASH_EVENTS`` sets the event count (default the bar's 100,000, about five
+minutes on two cores; a smaller count gives a quicker local run) and
 ``AGENTLOG_CRASH_SEED`` the seed of the kill moments (printed, to replay a failure).
 """
 
@@ -26,7 +26,7 @@ from streams.demo import iter_synthetic_events
 from streams.publisher import LocalPublisher
 from tests.test_e2e_embedded import _free_port
 
-EVENTS = int(os.environ.get("AGENTLOG_CRASH_EVENTS", "30000"))
+EVENTS = int(os.environ.get("AGENTLOG_CRASH_EVENTS", "100000"))
 KILLS = 20
 CHUNK = 500
 
