@@ -123,11 +123,14 @@ def open_derived(path: Path, opener: Callable[[str], Any], notes: list[str]) -> 
         return opener(str(path))
 
 
-def count_damage(processed: int, log_hw: int, topic_end: int, topic: Path) -> None:
-    """The topic must reach every offset already processed from it, or it lost records."""
-    if max(processed, log_hw) > topic_end:
+def count_damage(processed: int, topic_end: int, topic: Path) -> None:
+    """The topic must reach every offset already processed from it, or it lost records.
+    ``processed`` is the state's own position in this topic; the log's offsets are not
+    compared, since a log may have been written from another topic (Kafka workers write
+    the same tables with their partitions' offsets)."""
+    if processed > topic_end:
         raise CorruptStore(
-            f"{topic} ends at offset {topic_end:,} but offset {max(processed, log_hw):,} was already "
+            f"{topic} ends at offset {topic_end:,} but offset {processed:,} was already "
             f"processed from it: the topic lost records (a deleted or truncated {topic.name}-wal, or an "
             f"older copy of {topic.name}); {topic_help(topic)}"
         )

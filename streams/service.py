@@ -142,7 +142,7 @@ class EmbeddedService:
         that lost records already processed is a ``CorruptStore``."""
         topic_end = self.bus.end_offsets()[0]
         processed = self.driver.events_pos
-        count_damage(processed, self.driver.log_events_hw, topic_end, Path(self.bus.path))
+        count_damage(processed, topic_end, Path(self.bus.path))
         logged = self.log.count_events()
         indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None  # tantivy only
         # Only an empty store can count as lost: the applied ids are counted only then.
