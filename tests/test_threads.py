@@ -122,6 +122,9 @@ def test_the_goal_is_short_and_redacted_whole_before_it_is_cut() -> None:
     assert len(goal) <= GOAL_CHARS and goal.startswith("deploy with key ") and goal.endswith("…")
     assert "sk-proj" not in goal and "A1b2" not in goal
     assert SECRET in thread_row(tp.state, T0_MS, redact=False)["goal"]
+    # A key cut in half at the boundary is one no pattern knows: it is redacted first.
+    straddling = applied(ev("e1", "goal", {"text": "see:" + "x" * 66 + "/AKIAIOSFODNN7EXAMPLE tail"}))
+    assert "AKIA" not in thread_row(straddling.state, T0_MS)["goal"]
 
 
 def test_rows_are_filtered_by_project_and_status_newest_first_and_limited_with_the_total() -> None:
