@@ -213,6 +213,22 @@ def test_a_kafka_worker_lists_its_own_threads_in_full_and_others_from_the_log(se
     assert worker.thread_list(owned, project="b")["threads"][0]["thread_id"] == "old"
 
 
+def test_the_offline_service_lists_the_same_rows_by_replaying_the_log(settings: Settings) -> None:
+    from streams.offline import OfflineService  # noqa: PLC0415
+
+    embedded = EmbeddedService(settings)
+    embedded.publish(workload())
+    embedded.catch_up()
+    expected = embedded.thread_list(project="a")
+    embedded.close()
+    offline = OfflineService(settings)  # Kafka with no worker answering: the log is the truth
+    try:
+        answer = offline.thread_list(project="a")
+    finally:
+        offline.close()
+    assert answer["threads"] == expected["threads"] and answer["total"] == 2
+
+
 # -- over HTTP and through the CLI ---------------------------------------------------------
 
 
