@@ -53,7 +53,7 @@ class OfflineService(WorkerService):
         pipeline.process(batch)
         now_ms = time.time() * 1000.0
         rows = (thread_row(tp.state, now_ms, self.settings.redact) for tp in pipeline.threads.values())
-        return {**select_rows(rows, q.project, q.status, q.limit), "warnings": []}
+        return {**select_rows(rows, q.project, q.status, q.limit), "partial": False, "warnings": []}
 
     def context(self, thread_id: str, budget: int, query: str | None = None, model: str | None = None) -> dict[str, Any]:
         return context_for(self, thread_id, budget, query, model)

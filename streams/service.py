@@ -214,7 +214,8 @@ class EmbeddedService:
         for thread_id in self.states.threads():
             if thread_id not in rows and (snapshot := self.states.load(thread_id)) is not None:
                 rows[thread_id] = thread_row(snapshot.state, now_ms, redact)
-        return {**select_rows(rows.values(), q.project, q.status, q.limit), "warnings": self.warnings()}
+        return {**select_rows(rows.values(), q.project, q.status, q.limit), "partial": False,
+                "warnings": self.warnings()}  # fmt: skip
 
     def threads(self) -> list[str]:
         self._settle()

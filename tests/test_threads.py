@@ -154,7 +154,7 @@ def test_a_thread_appears_in_the_list_right_after_publish(service: EmbeddedServi
     assert service.thread_list()["threads"] == []
     service.publish(workload())
     answer = service.thread_list()
-    assert ids(answer) == ["busy", "asking", "old"] and answer["total"] == 3
+    assert ids(answer) == ["busy", "asking", "old"] and answer["total"] == 3 and answer["partial"] is False
     busy = answer["threads"][0]
     assert (busy["project"], busy["event_count"], busy["open_calls"], busy["status"]) == ("a", 2, 1, "active")
     assert busy["goal"] == "ship the release"
