@@ -115,6 +115,7 @@ def select_rows(
 
 
 __all__ = [
-    "FAILING_WITHIN_MS", "GOAL_CHARS", "IDLE_AFTER_MS", "ROW_FIELDS", "THREAD_STATUSES", "ThreadStatus", "last_activity", "log_row", "log_ts", "pending_approvals",
+    "FAILING_WITHIN_MS", "GOAL_CHARS", "IDLE_AFTER_MS", "ROW_FIELDS", "THREAD_STATUSES", "ThreadStatus",
+    "last_activity", "log_row", "log_ts", "pending_approvals",
     "select_rows", "status_of", "thread_row",
 ]  # fmt: skip

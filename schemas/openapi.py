@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from schemas.requests import (
-    ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RevokeBody, SearchQuery, SqlBody, ThreadListQuery,
-    ThreadPath,
+    ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RevokeBody, SearchQuery, SqlBody,
+    ThreadListQuery, ThreadPath,
 )  # fmt: skip
 
 _REF = "#/components/schemas/{model}"

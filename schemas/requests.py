@@ -102,7 +102,8 @@ def thread_list_query(project: str | None, status: str | None, limit: int) -> Th
     """The listing's parameters checked on every path (HTTP, CLI, Kafka worker); a bad
     one is a ``ValueError`` that says what is allowed."""
     try:
-        return ThreadListQuery.model_validate({"project": project, "status": status, "limit": limit}, strict=True)
+        values = {"project": project, "status": status, "limit": limit}
+        return ThreadListQuery.model_validate(values, strict=True)
     except ValidationError as error:
         raise ValueError(_refusal(ThreadListQuery, error, "parameter").body["error"]) from None
 

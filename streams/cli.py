@@ -232,7 +232,8 @@ def cmd_threads(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         _print_json(result)
         return 0
-    rows = [tuple("-" if r[key] is None else r[key] for _name, key in THREAD_COLUMNS) for r in result["threads"]]
+    rows = [tuple("-" if r[key] is None else r[key] for _name, key in THREAD_COLUMNS)
+            for r in result["threads"]]  # fmt: skip
     print(format_rows(QueryResult([name for name, _key in THREAD_COLUMNS], rows), "table"))
     if result["total"] > len(rows):
         print(f"({result['total']} threads match; --limit shows more)")

@@ -49,8 +49,8 @@ from processors.redaction import redact_if
 from processors.thread import ThreadSnapshot
 from processors.validation import bounded_letter
 from schemas.openapi import openapi_document
-from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadListQuery, ThreadPath, parse_body,
-                              parse_path, parse_query)  # fmt: skip
+from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadListQuery, ThreadPath,
+                              parse_body, parse_path, parse_query)  # fmt: skip
 from sinks.base import LoggedEvent, StoreError
 from sinks.clickhouse import rejected_row
 from streams.accepted import by_partition, chunks, index_guarded, read_messages, write_log_guarded

@@ -50,8 +50,8 @@ def workload() -> bytes:
     (project a), one idle for a day (project b)."""
     lines = [
         now_raw("w-1", "goal", {"text": "ship the release"}, "busy", "a", ago_s=60),
-        now_raw("w-2", "tool_call", {"call_id": "c1", "tool_name": "bash", "arguments": {}}, "busy", "a", ago_s=30),
-        now_raw("w-3", "approval_request", {"approval_id": "ap1", "action": "deploy"}, "asking", "a", ago_s=120),
+        now_raw("w-2", "tool_call", {"call_id": "c1", "tool_name": "bash"}, "busy", "a", ago_s=30),
+        now_raw("w-3", "approval_request", {"approval_id": "ap1", "action": "deploy"}, "asking", "a", 120),
         now_raw("w-4", "message", {"role": "user", "text": "hello"}, "old", "b", ago_s=86_400),
     ]
     return b"\n".join(lines) + b"\n"
@@ -66,8 +66,8 @@ def test_a_row_says_project_events_last_activity_open_calls_failures_approvals_w
                  ev("e5", "approval_request", {"approval_id": "a1", "action": "deploy"}, 4))  # fmt: skip
     row = thread_row(tp.state, T0_MS + 5_000)
     assert tuple(row) == ROW_FIELDS
-    assert row == {"thread_id": "t1", "project": "p", "event_count": 5, "last_activity": "2026-01-01T12:00:04Z",
-                   "open_calls": 1, "failures": 1, "pending_approvals": 1, "status": "waiting_approval",
+    assert row == {"thread_id": "t1", "project": "p", "event_count": 5,
+                   "last_activity": "2026-01-01T12:00:04Z", "open_calls": 1, "failures": 1, "pending_approvals": 1, "status": "waiting_approval",
                    "window_id": "w0", "goal": "fix the build"}  # fmt: skip
 
 
@@ -190,12 +190,15 @@ def test_threads_checkpointed_in_the_state_store_are_listed_after_a_restart(sett
         assert [{**r, "status": None} for r in again.thread_list()["threads"]] == \
             [{**r, "status": None} for r in before]  # fmt: skip
         assert again.rebuild()["threads"] == 3  # replayed from the log: the same rows
-        assert [r["last_activity"] for r in again.thread_list()["threads"]] == [r["last_activity"] for r in before]
+        rebuilt = again.thread_list()["threads"]
+        assert [r["last_activity"] for r in rebuilt] == [r["last_activity"] for r in before]
     finally:
         again.close()
 
 
-def test_a_kafka_worker_lists_its_own_threads_in_full_and_others_from_the_log(service: EmbeddedService) -> None:
+def test_a_kafka_worker_lists_its_own_threads_in_full_and_others_from_the_log(
+    service: EmbeddedService,
+) -> None:
     service.publish(workload())
     service.catch_up()  # the log holds every event now, as a worker's sink would
     owned = [service.states.load("busy").model_dump_json().encode()]  # type: ignore[union-attr]
@@ -233,8 +236,8 @@ def test_the_offline_service_lists_the_same_rows_by_replaying_the_log(settings: 
 
 
 def agentlog(env: dict[str, str], *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, capture_output=True, text=True,
-                          input=None if data is None else data.decode(), timeout=120)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, capture_output=True,
+                          text=True, input=None if data is None else data.decode(), timeout=120)  # fmt: skip
 
 
 def test_get_threads_lists_right_after_post_events_filters_and_refuses_bad_parameters_with_json(
