@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from processors.truncation import clip_at_word
-from schemas.events import STATUS_RANK, TERMINAL_STATUSES, Envelope
+from schemas.events import STATUS_RANK, TERMINAL_STATUSES, Envelope, epoch_ms_of
 from schemas.state import (
     MAX_FAILURES,
     AgentItem,
@@ -217,6 +217,13 @@ def reduce(state: WorkingState, event: Envelope, pairs: list[ToolPair], opened: 
                 tool_name=pair.tool_name, status=pair.status,
                 message="no result (synthetic)" if pair.synthetic else _output_head(event, pair),
             ))  # fmt: skip
+    # By event time, not arrival: a late event does not make the thread look older. Ties
+    # keep the first string, so a replay in the same order lands on the same value; a
+    # snapshot from before ``newest_ts`` existed starts from its ``last_ts``.
+    newest = state.newest_ts or state.last_ts
+    if newest is None or event.epoch_ms > epoch_ms_of(newest):
+        newest = event.ts
+    state.newest_ts = newest
     state.event_count += 1
     state.last_event_id = event.event_id
     state.last_ts = event.ts

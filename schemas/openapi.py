@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from schemas.requests import (
-    ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RevokeBody, SearchQuery, SqlBody, ThreadPath,
+    ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RevokeBody, SearchQuery, SqlBody,
+    ThreadListQuery, ThreadPath,
 )  # fmt: skip
 
 _REF = "#/components/schemas/{model}"
@@ -32,6 +33,8 @@ _GUARD = (401, 413, 415, 421)
 ROUTES: tuple[RouteDoc, ...] = (
     RouteDoc("post", "/events", "publish events: one JSON object, a JSON array, or JSON lines",
              body="events", errors=(400, *_GUARD)),
+    RouteDoc("get", "/threads", "every thread's summary (project, events, last activity, open calls, "
+             "failures, status), newest activity first", query=ThreadListQuery, errors=(400, 401, 421)),
     RouteDoc("get", "/threads/{thread_id}/state", "a thread's working state",
              path_params=ThreadPath, errors=(400, 401, 404, 421)),
     RouteDoc("get", "/threads/{thread_id}/context", "the thread's context assembled under a token budget",

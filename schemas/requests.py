@@ -15,9 +15,13 @@ import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from schemas.search import time_bound_ms
+from schemas.state import ThreadStatus
 
 MAX_SEARCH_LIMIT = 1000
 """Most hits one search returns: the index allocates for ``limit`` up front."""
+DEFAULT_THREAD_LIMIT = 100
+MAX_THREAD_LIMIT = 1000
+"""Most rows one thread listing returns (every thread is read to sort them, not sent)."""
 MAX_BUDGET = 2_000_000
 """Largest context budget, in tokens (ten times the longest model window today)."""
 MAX_SQL_CHARS = 100_000
@@ -85,6 +89,23 @@ def _bound(name: str, value: str) -> int:
     if ms is None or ms > MAX_TIME_MS:
         raise RequestError(400, f"{name}: {value!r} is past the year 9999", field=name)
     return ms
+
+
+class ThreadListQuery(_Strict):
+    project: Name | None = Field(None, description="only this project's threads")
+    status: ThreadStatus | None = Field(None, description="only threads with this status")
+    limit: int = Field(DEFAULT_THREAD_LIMIT, ge=1, le=MAX_THREAD_LIMIT,
+                       description="at most this many threads, newest activity first")  # fmt: skip
+
+
+def thread_list_query(project: str | None, status: str | None, limit: int) -> ThreadListQuery:
+    """The listing's parameters checked on every path (HTTP, CLI, Kafka worker); a bad
+    one is a ``ValueError`` that says what is allowed."""
+    try:
+        values = {"project": project, "status": status, "limit": limit}
+        return ThreadListQuery.model_validate(values, strict=True)
+    except ValidationError as error:
+        raise ValueError(_refusal(ThreadListQuery, error, "parameter").body["error"]) from None
 
 
 class ContextQuery(_Strict):
@@ -203,5 +224,6 @@ def _example(model: type[BaseModel]) -> str:
 __all__ = [
     "ID_PATTERN", "MAX_BUDGET", "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "ConsolidateBody", "ContextQuery",
     "EventPath", "LeaseBody", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery", "SqlBody",
-    "ThreadPath", "check_budget", "check_search_limit", "parse_body", "parse_path", "parse_query",
+    "DEFAULT_THREAD_LIMIT", "MAX_THREAD_LIMIT", "ThreadListQuery", "ThreadPath", "check_budget",
+    "check_search_limit", "parse_body", "parse_path", "parse_query", "thread_list_query",
 ]  # fmt: skip

@@ -12,11 +12,15 @@ updates in O(1); ``WorkingState.public()`` renders them as lists for users.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import TypeAdapter
 
 PairStatus = Literal["ok", "error", "timeout", "cancelled", "missing", "orphan"]
+
+ThreadStatus = Literal["active", "waiting_approval", "failing", "idle"]
+"""A thread's status in ``agentlog threads`` (rules: ``processors.thread_list``)."""
+THREAD_STATUSES: tuple[str, ...] = get_args(ThreadStatus)
 
 DEFAULT_WINDOW = "w0"
 MAX_FAILURES = 20
@@ -122,6 +126,10 @@ class WorkingState:
     latest_user_message_id: str | None = None
     last_event_id: str | None = None
     last_ts: str | None = None
+    """The time of the event applied last (topic order)."""
+    newest_ts: str | None = None
+    """The newest event time seen (a late event with an older time leaves it): the
+    thread's last activity. ``None`` in snapshots written before it existed."""
     event_count: int = 0
 
     def public(self) -> dict[str, Any]:
@@ -176,5 +184,5 @@ STATE_ADAPTER: TypeAdapter[WorkingState] = TypeAdapter(WorkingState)
 __all__ = [
     "AgentItem", "ApprovalItem", "ConstraintItem", "DEFAULT_WINDOW", "Failure", "FileItem",
     "MAX_FAILURES", "PairStatus", "PendingCall", "Pinned", "STATE_ADAPTER", "StepItem", "TaskItem",
-    "ToolPair", "WorkingState",
+    "THREAD_STATUSES", "ThreadStatus", "ToolPair", "WorkingState",
 ]  # fmt: skip

@@ -19,7 +19,9 @@ from typing import Any
 import orjson
 
 from processors.context import BudgetTooSmall
+from schemas.requests import DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
 from schemas.search import time_bound_ms
+from schemas.state import THREAD_STATUSES
 from sinks.base import QueryResult, StoreError
 from sinks.memory_sqlite import StaleToken
 from streams.config import Settings
@@ -218,6 +220,26 @@ def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+THREAD_COLUMNS = (("thread", "thread_id"), ("project", "project"), ("events", "event_count"),
+                  ("last activity", "last_activity"), ("open calls", "open_calls"), ("failures", "failures"),
+                  ("status", "status"))  # fmt: skip
+
+
+def cmd_threads(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        result = svc.thread_list(project=args.project, status=args.status, limit=args.limit)
+    _warn(result.get("warnings", []))
+    if args.json:
+        _print_json(result)
+        return 0
+    rows = [tuple("-" if r[key] is None else r[key] for _name, key in THREAD_COLUMNS)
+            for r in result["threads"]]  # fmt: skip
+    print(format_rows(QueryResult([name for name, _key in THREAD_COLUMNS], rows), "table"))
+    if result["total"] > len(rows):
+        print(f"({result['total']} threads match; --limit shows more)")
+    return 0
+
+
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
     from streams.client import RemoteService  # noqa: PLC0415
 
@@ -400,6 +422,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE|-")
     p = add("state", cmd_state, "show a thread's working state")
     p.add_argument("thread", metavar="THREAD")
+    p = add("threads", cmd_threads, "list the threads, newest activity first: project, events, last activity "
+            "(newest event time), open calls (tool calls without a result yet), recent failures and status. "
+            "Status: waiting_approval (an approval request has no decision), idle (no event for 30 minutes), "
+            "failing (a failure within 5 minutes of the last activity), else active")
+    p.add_argument("--project", help="only this project's threads")
+    p.add_argument("--status", choices=THREAD_STATUSES, help="only threads with this status")
+    p.add_argument("--limit", type=int, default=DEFAULT_THREAD_LIMIT,
+                   help=f"at most this many threads (1..{MAX_THREAD_LIMIT}, default {DEFAULT_THREAD_LIMIT})")
     p = add("context", cmd_context, "assemble a thread's context under a token budget")
     p.add_argument("thread", metavar="THREAD")
     p.add_argument("--budget", type=int, required=True, help="token budget (o200k_base tokens)")

@@ -113,6 +113,10 @@ class RemoteService:
     def catch_up(self, on_progress: Any = None) -> dict[str, Any]:
         return self._check(lambda: self.http.post("/flush", headers=JSON))
 
+    def thread_list(self, project: str | None = None, status: str | None = None,
+                    limit: int = 100) -> dict[str, Any]:  # fmt: skip
+        return self._get("/threads", project=project, status=status, limit=limit)
+
     def state(self, thread_id: str) -> dict[str, Any]:
         return self._get(f"/threads/{thread_id}/state")
 

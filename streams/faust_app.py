@@ -50,8 +50,8 @@ from processors.redaction import redact_if
 from processors.thread import ThreadSnapshot
 from processors.validation import bounded_letter
 from schemas.openapi import openapi_document
-from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadPath, parse_body, parse_path,
-                              parse_query)  # fmt: skip
+from schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadListQuery, ThreadPath,
+                              parse_body, parse_path, parse_query)  # fmt: skip
 from sinks.base import LoggedEvent, StoreError
 from sinks.sql_sandbox import SqlBusy
 from sinks.clickhouse import rejected_row
@@ -522,6 +522,14 @@ def create_app(settings: Settings) -> faust.App:
     @app.page("/openapi.json")
     async def openapi(web: Any, request: Any) -> Any:
         return web.json(openapi_document())
+
+    @app.page("/threads")
+    async def thread_list(web: Any, request: Any) -> Any:
+        q = parse_query(ThreadListQuery, request.query.items())
+        if (busy := await caught_up(web)) is not None:
+            return busy
+        owned = list(states.data.values())  # this worker's partitions of the table, as applied
+        return web.json(await asyncio.to_thread(service.thread_list, owned, q.project, q.status, q.limit))
 
     @app.page("/threads/{thread_id}/state")
     @checked_first()

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from schemas.openapi import openapi_document
 from schemas.requests import (
     ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery,
-    SqlBody, ThreadPath, parse_body, parse_path, parse_query,
+    SqlBody, ThreadListQuery, ThreadPath, parse_body, parse_path, parse_query,
 )  # fmt: skip
 from sinks.base import StoreError
 from sinks.sql_sandbox import SqlBusy
@@ -129,6 +129,10 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
         body = await body_of(request)
         report = await run_in_threadpool(service.publish, body)
         return OrjsonResponse(report.as_dict(), status_code=200)
+
+    async def get_threads(request: Request) -> Any:
+        q = parse_query(ThreadListQuery, request.query_params.multi_items())
+        return await run_in_threadpool(service.thread_list, q.project, q.status, q.limit)
 
     async def get_state(request: Request) -> Any:
         return await run_in_threadpool(service.state, thread_of(request))
@@ -233,6 +237,7 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
 
     routes = [
         Route("/events", route("events", post_events), methods=["POST"]),
+        Route("/threads", route("threads", get_threads), methods=["GET"]),
         Route("/threads/{thread_id}/state", route("state", get_state), methods=["GET"]),
         Route("/threads/{thread_id}/context", route("context", get_context), methods=["GET"]),
         Route("/search", route("search", get_search), methods=["GET"]),

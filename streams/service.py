@@ -25,9 +25,10 @@ from processors.compaction import Summariser
 from processors.records import active_hits
 from processors.redaction import redact_if
 from processors.textsearch import tokenize
+from processors.thread_list import select_rows, thread_row
 from processors.validation import validate
 from schemas.events import Envelope
-from schemas.requests import check_search_limit
+from schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from schemas.search import Hit, SearchFilters
 from schemas.state import DEFAULT_WINDOW
 from sinks.base import QueryResult
@@ -201,6 +202,20 @@ class EmbeddedService:
         if self.failing:  # the state may lag what was published while a store is down
             public["warnings"] = self.warnings()
         return public
+
+    def thread_list(self, project: str | None = None, status: str | None = None,
+                    limit: int = DEFAULT_THREAD_LIMIT) -> dict[str, Any]:  # fmt: skip
+        """Every thread's summary row (``processors.thread_list``), newest activity first."""
+        q = thread_list_query(project, status, limit)
+        self._settle()
+        now_ms, redact = time.time() * 1000.0, self.settings.redact
+        with self.lock:  # the threads in memory are the newest; the rest are as checkpointed
+            rows = {t: thread_row(tp.state, now_ms, redact) for t, tp in self.driver.pipeline.threads.items()}
+        for thread_id in self.states.threads():
+            if thread_id not in rows and (snapshot := self.states.load(thread_id)) is not None:
+                rows[thread_id] = thread_row(snapshot.state, now_ms, redact)
+        return {**select_rows(rows.values(), q.project, q.status, q.limit), "partial": False,
+                "warnings": self.warnings()}  # fmt: skip
 
     def threads(self) -> list[str]:
         self._settle()

@@ -6,6 +6,7 @@ processor has applied that the sink has not logged yet (``Unlogged``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -17,9 +18,10 @@ from processors.records import active_hits
 from processors.redaction import redact_if
 from processors.textsearch import tokenize
 from processors.thread import ThreadSnapshot
+from processors.thread_list import log_row, log_ts, select_rows, thread_row
 from processors.validation import validate
 from schemas.events import Envelope
-from schemas.requests import check_search_limit
+from schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from schemas.search import Hit, SearchFilters
 from sinks.base import LogStore, LoggedEvent, SearchIndex, StoreError
 from sinks.memory_sqlite import MemoryStore
@@ -27,6 +29,9 @@ from streams.config import Settings
 from streams.datadir import open_memory
 from streams.service import NotFound
 
+LOG_THREADS_SQL = ("SELECT thread_id, any(project), count(), toString(max(ts)) FROM events "
+                   "GROUP BY thread_id")  # fmt: skip
+"""Every logged thread's project, event count and newest event time, in one query."""
 RECENT = 1000
 """How many of a thread's newest logged events are checked against the index for
 read-your-writes: more than one refresh interval of any one thread's traffic."""
@@ -167,6 +172,30 @@ class WorkerService:
             visible = set()
         return [h for h in matches if h.event_id not in visible]
 
+    def thread_list(self, owned: Iterable[bytes], project: str | None = None, status: str | None = None,
+                    limit: int = DEFAULT_THREAD_LIMIT) -> dict[str, Any]:  # fmt: skip
+        """The listing on a worker: full rows for the threads whose snapshots it holds
+        (``owned``, its table's values), and for every other logged thread a row from the
+        log alone (project, events, last activity; the rest ``None``), since its state
+        lives on the worker that owns it. Such an answer says ``partial``; a ``status``
+        filter matches owned threads only."""
+        q = thread_list_query(project, status, limit)
+        now_ms = time.time() * 1000.0
+        states = (ThreadSnapshot.model_validate_json(raw).state for raw in owned if raw is not None)
+        rows = {s.thread_id: thread_row(s, now_ms, self.settings.redact) for s in states}
+        warnings: list[str] = []
+        logged: Sequence[tuple[Any, ...]] = []
+        try:
+            logged = self.log.query(LOG_THREADS_SQL).rows
+        except StoreError as error:
+            warnings.append(f"the log did not answer ({error}): only this worker's threads are listed")
+        others = [log_row(t, p, int(n), log_ts(ts)) for t, p, n, ts in logged if t not in rows]
+        if others:
+            warnings.append(f"{len(others)} threads are owned by other workers: their rows come from the log "
+                            "(no open calls, failures, approvals or status)")  # fmt: skip
+        result = select_rows([*rows.values(), *others], q.project, q.status, q.limit)
+        return {**result, "partial": bool(others or warnings), "warnings": warnings}
+
     def memory_facts(self, project: str) -> list[dict[str, Any]]:
         if self._memory is None:
             self._memory = open_memory(self.settings.path("memory.db"))
@@ -181,4 +210,4 @@ class WorkerService:
         return self._publisher.publish(data)
 
 
-__all__ = ["RECENT", "Unlogged", "WorkerService"]
+__all__ = ["LOG_THREADS_SQL", "RECENT", "Unlogged", "WorkerService"]
