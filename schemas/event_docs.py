@@ -153,7 +153,7 @@ def _table(schema: dict[str, Any], notes: dict[str, str], model: Any, order: lis
     for name in order:
         prop = schema["properties"][name]
         rows.append(f"| `{name}` | {_type_of(prop)} | {'yes' if name in required else 'no'} | "
-                    f"{_default(name, prop, required, model)} | {notes[name]} |")  # fmt: skip
+                    f"{_default(name, prop, required, model)} | {notes.get(name, '')} |")  # fmt: skip
     return rows
 
 
