@@ -35,8 +35,9 @@ KIND_NOTES: dict[str, str] = {
     "approval_decision": "The answer to an approval request.",
     "agent_spawn": "A sub-agent was started.",
     "agent_exit": "A sub-agent finished.",
-    "turn_end": "Closes the turn named by the envelope's `turn_id` (or, without one, every call that has "
-    "no `turn_id`): its calls still open get synthetic results. The payload is an empty object.",
+    "turn_end": "Ends a turn. Calls still open in the turn named by the envelope's `turn_id`, and calls "
+    "that have no `turn_id`, get synthetic results (status `missing`); results of those turns still "
+    "waiting for their call become orphans. The payload is an empty object.",
     "window_switch": "Starts a fresh working window without a summary; the working state carries over.",
     "compaction": "A summary of older events, usually written by the pipeline itself when the raw "
     "window outgrows its budget.",
@@ -158,7 +159,7 @@ def _table(schema: dict[str, Any], notes: dict[str, str], model: Any, order: lis
 
 
 def _example(index: int, kind: str) -> str:
-    event = {"event_id": f"e{index}", "thread_id": "t1", "kind": kind, "ts": "2026-11-30T09:00:00Z",
+    event = {"event_id": f"e{index}", "thread_id": "t1", "kind": kind, "ts": f"2026-11-30T09:00:{index:02d}Z",
              "payload": EXAMPLES[kind]}  # fmt: skip
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
 
