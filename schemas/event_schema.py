@@ -18,7 +18,6 @@ bits), the size limit, and that ``1.0`` is no integer.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -33,11 +32,11 @@ _REF = "#/$defs/{model}"
 ENVELOPE_NOTES: dict[str, str] = {
     "event_id": "Unique id of the event, chosen by the producer. The idempotency key: the same id "
     "again with the same content changes nothing; with other content it is rejected.",
-    "thread_id": "The conversation or task the event belongs to; events of one thread are processed in order.",
+    "thread_id": "The conversation or task the event belongs to; a thread's events are processed in order.",
     "kind": "What happened; decides the shape of `payload` (one of the kinds below).",
     "ts": "Event time, set by the producer: RFC 3339 with a `Z` or numeric offset, at most nine "
     "fraction digits, a real calendar date in 1900-01-01..2299-12-31 (UTC).",
-    "payload": "The kind's own fields (below). Fields a kind does not declare are ignored, and kept in the log.",
+    "payload": "The kind's own fields (below). Fields the kind does not declare are ignored, and logged.",
     "window_id": "The context window the event belongs to; unset means the thread's current window.",
     "turn_id": "The turn within the thread; a `turn_end` closes the calls of its turn.",
     "agent_id": "The agent or sub-agent that emitted the event.",
@@ -200,7 +199,8 @@ def _payload_defs() -> dict[str, dict[str, Any]]:
     models = [payload_model(kind) for kind in KINDS]
     _, top = models_json_schema([(m, "validation") for m in models], ref_template=_REF)
     defs: dict[str, dict[str, Any]] = _tidy(top["$defs"])
-    by_name = {m.__name__: m for m in (*models, PlanStep)}  # PlanStep: the one nested model
+    # PlanStep is the one model nested in a payload; a new one must be added here (KeyError).
+    by_name = {m.__name__: m for m in (*models, PlanStep)}
     for name, schema in defs.items():
         key = _notes_key(by_name[name])
         _describe(schema, PAYLOAD_NOTES[key])
@@ -257,7 +257,7 @@ def _refs(node: Any) -> set[str]:
 def payload_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of one kind's payload, standalone (``KeyError`` for an unknown kind)."""
     defs = _payload_defs()
-    schema = copy.deepcopy(defs[payload_model(kind).__name__])
+    schema = defs[payload_model(kind).__name__]  # built afresh on every call: ours to change
     used = {name: defs[name] for name in sorted(_refs(schema))}
     schema.update({"$schema": DIALECT, "title": f"agentlog {kind} payload"})
     if used:
@@ -270,4 +270,6 @@ def schema_text(schema: dict[str, Any] | None = None) -> str:
     return json.dumps(event_schema() if schema is None else schema, indent=2, ensure_ascii=False) + "\n"
 
 
-__all__ = ["DIALECT", "ENVELOPE_NOTES", "PAYLOAD_NOTES", "event_schema", "payload_model", "payload_schema", "schema_text"]
+__all__ = [
+    "DIALECT", "ENVELOPE_NOTES", "PAYLOAD_NOTES", "event_schema", "payload_model", "payload_schema", "schema_text",
+]

@@ -452,9 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pause-before-publish", type=float, default=0.0, help=argparse.SUPPRESS)
     add("rebuild", cmd_rebuild, "replay the log into state, pairs and index (with a progress bar); "
         "on Kafka, stop the workers first: it writes the snapshots the workers restore")
-    p = add("schema", cmd_schema, "print the JSON Schema of an event (draft 2020-12): the envelope and every "
-            "kind's payload, chosen by `kind`; the same as schemas/event.schema.json. docs/events.md explains "
-            "each field", json_flag=False)
+    p = add("schema", cmd_schema, "print the JSON Schema of an event (draft 2020-12): the envelope and "
+            "every kind's payload, chosen by `kind`; the same as schemas/event.schema.json. "
+            "docs/events.md explains each field", json_flag=False)
     p.add_argument("--kind", metavar="KIND", help="only this kind's payload schema (e.g. tool_call)")
     p.add_argument("--markdown", action="store_true", help="the field reference of docs/events.md instead")
     p = add("bench", cmd_bench, "measure throughput and latency percentiles of the hot paths", json_flag=False)

@@ -53,7 +53,7 @@ def link_problems(page: Path, text: str) -> list[str]:
             problems.append(f"points outside the repository: {target}")
         elif not resolved.exists():
             problems.append(f"no such file: {target}")
-        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved.read_text(encoding="utf-8")):
+        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved.read_text("utf-8")):
             problems.append(f"no such heading: {target}")
     return problems
 

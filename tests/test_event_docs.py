@@ -19,7 +19,9 @@ import pytest
 
 from processors.validation import Rejection, validate
 from schemas.event_docs import BEGIN, END, EXAMPLES, KIND_NOTES, REJECTIONS, reference
-from schemas.event_schema import ENVELOPE_NOTES, PAYLOAD_NOTES, event_schema, payload_model, payload_schema, schema_text
+from schemas.event_schema import (
+    ENVELOPE_NOTES, PAYLOAD_NOTES, event_schema, payload_model, payload_schema, schema_text,
+)  # fmt: skip
 from schemas.events import KINDS, Envelope, PlanStep
 from streams.cli import main
 
@@ -158,7 +160,7 @@ def test_the_schema_refuses_exactly_what_the_pipeline_refuses_field_by_field(kin
     assert disagreements == [], "(mutation, pipeline accepts) where the schema says otherwise"
 
 
-def test_the_schema_refuses_unknown_kinds_missing_payload_fields_and_an_added_constraint_without_text() -> None:
+def test_the_schema_refuses_unknown_kinds_missing_fields_and_an_added_constraint_without_text() -> None:
     refused = [
         _event("thought", {}),
         _event("tool_call", {"call_id": "c1"}),
@@ -258,7 +260,8 @@ def test_docs_events_lists_exactly_the_kinds_and_each_kinds_payload_fields() -> 
         documented = _names(tables[0]) if model.model_fields else []
         assert sorted(documented) == sorted(model.model_fields), kind
         for row, name in zip(tables[0] if tables else [], documented):
-            assert row["required"] == ("yes" if model.model_fields[name].is_required() else "no"), (kind, name)
+            required = model.model_fields[name].is_required()
+            assert row["required"] == ("yes" if required else "no"), (kind, name)
         if kind == "plan":
             assert sorted(_names(tables[1])) == sorted(PlanStep.model_fields)
 
