@@ -384,6 +384,22 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
+    from schemas.event_docs import reference  # noqa: PLC0415 - only this command needs them
+    from schemas.event_schema import payload_schema, schema_text
+    from schemas.events import KINDS
+
+    if args.markdown:
+        sys.stdout.write(reference())
+    elif args.kind is None:
+        sys.stdout.write(schema_text())
+    elif args.kind in KINDS:
+        sys.stdout.write(schema_text(payload_schema(args.kind)))
+    else:
+        raise UsageError(f"unknown kind {args.kind!r}; the kinds: {', '.join(KINDS)}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from streams.bench import run_bench  # noqa: PLC0415
 
@@ -466,6 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pause-before-publish", type=float, default=0.0, help=argparse.SUPPRESS)
     add("rebuild", cmd_rebuild, "replay the log into state, pairs and index (with a progress bar); "
         "on Kafka, stop the workers first: it writes the snapshots the workers restore")
+    p = add("schema", cmd_schema, "print the JSON Schema of an event (draft 2020-12): the envelope and "
+            "every kind's payload, chosen by `kind`; the same as schemas/event.schema.json. "
+            "docs/events.md explains each field", json_flag=False)
+    p.add_argument("--kind", metavar="KIND", help="only this kind's payload schema (e.g. tool_call)")
+    p.add_argument("--markdown", action="store_true", help="the field reference of docs/events.md instead")
     p = add("bench", cmd_bench, "measure throughput and latency percentiles of the hot paths", json_flag=False)
     p.add_argument("--events", type=int, default=200_000, help="events for the pipeline benchmark")
     p.add_argument("--threads", type=int, default=1_000, help="threads they spread over")
