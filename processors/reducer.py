@@ -125,7 +125,8 @@ def _agent_spawn(s: WorkingState, e: Envelope) -> None:
     p = e.payload
     if p.child_agent_id not in s.agents:  # type: ignore[attr-defined]
         s.agents[p.child_agent_id] = AgentItem(  # type: ignore[attr-defined]
-            agent_id=p.child_agent_id, role=p.role, event_id=e.event_id  # type: ignore[attr-defined]
+            agent_id=p.child_agent_id, role=p.role, thread_id=p.child_thread_id,  # type: ignore[attr-defined]
+            event_id=e.event_id,
         )
 
 
@@ -137,7 +138,7 @@ def _agent_exit(s: WorkingState, e: Envelope) -> None:
             agent_id=p.child_agent_id, event_id=e.event_id  # type: ignore[attr-defined]
         )
     if agent.status == "active":
-        agent.status, agent.exit_status = "finished", p.status  # type: ignore[attr-defined]
+        agent.status, agent.exit_status, agent.summary = "finished", p.status, p.summary  # type: ignore[attr-defined]
 
 
 def _window_switch(s: WorkingState, e: Envelope) -> None:

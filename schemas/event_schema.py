@@ -109,10 +109,12 @@ PAYLOAD_NOTES: dict[str, dict[str, str]] = {
     "agent_spawn": {
         "child_agent_id": "Id of the sub-agent started.",
         "role": "What the sub-agent is for.",
+        "child_thread_id": "The sub-agent's own thread, where its events go (same alphabet as `thread_id`).",
     },
     "agent_exit": {
         "child_agent_id": "The sub-agent that finished.",
         "status": "How it ended, in the producer's words.",
+        "summary": "What the sub-agent reports back.",
     },
     "turn_end": {},
     "window_switch": {

@@ -188,11 +188,13 @@ class ApprovalDecisionPayload(Payload):
 class AgentSpawnPayload(Payload):
     child_agent_id: NonEmpty
     role: str | None = None
+    child_thread_id: Identifier | None = None
 
 
 class AgentExitPayload(Payload):
     child_agent_id: NonEmpty
     status: str | None = None
+    summary: str | None = None
 
 
 class TurnEndPayload(Payload):

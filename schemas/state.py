@@ -79,8 +79,10 @@ class ApprovalItem:
 class AgentItem:
     agent_id: str
     role: str | None = None
+    thread_id: str | None = None  # the sub-agent's own thread, when it has one
     status: Literal["active", "finished"] = "active"
     exit_status: str | None = None
+    summary: str | None = None  # what it reported when it finished
     event_id: str
 
 

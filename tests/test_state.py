@@ -63,6 +63,14 @@ def test_a_decision_that_arrives_before_its_request_keeps_it_out_of_the_queue() 
     assert s["pending_approvals"] == []
 
 
+def test_a_sub_agent_names_its_own_thread_and_what_it_reported_when_it_finished() -> None:
+    s = reduce_all(ev("e1", "agent_spawn", {"child_agent_id": "sub", "role": "search", "child_thread_id": "t1.sub"}),
+                   ev("e2", "agent_exit", {"child_agent_id": "sub", "status": "ok", "summary": "found 3 callers"}, 1))  # fmt: skip
+    (agent,) = s["agents"]
+    assert (agent["thread_id"], agent["status"], agent["exit_status"], agent["summary"]) == (
+        "t1.sub", "finished", "ok", "found 3 callers")
+
+
 def test_agents_are_tracked_active_then_finished() -> None:
     s = reduce_all(ev("e1", "agent_spawn", {"child_agent_id": "sub", "role": "search"}),
                    ev("e2", "agent_exit", {"child_agent_id": "sub", "status": "ok"}, 1),
