@@ -70,6 +70,13 @@ def start_server(cli_env: dict[str, str]) -> Iterator[Callable[..., tuple[str, d
         proc.wait(timeout=60)
 
 
+@pytest.fixture
+def server(start_server: Callable[..., tuple[str, dict[str, str]]]) -> tuple[str, dict[str, str]]:
+    """``agentlog run`` serving, its index refreshed only every 30 s (so read-your-writes
+    must come from the active state)."""
+    return start_server(AGENTLOG_REFRESH_SECONDS="30")
+
+
 def _docker_answers() -> bool:
     try:
         import docker  # noqa: PLC0415 - only with the test extra

@@ -24,7 +24,7 @@ import orjson
 from streams.config import Settings
 from streams.demo import iter_synthetic_events
 from streams.publisher import LocalPublisher
-from tests.test_e2e_embedded import _free_port
+from tests.conftest import free_port
 
 EVENTS = int(os.environ.get("AGENTLOG_CRASH_EVENTS", "100000"))
 KILLS = 20
@@ -123,7 +123,7 @@ def test_kill_9_at_random_moments_then_damaged_stores_leave_every_event_logged_o
     print(f"crash seed {seed} ({EVENTS} events, {KILLS} kills)")
     rng = random.Random(seed)
     data = Path(cli_env["AGENTLOG_DATA_DIR"])
-    env = {**cli_env, "AGENTLOG_HTTP_PORT": str(_free_port()), "AGENTLOG_CHECKPOINT_SECONDS": "0.5"}
+    env = {**cli_env, "AGENTLOG_HTTP_PORT": str(free_port()), "AGENTLOG_CHECKPOINT_SECONDS": "0.5"}
     publisher = Publisher(Settings(data_dir=data), seed)
     publisher.start()
     for _ in range(KILLS):

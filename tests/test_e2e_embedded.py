@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.helpers import raw
 
@@ -95,32 +92,6 @@ def test_sql_is_read_only(cli_env: dict[str, str]) -> None:
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def server(cli_env: dict[str, str]):
-    port = _free_port()
-    env = {**cli_env, "AGENTLOG_HTTP_PORT": str(port), "AGENTLOG_REFRESH_SECONDS": "30"}
-    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        raise AssertionError(f"agentlog run did not start: {proc.stderr.read().decode()}")
-    yield url, env
-    proc.terminate()
-    proc.wait(timeout=60)
 
 
 def test_while_run_serves_other_commands_go_through_its_http_api_without_lock_errors(server) -> None:

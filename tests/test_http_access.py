@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from streams.http_guard import (
     Policy, bind_refusal, check_content_type, check_host, check_length, check_token, read_body,
 )  # fmt: skip
 from streams.service import EmbeddedService
+from tests.conftest import free_port
 from tests.helpers import raw
 from tests.test_http_hostile import start_server
 
@@ -203,16 +203,11 @@ class _BuggyRead(EmbeddedService):
         return super().read(event_id)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def in_process(settings: Settings) -> Iterator[str]:
     service = _BuggyRead(settings)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="critical")
     )
@@ -271,7 +266,7 @@ def test_the_worker_web_server_applies_the_same_rules_and_json_answers() -> None
         app.router.add_get("/broken", broken)
         runner = web.AppRunner(app)
         await runner.setup()
-        port = _free_port()
+        port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         auth = {"Authorization": f"Bearer {TOKEN}"}
         answers = []
@@ -316,7 +311,7 @@ def _cli(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subproc
 
 def test_run_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
     env = _env(tmp_path, "open")
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", "run", "--host", "0.0.0.0", "--port", str(_free_port())],
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", "run", "--host", "0.0.0.0", "--port", str(free_port())],
                           env=env, capture_output=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 2 and b"AGENTLOG_API_TOKEN" in proc.stderr, proc.stderr
     assert not (tmp_path / "open" / SERVER_FILE).exists()

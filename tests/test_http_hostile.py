@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
 from tests.helpers import raw
 
 TOKEN = "hostile-test-token-7f3a9c"
@@ -305,11 +306,6 @@ def _write(sock: socket.socket, data: bytes) -> None:
         pass  # refused before the body was read
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @dataclass
 class Served:
@@ -324,7 +320,7 @@ class Served:
 
 
 def start_server(env: dict[str, str], stderr: Path, port: int | None = None) -> Served:
-    port = port or _free_port()
+    port = port or free_port()
     env = {**env, "AGENTLOG_HTTP_PORT": str(port)}
     with stderr.open("ab") as err:
         proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 
 from streams.config import Settings
+from tests.conftest import free_port
 from tests.test_http_hostile import ATTACKS, LIMIT, TOKEN, Attack, send
 
 WORKER_PATHS = ("/search", "/threads/", "/events", "/sql", "/nope", "/%00", "/xxx")
@@ -21,11 +21,6 @@ def _refused_before_any_store(attack: Attack) -> bool:
     served = attack.target.startswith(WORKER_PATHS) and not attack.target.startswith("/threads/..")
     return served and not attack.parser and 200 not in attack.expect and attack.expect != (404,)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: Path) -> None:
@@ -38,7 +33,7 @@ def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: P
     app = create_app(settings)
     attacks = [a for a in ATTACKS if _refused_before_any_store(a)]
     assert len(attacks) >= 80
-    port = _free_port()
+    port = free_port()
 
     async def scenario() -> list[tuple[Attack, int, bytes]]:
         runner = web.AppRunner(app.web.web_app)

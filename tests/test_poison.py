@@ -30,7 +30,6 @@ from streams.config import Settings
 from streams.service import EmbeddedService, check_records, split_records
 from streams.sink_guard import StoreUnavailable, is_refusal, write_isolating
 from tests.helpers import raw
-from tests.test_e2e_embedded import server  # noqa: F401 - the fixture: `agentlog run` serving
 
 TS = '"2026-01-01T12:00:00Z"'
 

@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from streams.demo import synthetic_events
-from tests.test_e2e_embedded import _free_port, agentlog
+from tests.conftest import free_port
+from tests.test_e2e_embedded import agentlog
 
 EVENTS = 12_000  # more than two replay batches of 5,000: the first flush used to deadlock
 
@@ -45,7 +46,7 @@ def test_rebuild_of_a_log_longer_than_one_replay_batch_completes_and_lands_on_th
 
 @pytest.fixture
 def running(cli_env: dict[str, str]):
-    port = _free_port()
+    port = free_port()
     env = {**cli_env, "AGENTLOG_HTTP_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
