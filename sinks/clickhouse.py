@@ -45,7 +45,7 @@ class AnalystSql:
         self._limits = limits
         self._clause = limits.settings_clause(readonly=not restricted_user)
         self._client: Any = None
-        self._policy: SqlPolicy | None = None
+        self._catalogue: FunctionCatalogue | None = None
         self._lock = threading.Lock()
 
     def run(self, sql: str) -> QueryResult:
@@ -62,7 +62,8 @@ class AnalystSql:
             raise SqlBusy("another analyst query is still running; try again in a few seconds")
         try:
             client = self._open()
-            self._policy_for(client).check(self._explain(client, statement))
+            tree = self._explain(client, statement)
+            self._policy_for(client).check(tree)
             try:
                 body = client.raw_query(f"{statement}\n{self._clause}", fmt=_RESULT_FORMAT)
             except ClickHouseError as error:
@@ -111,6 +112,7 @@ class AnalystSql:
         try:
             raw = client.raw_query(f"{prefix}{statement}\nFORMAT {EXPLAIN_FORMAT}", fmt=EXPLAIN_FORMAT)
         except ClickHouseError as error:
+            self._reset()  # a refused parse (two statements, say) can leave the handle mid-answer
             message = self._say(str(error))
             if "Syntax error" in message:
                 message = user_syntax_error(message, prefix, len(statement))
@@ -121,7 +123,9 @@ class AnalystSql:
         return bytes(raw).decode("utf-8", "replace")
 
     def _policy_for(self, client: Any) -> SqlPolicy:
-        if self._policy is None:
+        """The engine's function catalogue is read once; its tables and databases on every
+        query, since a table created later must not pass for a ``WITH`` name."""
+        if self._catalogue is None:
             try:
                 functions = client.query(
                     "SELECT name, is_aggregate, case_insensitive, alias_to, categories FROM system.functions"
@@ -129,14 +133,17 @@ class AnalystSql:
             except ClickHouseError as error:  # a server too old to list categories
                 raise StoreError(f"the SQL sandbox needs system.functions.categories: {self._say(str(error))}") from error
             combinators = [r[0] for r in client.query("SELECT name FROM system.aggregate_function_combinators").result_rows]
+            self._catalogue = FunctionCatalogue.of(functions, combinators)
+        try:
             database = str(client.query("SELECT currentDatabase()").result_rows[0][0])
             tables = client.query("SELECT name FROM system.tables WHERE database = currentDatabase()").result_rows
             databases = client.query("SELECT name FROM system.databases").result_rows
-            self._policy = SqlPolicy(
-                FunctionCatalogue.of(functions, combinators), database,
-                frozenset(r[0] for r in tables), frozenset(r[0] for r in databases) - {database},
-            )  # fmt: skip
-        return self._policy
+        except ClickHouseError as error:
+            self._reset()
+            raise StoreError(f"the SQL sandbox could not list the tables: {self._say(str(error))}; try again") from error
+        return SqlPolicy(
+            self._catalogue, database, frozenset(r[0] for r in tables), frozenset(r[0] for r in databases) - {database}
+        )
 
     def _say(self, error: str) -> str:
         """The engine's first line, or what a limit means in the sandbox's words."""

@@ -182,7 +182,7 @@ STATEMENTS = _refused(
     "SYSTEM RELOAD CONFIG", "KILL QUERY WHERE 1", "KILL MUTATION WHERE 1", "USE system", "SHOW TABLES",
     "SHOW DATABASES", "SHOW CREATE TABLE events", "SHOW USERS", "SHOW GRANTS", "SHOW PROCESSLIST", "SHOW SETTINGS LIKE '%'",
     "EXPLAIN SELECT 1", "EXPLAIN AST SELECT file('x')", "CHECK TABLE events", "WATCH events", "MOVE USER default TO x",
-    "SELECT 1; DROP TABLE events", "SELECT 1; SELECT 2", "SELECT 1;;", "BEGIN TRANSACTION", "COMMIT",
+    "SELECT 1; DROP TABLE events", "SELECT 1; SELECT 2", "BEGIN TRANSACTION", "COMMIT",
     "SELECT 1 SETTINGS readonly = 0", "SELECT 1 SETTINGS max_execution_time = 0",
     "SELECT * FROM events SETTINGS max_memory_usage = 0", "SELECT * FROM (SELECT 1 SETTINGS max_threads = 1)",
     "SELECT 1 FORMAT JSON", "SELECT 1 FORMAT Native", "SELECT 1 FORMAT TabSeparatedRaw",
@@ -261,6 +261,7 @@ ALLOWED = [
     "SELECT event_id FROM events UNION ALL SELECT toString(number) FROM numbers(2)",
     "DESCRIBE events",
     "SELECT 1;",
+    "SELECT 1;;",  # trailing semicolons end the one statement
     "select count() from events -- trailing comment",
     "SELECT 1 " + "-- x\n" * 10,
 ]

@@ -217,3 +217,16 @@ def test_queued_analyst_queries_never_starve_publishing_or_the_state_over_http(s
     assert report["accepted"] == 1 and state["goal"]["text"] == "heard"
     assert elapsed < 3.0, f"publish + state took {elapsed:.1f} s behind the analysts"
     assert set(statuses) <= {400, 503} and len(statuses) == 50  # stopped by its limit, or busy
+
+
+def test_a_table_created_after_the_first_query_is_not_taken_for_a_with_name(sandboxed: EmbeddedService) -> None:
+    """On a shared ClickHouse an operator may add tables at any time; the sandbox asks the
+    engine which tables exist on every query, not once."""
+    assert sandboxed.sql("SELECT count() FROM events WHERE thread_id = 't1'").rows == [(3,)]
+    ingest = sandboxed.log._client  # noqa: SLF001 - stands in for an operator's own client
+    ingest.command("CREATE TABLE IF NOT EXISTS added_later (secret String) ENGINE = Memory")
+    try:
+        with pytest.raises(SqlRefused, match="not readable"):
+            sandboxed.sql("SELECT * FROM added_later")
+    finally:
+        ingest.command("DROP TABLE IF EXISTS added_later")
