@@ -7,8 +7,11 @@ this process), so the DDL, the inserts and every analyst query are the same SQL.
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from datetime import datetime, timezone
 from typing import Any
 
@@ -160,10 +163,11 @@ class AnalystSql:
 class ClickHouseLogStore:
     """``LogStore`` on ClickHouse. Thread-safe: one lock serialises the client."""
 
-    def __init__(self, client: Any, description: str, analyst: AnalystSql) -> None:
+    def __init__(self, client: Any, description: str, analyst: AnalystSql, temp_dir: Path | None = None) -> None:
         self._client = client
         self._lock = threading.Lock()
         self._analyst = analyst
+        self._temp_dir = temp_dir
         self.description = description
         for statement in (*DDL, *MEMORY_DDL):
             self._client.command(statement)
@@ -171,10 +175,11 @@ class ClickHouseLogStore:
     @classmethod
     def open(
         cls, url: str | None = None, path: str | None = None, limits: SqlLimits | None = None,
-        analyst_url: str | None = None, **kwargs: Any,
+        analyst_url: str | None = None, temp_dir: Path | None = None, **kwargs: Any,
     ) -> ClickHouseLogStore:  # fmt: skip
         """A server when ``url`` is given (``http[s]://user:pass@host:port/db``), else chDB at
-        ``path``. Analyst queries use ``analyst_url`` (a restricted user) when given."""
+        ``path``. Analyst queries use ``analyst_url`` (a restricted user) when given; chDB
+        inserts pass through files in ``temp_dir`` (``_writing``)."""
         limits = limits or SqlLimits()
         if url:
             def connect(dsn: str = analyst_url or url) -> Any:
@@ -196,15 +201,34 @@ class ClickHouseLogStore:
             raise StoreError(f"cannot open the chDB log in {path}: {error}") from error
         # chDB serves any number of connections to its one engine, each with its own session.
         analyst = AnalystSql(lambda: clickhouse_connect.get_client(interface="chdb", path=path), limits)
-        return cls(client, f"chDB {path}", analyst)
+        if temp_dir is not None:
+            temp_dir.mkdir(parents=True, exist_ok=True)
+            for stale in temp_dir.glob("tmp*"):  # left by a process killed mid-insert
+                stale.unlink(missing_ok=True)
+        return cls(client, f"chDB {path}", analyst, temp_dir)
 
     # -- writes -----------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The client, for one write. clickhouse-connect hands a chDB insert over as a
+        temporary file of event bodies, in the process's temporary folder: for the write,
+        that folder is ``temp_dir`` (in the data directory), never the machine's /tmp."""
+        with self._lock:
+            if self._temp_dir is None:
+                yield
+                return
+            previous, tempfile.tempdir = tempfile.tempdir, str(self._temp_dir)
+            try:
+                yield
+            finally:
+                tempfile.tempdir = previous
 
     def _insert_json(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
         if not rows:
             return
         body = b"\n".join(orjson.dumps(r) for r in rows)
-        with self._lock:
+        with self._writing():
             self._client.raw_insert(table, None, body, settings=_INSERT_SETTINGS, fmt="JSONEachRow")
 
     def append_events(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -218,7 +242,7 @@ class ClickHouseLogStore:
         if not rows:
             return
         data = [[r[c] for c in REJECTED_COLUMNS] for r in rows]
-        with self._lock:
+        with self._writing():
             self._client.insert("rejected_events", data, column_names=list(REJECTED_COLUMNS))
 
     # -- reads ------------------------------------------------------------------------

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from sinks.base import LogStore, SearchIndex
 from sinks.clickhouse import ClickHouseLogStore
 from streams.config import Settings
@@ -13,23 +10,11 @@ from streams.security import clickhouse_options, opensearch_options
 
 def open_log_store(settings: Settings) -> LogStore:
     """A ClickHouse server if ``AGENTLOG_CLICKHOUSE_URL`` names one, else chDB in the data directory."""
-    if not settings.clickhouse_url:
-        keep_temp_files_inside(settings.path("tmp-inserts"))
     return ClickHouseLogStore.open(
         settings.clickhouse_url, str(settings.path("log")), settings.sql_limits,
-        settings.clickhouse_analyst_url, **clickhouse_options(settings),
+        settings.clickhouse_analyst_url, None if settings.clickhouse_url else settings.path("tmp-inserts"),
+        **clickhouse_options(settings),
     )  # fmt: skip
-
-
-def keep_temp_files_inside(folder: Path) -> None:
-    """clickhouse-connect hands each chDB insert over as a temporary file of event bodies:
-    they belong in the data directory, not in the machine's /tmp. Files left there by a
-    process killed mid-insert are removed (whoever opens the stores holds the data
-    directory's lock)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("tmp*"):
-        stale.unlink(missing_ok=True)
-    tempfile.tempdir = str(folder)
 
 
 def open_search_index(settings: Settings) -> SearchIndex:

@@ -90,9 +90,10 @@ def test_sql_piped_into_head_ends_quietly_without_a_broken_pipe_error(filled) ->
     assert b"Broken pipe" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
 
 
-def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path) -> None:
-    """chDB inserts pass event bodies through temporary files: never in the machine's /tmp,
-    and one left by a process killed mid-insert is gone at the next open."""
+def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """chDB inserts pass event bodies through temporary files: they are made in the data
+    directory, never in the machine's /tmp; one left by a process killed mid-insert is gone
+    at the next open; and the process's own temporary folder is left as it was."""
     import tempfile  # noqa: PLC0415
 
     from streams.config import Settings  # noqa: PLC0415
@@ -101,9 +102,17 @@ def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path) ->
     data = tmp_path / "data"
     (data / "tmp-inserts").mkdir(parents=True)
     (data / "tmp-inserts" / "tmpleft.raw").write_text('{"event_id": "left by a kill -9"}')
+    made_in: list[str] = []
+    real = tempfile.NamedTemporaryFile
+
+    def spy(*args, **kwargs):  # the real function, noting where it puts the file
+        made_in.append(str(Path(tempfile.gettempdir()).resolve()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", spy)
+    before = tempfile.gettempdir()
     service = EmbeddedService(Settings(data_dir=data))
     try:
-        assert Path(tempfile.gettempdir()).resolve() == (data / "tmp-inserts").resolve()
         assert not (data / "tmp-inserts" / "tmpleft.raw").exists()
         service.publish(orjson.dumps({"event_id": "e1", "thread_id": "t1", "kind": "goal",
                                       "ts": "2026-01-01T00:00:00Z", "payload": {"text": "g"}}))  # fmt: skip
@@ -111,3 +120,5 @@ def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path) ->
         assert service.sql("SELECT count() FROM events").rows == [(1,)]
     finally:
         service.close()
+    assert made_in and set(made_in) == {str((data / "tmp-inserts").resolve())}
+    assert tempfile.gettempdir() == before
