@@ -50,6 +50,9 @@ class LogStore(Protocol):
         """Accepted events in processing order: per thread, by partition and offset."""
 
     def count_events(self) -> int: ...
+    def thread_summaries(self) -> list[tuple[str, str, int, str]]:
+        """Every logged thread's (thread_id, project, event count, newest event time)."""
+
     def append_memory(self, candidates: Sequence[dict[str, Any]], facts: Sequence[dict[str, Any]]) -> None: ...
     def memory_high_water(self) -> tuple[int, int]: ...
     def query(self, sql: str) -> QueryResult:

@@ -329,6 +329,14 @@ class ClickHouseLogStore:
         )
         return [(bytes(r), str(why)) for r, why in result.result_rows]
 
+    def thread_summaries(self) -> list[tuple[str, str, int, str]]:
+        """Every logged thread's (thread_id, project, event count, newest event time): the
+        store's own query, not an analyst's (no sandbox limits, no queue behind analysts)."""
+        result = self._query(
+            "SELECT thread_id, any(project), count(), toString(max(ts)) FROM events GROUP BY thread_id"
+        )
+        return [(str(t), str(p), int(n), str(ts)) for t, p, n, ts in result.result_rows]
+
     def count_events(self) -> int:
         return int(self._query("SELECT count() FROM events").result_rows[0][0])
 

@@ -29,9 +29,6 @@ from streams.config import Settings
 from streams.datadir import open_memory
 from streams.service import NotFound
 
-LOG_THREADS_SQL = ("SELECT thread_id, any(project), count(), toString(max(ts)) FROM events "
-                   "GROUP BY thread_id")  # fmt: skip
-"""Every logged thread's project, event count and newest event time, in one query."""
 RECENT = 1000
 """How many of a thread's newest logged events are checked against the index for
 read-your-writes: more than one refresh interval of any one thread's traffic."""
@@ -186,7 +183,7 @@ class WorkerService:
         warnings: list[str] = []
         logged: Sequence[tuple[Any, ...]] = []
         try:
-            logged = self.log.query(LOG_THREADS_SQL).rows
+            logged = self.log.thread_summaries()
         except StoreError as error:
             warnings.append(f"the log did not answer ({error}): only this worker's threads are listed")
         others = [log_row(t, p, int(n), log_ts(ts)) for t, p, n, ts in logged if t not in rows]
@@ -210,4 +207,4 @@ class WorkerService:
         return self._publisher.publish(data)
 
 
-__all__ = ["LOG_THREADS_SQL", "RECENT", "Unlogged", "WorkerService"]
+__all__ = ["RECENT", "Unlogged", "WorkerService"]
