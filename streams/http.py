@@ -86,7 +86,11 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
     stop = threading.Event()
 
     @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Analyst queries wait on threads of their own (made here: a limiter belongs to the
+        # running event loop), so however many queue up, the shared pool stays free for
+        # /events, state and context.
+        app.state.sql_threads = anyio.CapacityLimiter(2)
         worker = threading.Thread(target=service.run_forever, args=(stop,), name="driver", daemon=True)
         worker.start()
         try:
@@ -153,15 +157,9 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
     async def get_event(request: Request) -> Any:
         return await run_in_threadpool(service.read, parse_path(EventPath, request.path_params).event_id)
 
-    sql_threads: list[anyio.CapacityLimiter] = []
-
     async def post_sql(request: Request) -> Any:
         body = parse_body(SqlBody, await body_of(request))
-        # Analyst queries wait on threads of their own: however many queue up, the
-        # shared pool stays free for /events, state and context.
-        if not sql_threads:
-            sql_threads.append(anyio.CapacityLimiter(2))
-        result = await anyio.to_thread.run_sync(service.sql, body.sql, limiter=sql_threads[0])
+        result = await anyio.to_thread.run_sync(service.sql, body.sql, limiter=request.app.state.sql_threads)
         return {"columns": result.columns, "rows": [list(r) for r in result.rows]}
 
     async def post_flush(_request: Request) -> Any:
