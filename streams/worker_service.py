@@ -98,17 +98,21 @@ class WorkerService:
         return set(self._snapshot(thread_id).pairing.orphans)
 
     def _tail(self, thread_id: str, after: int, limit: int) -> list[LoggedEvent]:
-        """The newest accepted events of a thread, logged or not, oldest first."""
+        """The newest accepted events of a thread, logged or not, oldest first. The unlogged
+        ones are taken first: an event leaves them only once the log holds it, so read in
+        this order none can slip between the two while the sink writes."""
+        pending = [e for e in self.unlogged.of(thread_id) if e.offset > after]
         merged = {e.event_id: e for e in self.log.thread_tail(thread_id, after, limit)}
-        merged.update((e.event_id, e) for e in self.unlogged.of(thread_id) if e.offset > after)
+        merged.update((e.event_id, e) for e in pending)
         return sorted(merged.values(), key=lambda e: e.offset)[-limit:]
 
     def _logged(self, event_id: str) -> tuple[LoggedEvent, str] | None:
-        found = self.log.get(event_id)
-        if found is not None:
-            return found, "log"
+        # Unlogged first, as in _tail: an event leaves it only after the log has it.
         pending = self.unlogged.find(event_id)
-        return (pending, "active") if pending is not None else None
+        if pending is not None:
+            return pending, "active"
+        found = self.log.get(event_id)
+        return (found, "log") if found is not None else None
 
     def window(self, thread_id: str, after: Sequence[str], limit: int) -> list[Envelope]:
         start = -1
