@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from processors.context import Unit
-from processors.redaction import redact_value
-from processors.truncation import clip_at_word
-from schemas.events import Envelope
-from schemas.handoff import HandoffRecord, Sourced
+from agentlog.processors.context import Unit
+from agentlog.processors.redaction import redact_value
+from agentlog.processors.truncation import clip_at_word
+from agentlog.schemas.events import Envelope
+from agentlog.schemas.handoff import HandoffRecord, Sourced
 
 MAX_OBSERVATIONS = 60
 MAX_HYPOTHESES = 30

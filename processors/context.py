@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from processors.redaction import mask_secret_keys, redact, redact_value
-from processors.tokens import MESSAGE_OVERHEAD, TokenCounter
-from processors.truncation import truncate_output
-from schemas.events import Envelope
+from agentlog.processors.redaction import mask_secret_keys, redact, redact_value
+from agentlog.processors.tokens import MESSAGE_OVERHEAD, TokenCounter
+from agentlog.processors.truncation import truncate_output
+from agentlog.schemas.events import Envelope
 
 
 class BudgetTooSmall(ValueError):

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 import orjson
 from pydantic_core import from_json
 
-from processors.pipeline import Record
-from schemas.events import Envelope
+from agentlog.processors.pipeline import Record
+from agentlog.schemas.events import Envelope
 
 
 def canonical(raw: bytes) -> bytes:

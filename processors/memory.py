@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
-from schemas.events import Envelope
+from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
+from agentlog.schemas.events import Envelope
 
 STRENGTH: dict[str, int] = {
     "user_confirmed": 4,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.events import Envelope, ToolCallPayload, ToolResultPayload
-from schemas.state import DEFAULT_WINDOW, ToolPair
+from agentlog.schemas.events import Envelope, ToolCallPayload, ToolResultPayload
+from agentlog.schemas.state import DEFAULT_WINDOW, ToolPair
 
 DEFAULT_GRACE_MS = 30_000.0
 DEFAULT_CALL_TIMEOUT_MS = 600_000.0

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from processors.thread import PairingConfig, ThreadProcessor, ThreadSnapshot
-from processors.validation import Rejection, validate
-from schemas.events import MAX_EVENT_BYTES, Envelope
-from schemas.state import ToolPair
+from agentlog.processors.thread import PairingConfig, ThreadProcessor, ThreadSnapshot
+from agentlog.processors.validation import Rejection, validate
+from agentlog.schemas.events import MAX_EVENT_BYTES, Envelope
+from agentlog.schemas.state import ToolPair
 
 
 class SeenIds(Protocol):

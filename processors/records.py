@@ -11,19 +11,19 @@ from typing import Any
 
 import orjson
 
-from processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
-from processors.pipeline import Applied
-from processors.textsearch import active_hit
-from processors.truncation import WORD_SLACK, clip_at_word
-from schemas.events import Envelope
-from schemas.search import Hit, SearchFilters
+from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
+from agentlog.processors.pipeline import Applied
+from agentlog.processors.textsearch import active_hit
+from agentlog.processors.truncation import WORD_SLACK, clip_at_word
+from agentlog.schemas.events import Envelope
+from agentlog.schemas.search import Hit, SearchFilters
 
 MAX_INDEXED_CHARS = 32_000
 """Tool outputs beyond this are indexed by head and tail; the log keeps them whole."""
 
 
 def log_row(event: Envelope, raw: bytes, partition: int, offset: int, window_id: str) -> dict[str, Any]:
-    """What is sent for a row of ``events`` (``schemas.tables.EVENTS_INSERT_COLUMNS``):
+    """What is sent for a row of ``events`` (``agentlog.schemas.tables.EVENTS_INSERT_COLUMNS``):
     ``raw`` as received plus what only the pipeline knows; the store derives the rest."""
     return {
         "raw": raw.decode("utf-8"),
@@ -103,7 +103,7 @@ def searchable(event: Envelope) -> tuple[str, str, str]:
 def search_doc(
     event: Envelope, offset: int, window_id: str, tool_name: str | None = None
 ) -> dict[str, Any]:
-    """The search document of an event (fields: ``schemas.tables.SEARCH_FIELDS``).
+    """The search document of an event (fields: ``agentlog.schemas.tables.SEARCH_FIELDS``).
 
     ``tool_name`` names the tool of a result whose payload leaves it out (from its call).
     """

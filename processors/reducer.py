@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from processors.truncation import clip_at_word
-from schemas.events import STATUS_RANK, TERMINAL_STATUSES, Envelope, epoch_ms_of
-from schemas.state import (
+from agentlog.processors.truncation import clip_at_word
+from agentlog.schemas.events import STATUS_RANK, TERMINAL_STATUSES, Envelope, epoch_ms_of
+from agentlog.schemas.state import (
     MAX_FAILURES,
     AgentItem,
     ApprovalItem,

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from schemas.search import Hit, SearchFilters
+from agentlog.schemas.search import Hit, SearchFilters
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 SNIPPET_CHARS = 160

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer, PairingState
-from processors.reducer import reduce
-from schemas.events import Envelope
-from schemas.state import ToolPair, WorkingState
+from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer, PairingState
+from agentlog.processors.reducer import reduce
+from agentlog.schemas.events import Envelope
+from agentlog.schemas.state import ToolPair, WorkingState
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class ThreadSnapshot(BaseModel):
 class ThreadProcessor:
     """Applies a thread's new events in order; ``apply`` returns the pair rows that changed.
 
-    Dedup is upstream (``processors.pipeline``): this class sees each event once.
+    Dedup is upstream (``agentlog.processors.pipeline``): this class sees each event once.
     """
 
     state: WorkingState

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from processors.redaction import redact_if
-from processors.truncation import clip_at_word
-from schemas.events import epoch_ms_of
-from schemas.requests import DEFAULT_THREAD_LIMIT
-from schemas.state import THREAD_STATUSES, ThreadStatus, WorkingState
+from agentlog.processors.redaction import redact_if
+from agentlog.processors.truncation import clip_at_word
+from agentlog.schemas.events import epoch_ms_of
+from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT
+from agentlog.schemas.state import THREAD_STATUSES, ThreadStatus, WorkingState
 
 IDLE_AFTER_MS = 30 * 60 * 1000
 FAILING_WITHIN_MS = 5 * 60 * 1000

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from schemas.events import EVENT_ADAPTER, MAX_EVENT_BYTES, Envelope
+from agentlog.schemas.events import EVENT_ADAPTER, MAX_EVENT_BYTES, Envelope
 
 INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1

@@ -1,4 +1,4 @@
-"""The JSON Schema of an event, generated from the pydantic models of ``schemas.events``.
+"""The JSON Schema of an event, generated from the pydantic models of ``agentlog.schemas.events``.
 
 ``event_schema()`` is what ``agentlog schema`` prints and what ``schemas/event.schema.json``
 holds (a test regenerates it and compares, so the file cannot go stale). The envelope's
@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from schemas.events import EVENT_CLASSES, KINDS, MAX_EVENT_BYTES, Envelope, Payload, PlanStep
+from agentlog.schemas.events import EVENT_CLASSES, KINDS, MAX_EVENT_BYTES, Envelope, Payload, PlanStep
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _REF = "#/$defs/{model}"

@@ -1,5 +1,5 @@
 """``GET /openapi.json``: an OpenAPI 3.1 document of the HTTP API, generated from the
-request models (``schemas.requests``), so the document and the checks cannot drift apart."""
+request models (``agentlog.schemas.requests``), so the document and the checks cannot drift apart."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.requests import (
+from agentlog.schemas.requests import (
     ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RevokeBody, SearchQuery, SqlBody,
     ThreadListQuery, ThreadPath,
 )  # fmt: skip

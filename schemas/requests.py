@@ -14,8 +14,8 @@ from typing import Annotated, Any, TypeVar
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from schemas.search import time_bound_ms
-from schemas.state import ThreadStatus
+from agentlog.schemas.search import time_bound_ms
+from agentlog.schemas.state import ThreadStatus
 
 MAX_SEARCH_LIMIT = 1000
 """Most hits one search returns: the index allocates for ``limit`` up front."""

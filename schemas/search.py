@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from schemas.events import RFC3339_PATTERN, epoch_ms_of
+from agentlog.schemas.events import RFC3339_PATTERN, epoch_ms_of
 
 _RFC3339 = re.compile(RFC3339_PATTERN)
 

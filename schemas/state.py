@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 PairStatus = Literal["ok", "error", "timeout", "cancelled", "missing", "orphan"]
 
 ThreadStatus = Literal["active", "waiting_approval", "failing", "idle"]
-"""A thread's status in ``agentlog threads`` (rules: ``processors.thread_list``)."""
+"""A thread's status in ``agentlog threads`` (rules: ``agentlog.processors.thread_list``)."""
 THREAD_STATUSES: tuple[str, ...] = get_args(ThreadStatus)
 
 DEFAULT_WINDOW = "w0"
@@ -171,7 +171,7 @@ class ToolPair:
     version: int = 0
 
     def row(self) -> dict[str, Any]:
-        """The pair as a ``tool_calls`` row (``schemas.tables.TOOL_CALLS_COLUMNS``)."""
+        """The pair as a ``tool_calls`` row (``agentlog.schemas.tables.TOOL_CALLS_COLUMNS``)."""
         # Every field is a scalar: a shallow copy is ``asdict`` without its recursion,
         # which was a third of the Kafka processor's per-batch bookkeeping.
         return {name: getattr(self, name) for name in _PAIR_FIELDS}

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from processors.thread import ThreadSnapshot
-from schemas.search import Hit, SearchFilters
+from agentlog.processors.thread import ThreadSnapshot
+from agentlog.schemas.search import Hit, SearchFilters
 
 
 class StoreError(RuntimeError):

@@ -19,9 +19,9 @@ import clickhouse_connect
 import orjson
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from schemas.tables import DDL, MEMORY_DDL, REJECTED_COLUMNS
-from sinks.base import LoggedEvent, QueryResult, StoreError, redact_url
-from sinks.sql_sandbox import (
+from agentlog.schemas.tables import DDL, MEMORY_DDL, REJECTED_COLUMNS
+from agentlog.sinks.base import LoggedEvent, QueryResult, StoreError, redact_url
+from agentlog.sinks.sql_sandbox import (
     EXPLAIN_FORMAT, FunctionCatalogue, SqlBusy, SqlLimits, SqlPolicy, SqlRefused, user_syntax_error,
 )  # fmt: skip
 
@@ -39,7 +39,7 @@ _INSERT_SETTINGS = {"date_time_input_format": "best_effort", "input_format_skip_
 
 
 class AnalystSql:
-    """Analyst queries through the sandbox (``sinks.sql_sandbox``), on a connection of their
+    """Analyst queries through the sandbox (``agentlog.sinks.sql_sandbox``), on a connection of their
     own: nothing an analyst sends can leave state on the ingestion connection, and a slow
     query never holds the writers' lock."""
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from processors.memory import Candidate, Fact, FileTouch, Refusal, Revocation
-from sinks import sqlite_db
+from agentlog.processors.memory import Candidate, Fact, FileTouch, Refusal, Revocation
+from agentlog.sinks import sqlite_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS extraction (

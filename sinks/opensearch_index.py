@@ -1,7 +1,7 @@
 """The search index on OpenSearch (opensearch-py), the production twin of tantivy.
 
 Documents are bulk-indexed with ``_id = event_id`` (a replay overwrites, never
-duplicates) into an index created from ``schemas.tables.SEARCH_FIELDS`` with explicit
+duplicates) into an index created from ``agentlog.schemas.tables.SEARCH_FIELDS`` with explicit
 mappings, one primary shard (so refreshes expose offsets in order) and OpenSearch's own
 refresh interval: searches really are eventually consistent.
 """
@@ -17,10 +17,10 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import OpenSearchException
 
-from processors.textsearch import snippet, tokenize
-from schemas.search import Hit, SearchFilters
-from schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
-from sinks.base import StoreError, redact_url
+from agentlog.processors.textsearch import snippet, tokenize
+from agentlog.schemas.search import Hit, SearchFilters
+from agentlog.schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
+from agentlog.sinks.base import StoreError, redact_url
 
 BULK_DOCS = 5000
 """Documents per bulk request (well under OpenSearch's 100 MB request limit)."""
@@ -30,7 +30,7 @@ _TYPES = {"keyword": {"type": "keyword"}, "text": {"type": "text", "analyzer": "
           "long": {"type": "long"}}  # fmt: skip
 
 
-# Tokenise as tantivy's default analyzer and ``processors.textsearch.tokenize`` do (split
+# Tokenise as tantivy's default analyzer and ``agentlog.processors.textsearch.tokenize`` do (split
 # on anything not a letter or digit, lowercase, drop tokens over 40 chars), so both
 # engines, and the read-your-writes fallback, find the same events for the same query.
 ANALYSIS = {

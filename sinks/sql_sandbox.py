@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from sinks.base import StoreError
+from agentlog.sinks.base import StoreError
 
 PROMISED_TABLES = frozenset({"events", "tool_calls", "rejected_events"})
 """What analysts can rely on (the contract's ClickHouse tables); nothing else is readable."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from processors.thread import ThreadSnapshot
-from sinks import sqlite_db
+from agentlog.processors.thread import ThreadSnapshot
+from agentlog.sinks import sqlite_db
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS thread_state (thread_id TEXT PRIMARY KEY, snapshot BLOB NOT NULL);
@@ -30,7 +30,7 @@ class SqliteStateStore:
         self._db = sqlite_db.connect(path, timeout=30)
         self._db.executescript(_SCHEMA)
         # Read what every start needs now: a corrupt file fails on open, where the data
-        # directory's check moves it aside and rebuilds it (``streams.datadir``).
+        # directory's check moves it aside and rebuilds it (``agentlog.streams.embedded.datadir``).
         self._db.execute("SELECT * FROM positions").fetchall()
         self._db.execute("SELECT event_id FROM applied LIMIT 1").fetchall()
         self._lock = threading.Lock()

@@ -2,7 +2,7 @@
 
 Documents added are invisible until ``refresh`` (commit + reader reload), exactly as an
 OpenSearch index with a refresh interval: searches are eventually consistent, and the
-read-your-writes guarantee is the caller's job (``streams.service``).
+read-your-writes guarantee is the caller's job (``agentlog.streams.embedded.service``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import tantivy
 
-from processors.textsearch import snippet, tokenize
-from schemas.tables import SEARCH_FIELDS
-from schemas.search import Hit, SearchFilters
-from sinks.base import StoreError
+from agentlog.processors.textsearch import snippet, tokenize
+from agentlog.schemas.tables import SEARCH_FIELDS
+from agentlog.schemas.search import Hit, SearchFilters
+from agentlog.sinks.base import StoreError
 
 _TEXT_FIELDS = [f.name for f in SEARCH_FIELDS if f.type == "text"]
 

@@ -12,10 +12,10 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from processors.thread import PairingConfig
-from schemas.events import MAX_EVENT_BYTES
-from sinks.sql_sandbox import SqlLimits
-from streams.security import KafkaSecurity
+from agentlog.processors.thread import PairingConfig
+from agentlog.schemas.events import MAX_EVENT_BYTES
+from agentlog.sinks.sql_sandbox import SqlLimits
+from agentlog.streams.kafka.security import KafkaSecurity
 
 _ENV = {
     "data_dir": "AGENTLOG_DATA_DIR",
@@ -44,7 +44,7 @@ _ENV = {
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
     "redact": "AGENTLOG_REDACT",
-    # Security of each server (streams.security); passwords stay out of every repr.
+    # Security of each server (agentlog.streams.kafka.security); passwords stay out of every repr.
     "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
     "kafka_sasl_mechanism": "AGENTLOG_KAFKA_SASL_MECHANISM",
     "kafka_sasl_username": "AGENTLOG_KAFKA_SASL_USERNAME",
@@ -59,7 +59,7 @@ _ENV = {
     "clickhouse_username": "AGENTLOG_CLICKHOUSE_USERNAME",
     "clickhouse_password": "AGENTLOG_CLICKHOUSE_PASSWORD",
     "clickhouse_ca_certs": "AGENTLOG_CLICKHOUSE_CA_CERTS",
-    # The analyst SQL sandbox (sinks.sql_sandbox): its limits, and on a ClickHouse server
+    # The analyst SQL sandbox (agentlog.sinks.sql_sandbox): its limits, and on a ClickHouse server
     # the restricted user its queries run as (a DSN with that user's name and password).
     "clickhouse_analyst_url": "AGENTLOG_CLICKHOUSE_ANALYST_URL",
     "sql_timeout_seconds": "AGENTLOG_SQL_TIMEOUT_SECONDS",
@@ -82,7 +82,7 @@ class Settings:
     grace_seconds: float = 30.0
     call_timeout_seconds: float = 600.0
     max_event_bytes: int = MAX_EVENT_BYTES
-    # The HTTP API (streams.http_guard): largest request body, read in chunks and refused
+    # The HTTP API (agentlog.streams.api.guard): largest request body, read in chunks and refused
     # past this; the token every route but /healthz needs (required beyond loopback);
     # extra Host names (comma-separated) a server answers to besides loopback's.
     max_request_bytes: int = 64 * 1024 * 1024
@@ -93,7 +93,7 @@ class Settings:
     batch_size: int = 5000
     partitions: int = 4
     # Kafka processor: how many source records per partition its dedup ids cover
-    # (streams.batch_seen); memory is about 150 bytes per id.
+    # (agentlog.streams.kafka.batch_seen); memory is about 150 bytes per id.
     dedup_horizon: int = 1_000_000
     kafka_namespace: str = ""
     faust_store: str = "memory://"

@@ -1,6 +1,6 @@
-"""An LLM summariser behind the ``processors.compaction.Summariser`` interface: any
+"""An LLM summariser behind the ``agentlog.processors.compaction.Summariser`` interface: any
 OpenAI-compatible ``/chat/completions`` endpoint. Off unless ``AGENTLOG_SUMMARY_URL``
-is set; its answer is validated (``processors.compaction.acceptable``) before use."""
+is set; its answer is validated (``agentlog.processors.compaction.acceptable``) before use."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import orjson
 
-from processors.records import searchable
-from schemas.events import Envelope
-from schemas.handoff import HandoffRecord
+from agentlog.processors.records import searchable
+from agentlog.schemas.events import Envelope
+from agentlog.schemas.handoff import HandoffRecord
 
 PROMPT = """You write handoff records for a coding agent whose old context is being folded.
 Answer with one JSON object with exactly these keys: goal, constraints, observations,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from processors.pipeline import BatchResult
+from agentlog.processors.pipeline import BatchResult
 
 
 @dataclass

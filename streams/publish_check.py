@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from processors.duplicates import conflict_reason, same_content
-from processors.validation import Rejection, validate
+from agentlog.processors.duplicates import conflict_reason, same_content
+from agentlog.processors.validation import Rejection, validate
 
 _JSON_SPACE = " \t\n\r"
 

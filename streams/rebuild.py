@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from processors.pipeline import Pipeline, Record
-from processors.records import search_docs
-from processors.thread import PairingConfig
-from sinks.base import LogStore, SearchIndex, StoreError
+from agentlog.processors.pipeline import Pipeline, Record
+from agentlog.processors.records import search_docs
+from agentlog.processors.thread import PairingConfig
+from agentlog.sinks.base import LogStore, SearchIndex, StoreError
 
 REPLAY_BATCH = 5000
 

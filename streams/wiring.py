@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sinks.base import LogStore, SearchIndex
-from sinks.clickhouse import ClickHouseLogStore
-from streams.config import Settings
-from streams.security import clickhouse_options, opensearch_options
+from agentlog.sinks.base import LogStore, SearchIndex
+from agentlog.sinks.clickhouse import ClickHouseLogStore
+from agentlog.streams.config import Settings
+from agentlog.streams.kafka.security import clickhouse_options, opensearch_options
 
 
 def open_log_store(settings: Settings) -> LogStore:
@@ -20,10 +20,10 @@ def open_log_store(settings: Settings) -> LogStore:
 def open_search_index(settings: Settings) -> SearchIndex:
     """OpenSearch if ``AGENTLOG_OPENSEARCH_URL`` names it, else tantivy in the data directory."""
     if settings.opensearch_url:
-        from sinks.opensearch_index import OpenSearchIndex  # noqa: PLC0415 - optional dependency
+        from agentlog.sinks.opensearch_index import OpenSearchIndex  # noqa: PLC0415 - optional dependency
 
         return OpenSearchIndex(settings.opensearch_url, settings.opensearch_index, **opensearch_options(settings))
-    from sinks.tantivy_index import TantivySearchIndex  # noqa: PLC0415
+    from agentlog.sinks.tantivy_index import TantivySearchIndex  # noqa: PLC0415
 
     return TantivySearchIndex(str(settings.path("index")))
 

@@ -12,8 +12,8 @@ import httpx
 
 import pytest
 
-from streams.config import Settings
-from streams.service import EmbeddedService
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def start_server(cli_env: dict[str, str]) -> Iterator[Callable[..., tuple[str, d
     def start(**extra_env: str) -> tuple[str, dict[str, str]]:
         port = free_port()
         env = {**cli_env, "AGENTLOG_HTTP_PORT": str(port), **extra_env}
-        proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         running.append(proc)
         url = f"http://127.0.0.1:{port}"

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from processors.validation import validate
-from schemas.events import Envelope
+from agentlog.processors.validation import validate
+from agentlog.schemas.events import Envelope
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 

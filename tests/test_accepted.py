@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from processors.pipeline import MemorySeen, Pipeline, Record
-from streams.accepted import CHUNK_BYTES, by_partition, chunks, read_messages, write_log
+from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
+from agentlog.streams.kafka.accepted import CHUNK_BYTES, by_partition, chunks, read_messages, write_log
 
 
 def event(i: int, thread: str, kind: str = "message", **payload: object) -> bytes:

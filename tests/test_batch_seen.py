@@ -1,9 +1,9 @@
-"""The Kafka processor's dedup ids (streams.batch_seen): exact within a horizon of source
+"""The Kafka processor's dedup ids (agentlog.streams.kafka.batch_seen): exact within a horizon of source
 offsets per partition, bounded beyond it."""
 
 from __future__ import annotations
 
-from streams.batch_seen import BatchSeen
+from agentlog.streams.kafka.batch_seen import BatchSeen
 
 
 def write(seen: BatchSeen, partition: int, offset: int, ids: list[str]) -> list[tuple[str, bytes | None]]:

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processors.compaction import acceptable, deterministic_summary, fold_count, safe_cut
-from processors.context import BudgetTooSmall, assemble, build_units, message_tokens
-from processors.pipeline import MemorySeen, Pipeline, Record
-from processors.tokens import counter
-from processors.validation import validate
-from schemas.handoff import HandoffRecord
-from streams.config import Settings
-from streams.context_api import context_for
-from streams.service import EmbeddedService
+from agentlog.processors.compaction import acceptable, deterministic_summary, fold_count, safe_cut
+from agentlog.processors.context import BudgetTooSmall, assemble, build_units, message_tokens
+from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
+from agentlog.processors.tokens import counter
+from agentlog.processors.validation import validate
+from agentlog.schemas.handoff import HandoffRecord
+from agentlog.streams.config import Settings
+from agentlog.streams.api.context import context_for
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import ev, raw
 
 TOKENS = counter()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from processors.context import BudgetTooSmall, message_tokens
-from processors.tokens import counter
-from streams.context_api import context_for
-from streams.service import EmbeddedService
+from agentlog.processors.context import BudgetTooSmall, message_tokens
+from agentlog.processors.tokens import counter
+from agentlog.streams.api.context import context_for
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import orjson
 
-from streams.config import Settings
-from streams.demo import iter_synthetic_events
-from streams.publisher import LocalPublisher
+from agentlog.streams.config import Settings
+from agentlog.streams.cli.demo import iter_synthetic_events
+from agentlog.streams.embedded.publisher import LocalPublisher
 from tests.conftest import free_port
 
 EVENTS = int(os.environ.get("AGENTLOG_CRASH_EVENTS", "100000"))
@@ -34,9 +34,9 @@ CHUNK = 500
 CHECK = r"""
 import orjson, sys
 from pathlib import Path
-from processors.pipeline import Pipeline, Record
-from streams.config import Settings
-from streams.service import EmbeddedService
+from agentlog.processors.pipeline import Pipeline, Record
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
 svc = EmbeddedService(Settings(data_dir=Path(sys.argv[1])))
 count, unique = svc.sql("SELECT count(), uniqExact(event_id) FROM events").rows[0]
 replay = Pipeline()
@@ -51,7 +51,7 @@ svc.close()
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True,
                           timeout=timeout)  # fmt: skip
 
 
@@ -127,7 +127,7 @@ def test_kill_9_at_random_moments_then_damaged_stores_leave_every_event_logged_o
     publisher = Publisher(Settings(data_dir=data), seed)
     publisher.start()
     for _ in range(KILLS):
-        proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
         time.sleep(rng.uniform(0.5, 3.0))
         proc.send_signal(signal.SIGKILL)

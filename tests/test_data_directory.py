@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams.demo import synthetic_events
+from agentlog.streams.cli.demo import synthetic_events
 from tests.test_e2e_embedded import agentlog
 
 EVENTS = 3_000
@@ -84,7 +84,7 @@ def test_a_corrupt_memory_db_is_a_clear_error_saying_how_to_extract_memory_again
 
 def test_sql_piped_into_head_ends_quietly_without_a_broken_pipe_error(filled) -> None:
     env, _data, _state = filled
-    proc = subprocess.run(f'"{sys.executable}" -m streams.cli sql "SELECT event_id FROM events" | head -2',
+    proc = subprocess.run(f'"{sys.executable}" -m agentlog sql "SELECT event_id FROM events" | head -2',
                           shell=True, env=env, capture_output=True, timeout=300)  # fmt: skip
     assert len(proc.stdout.splitlines()) == 2
     assert b"Broken pipe" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
@@ -96,8 +96,8 @@ def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path, mo
     at the next open; and the process's own temporary folder is left as it was."""
     import tempfile  # noqa: PLC0415
 
-    from streams.config import Settings  # noqa: PLC0415
-    from streams.service import EmbeddedService  # noqa: PLC0415
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
 
     data = tmp_path / "data"
     (data / "tmp-inserts").mkdir(parents=True)

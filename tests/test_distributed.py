@@ -18,14 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.search import SearchFilters
-from sinks.opensearch_index import OpenSearchIndex
-from streams.config import Settings
-from streams.context_api import context_for
-from streams.demo import SessionWriter, compact_json, sample_session, synthetic_events
-from streams.kafka_bus import KafkaPublisher
-from streams.service import EmbeddedService
-from streams.worker_process import free_port, start_worker, stop_worker, worker_env, worker_log
+from agentlog.schemas.search import SearchFilters
+from agentlog.sinks.opensearch_index import OpenSearchIndex
+from agentlog.streams.config import Settings
+from agentlog.streams.api.context import context_for
+from agentlog.streams.cli.demo import SessionWriter, compact_json, sample_session, synthetic_events
+from agentlog.streams.kafka.publisher import KafkaPublisher
+from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.kafka.worker_process import free_port, start_worker, stop_worker, worker_env, worker_log
 
 
 def kafka_settings(data_dir: Path, kafka_bootstrap: str, opensearch_url: str, **overrides: Any) -> Settings:
@@ -87,8 +87,8 @@ def state_when_served(settings: Settings, thread_id: str, timeout: float = 120) 
 def consumer_position(settings: Settings) -> dict[str, Any]:
     """The workers' group against the event topic, for failure reports: records not yet
     committed (a stuck consumer) versus committed (applied, or lost)."""
-    from streams.kafka_groups import GroupWatch  # noqa: PLC0415
-    from streams.kafka_topics import EVENTS, processor_group, topic  # noqa: PLC0415
+    from agentlog.streams.kafka.groups import GroupWatch  # noqa: PLC0415
+    from agentlog.streams.kafka.topics import EVENTS, processor_group, topic  # noqa: PLC0415
 
     watch = GroupWatch(settings)
     try:
@@ -155,7 +155,7 @@ def test_the_same_session_through_kafka_and_embedded_gives_identical_state_sql_a
     assert states == expected_states
     # The CLI reaches the worker for queries, as it reaches `agentlog run` when embedded.
     env = worker_env(settings)
-    cli = [sys.executable, "-m", "streams.cli"]
+    cli = [sys.executable, "-m", "agentlog"]
     read = json.loads(subprocess.run([*cli, "read", "demo-login-bug.00007", "--json"], env=env,
                                      capture_output=True, check=True).stdout)  # fmt: skip
     assert read["event"]["payload"]["status"] == "error" and read["source"] == "log"
@@ -240,7 +240,7 @@ def test_a_worker_killed_mid_stream_restarts_with_state_from_the_changelog_and_n
         settle(settings)
     finally:
         stop_worker(restarted)
-    from processors.pipeline import MemorySeen, Pipeline, Record
+    from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 
     # The state lost and doubled nothing: it equals a pure replay of what was published.
     published = Pipeline(MemorySeen())
@@ -286,7 +286,7 @@ def test_events_from_a_transactional_producer_are_applied_and_its_markers_hold_u
 
     from aiokafka import AIOKafkaProducer  # noqa: PLC0415
 
-    from streams.kafka_topics import EVENTS, topic  # noqa: PLC0415
+    from agentlog.streams.kafka.topics import EVENTS, topic  # noqa: PLC0415
 
     settings, worker = distributed
     wait_written(settings, worker, 0, 0)
@@ -401,7 +401,7 @@ def test_an_opensearch_outage_of_30_s_under_load_holds_up_only_the_index_which_t
 def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_intact(
     tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
 ) -> None:
-    from processors.pipeline import MemorySeen, Pipeline, Record
+    from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 
     ns = f"t{uuid.uuid4().hex[:8]}"
     # One consumer group; each worker has its own chDB file (chDB is in-process; with a
@@ -492,7 +492,7 @@ def test_memory_jobs_read_the_kafka_topic_and_the_worker_context_carries_the_fac
     env = worker_env(settings)
 
     def memory(*args: str) -> dict:
-        done = subprocess.run([sys.executable, "-m", "streams.cli", "memory", *args, "--json"], env=env,
+        done = subprocess.run([sys.executable, "-m", "agentlog", "memory", *args, "--json"], env=env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
@@ -586,8 +586,8 @@ def test_rebuild_on_kafka_replays_the_log_into_the_state_the_workers_restore(
 ) -> None:
     from kafka import KafkaProducer  # noqa: PLC0415
 
-    from processors.pipeline import Pipeline, Record  # noqa: PLC0415
-    from streams.faust_app import changelog_key, declare_app  # noqa: PLC0415
+    from agentlog.processors.pipeline import Pipeline, Record  # noqa: PLC0415
+    from agentlog.streams.kafka.app import changelog_key, declare_app  # noqa: PLC0415
 
     settings = kafka_settings(tmp_path / "rb", kafka_bootstrap, opensearch_url, partitions=2)
     lines, info = sample_session()
@@ -595,7 +595,7 @@ def test_rebuild_on_kafka_replays_the_log_into_the_state_the_workers_restore(
     publisher.publish(b"\n".join(lines))
     publisher.close()
     env = worker_env(settings)
-    cli = [sys.executable, "-m", "streams.cli"]
+    cli = [sys.executable, "-m", "agentlog"]
     sql = "SELECT thread_id, call_id, orphan_event_id, status, synthetic, latency_ms FROM tool_calls FINAL ORDER BY ALL"
     base = f"http://127.0.0.1:{settings.worker_port}"
     worker = start_worker(settings)
@@ -645,7 +645,7 @@ def test_run_until_idle_on_kafka_drains_what_is_pending_through_every_sink_and_e
 ) -> None:
     settings = kafka_settings(tmp_path / "idle", kafka_bootstrap, opensearch_url, partitions=2)
     env = worker_env(settings)
-    cli = [sys.executable, "-m", "streams.cli"]
+    cli = [sys.executable, "-m", "agentlog"]
     lines, info = sample_session()
     report = json.loads(subprocess.run([*cli, "publish", "-", "--json"], env=env, input=b"\n".join(lines),
                                        capture_output=True, check=True, timeout=120).stdout)  # fmt: skip

@@ -13,7 +13,7 @@ from tests.helpers import raw
 
 
 def agentlog(env: dict[str, str], *args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin,
+    proc = subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, input=stdin,
                           capture_output=True, timeout=300)  # fmt: skip
     if check and proc.returncode != 0:
         raise AssertionError(f"agentlog {args} failed: {proc.stderr.decode()}")

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from processors.validation import Rejection, validate
-from schemas.event_docs import BEGIN, END, EXAMPLES, KIND_NOTES, REJECTIONS, reference
-from schemas.event_schema import (
+from agentlog.processors.validation import Rejection, validate
+from agentlog.schemas.event_docs import BEGIN, END, EXAMPLES, KIND_NOTES, REJECTIONS, reference
+from agentlog.schemas.event_schema import (
     ENVELOPE_NOTES, PAYLOAD_NOTES, event_schema, payload_model, payload_schema, schema_text,
 )  # fmt: skip
-from schemas.events import KINDS, Envelope, PlanStep
-from streams.cli import main
+from agentlog.schemas.events import KINDS, Envelope, PlanStep
+from agentlog.streams.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "schemas" / "event.schema.json"

@@ -7,7 +7,7 @@ import random
 
 import orjson
 
-from streams.service import EmbeddedService
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 
 N_HOSTILE = 10_000

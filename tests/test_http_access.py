@@ -22,17 +22,17 @@ import httpx
 import pytest
 import uvicorn
 
-from schemas.openapi import openapi_document
-from schemas.requests import (
+from agentlog.schemas.openapi import openapi_document
+from agentlog.schemas.requests import (
     MAX_SEARCH_LIMIT, ContextQuery, RequestError, SearchQuery, SqlBody, check_search_limit, parse_body, parse_query,
 )  # fmt: skip
-from streams.client import SERVER_FILE, server_url
-from streams.config import Settings
-from streams.http import build_app
-from streams.http_guard import (
+from agentlog.streams.api.client import SERVER_FILE, server_url
+from agentlog.streams.config import Settings
+from agentlog.streams.api.http import build_app
+from agentlog.streams.api.guard import (
     Policy, bind_refusal, check_content_type, check_host, check_length, check_token, read_body,
 )  # fmt: skip
-from streams.service import EmbeddedService
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.conftest import free_port
 from tests.helpers import raw
 from tests.test_http_hostile import start_server
@@ -151,7 +151,7 @@ def test_search_limit_is_bounded_in_the_request_the_service_and_the_cli(service:
         with pytest.raises(ValueError, match="between 1 and 1000"):
             service.search("x", limit=bad_limit)
     assert check_search_limit(1) == 1
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", "search", "x", "--limit", "2000000000"],
+    proc = subprocess.run([sys.executable, "-m", "agentlog", "search", "x", "--limit", "2000000000"],
                           env=cli_env, capture_output=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 1 and b"between 1 and 1000" in proc.stderr, proc.stderr
 
@@ -244,7 +244,7 @@ def test_an_unexpected_failure_is_a_logged_json_500_and_the_next_request_works(i
 def test_the_worker_web_server_applies_the_same_rules_and_json_answers() -> None:
     from aiohttp import web  # noqa: PLC0415 - faust's web driver
 
-    from streams.faust_http import body_of, guard_middleware  # noqa: PLC0415
+    from agentlog.streams.kafka.web_guard import body_of, guard_middleware  # noqa: PLC0415
 
     policy = Policy(token=TOKEN, max_request_bytes=1024)
 
@@ -305,13 +305,13 @@ def _env(tmp: Path, name: str) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, input=stdin,
                           capture_output=True, timeout=120, check=False)  # fmt: skip
 
 
 def test_run_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
     env = _env(tmp_path, "open")
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", "run", "--host", "0.0.0.0", "--port", str(free_port())],
+    proc = subprocess.run([sys.executable, "-m", "agentlog", "run", "--host", "0.0.0.0", "--port", str(free_port())],
                           env=env, capture_output=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 2 and b"AGENTLOG_API_TOKEN" in proc.stderr, proc.stderr
     assert not (tmp_path / "open" / SERVER_FILE).exists()

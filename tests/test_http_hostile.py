@@ -323,7 +323,7 @@ def start_server(env: dict[str, str], stderr: Path, port: int | None = None) -> 
     port = port or free_port()
     env = {**env, "AGENTLOG_HTTP_PORT": str(port)}
     with stderr.open("ab") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -411,14 +411,14 @@ def test_after_the_attacks_the_service_still_ingests_and_every_read_path_finds_t
 
 
 def test_the_cli_talks_to_a_token_server_with_its_token_and_says_so_without(hostile: Served) -> None:
-    publish = subprocess.run([sys.executable, "-m", "streams.cli", "publish", "-"], env=hostile.env,
+    publish = subprocess.run([sys.executable, "-m", "agentlog", "publish", "-"], env=hostile.env,
                              input=raw("cli-1", "goal", {"text": "via cli"}, thread="cli"), capture_output=True,
                              check=False)  # fmt: skip
     assert publish.returncode == 0, publish.stderr
-    state = subprocess.run([sys.executable, "-m", "streams.cli", "state", "cli", "--json"], env=hostile.env,
+    state = subprocess.run([sys.executable, "-m", "agentlog", "state", "cli", "--json"], env=hostile.env,
                            capture_output=True, check=False)  # fmt: skip
     assert json.loads(state.stdout)["goal"]["text"] == "via cli"
     tokenless = {k: v for k, v in hostile.env.items() if k != "AGENTLOG_API_TOKEN"}
-    refused = subprocess.run([sys.executable, "-m", "streams.cli", "state", "cli"], env=tokenless,
+    refused = subprocess.run([sys.executable, "-m", "agentlog", "state", "cli"], env=tokenless,
                              capture_output=True, timeout=120, check=False)  # fmt: skip
     assert refused.returncode == 1 and b"AGENTLOG_API_TOKEN" in refused.stderr, refused.stderr

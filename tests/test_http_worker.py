@@ -9,7 +9,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from streams.config import Settings
+from agentlog.streams.config import Settings
 from tests.conftest import free_port
 from tests.test_http_hostile import ATTACKS, LIMIT, TOKEN, Attack, send
 
@@ -26,7 +26,7 @@ def _refused_before_any_store(attack: Attack) -> bool:
 def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: Path) -> None:
     from aiohttp import web  # noqa: PLC0415 - faust's web driver
 
-    from streams.faust_app import create_app  # noqa: PLC0415 - needs faust
+    from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
 
     settings = Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1", api_token=TOKEN,
                         max_request_bytes=LIMIT)  # fmt: skip

@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sinks.base import redact_url
-from streams.config import Settings
-from streams.kafka_bus import KafkaPublisher
-from streams.security import KafkaSecurity, clickhouse_options, opensearch_options
-from streams.worker_process import start_worker, stop_worker
+from agentlog.sinks.base import redact_url
+from agentlog.streams.config import Settings
+from agentlog.streams.kafka.publisher import KafkaPublisher
+from agentlog.streams.kafka.security import KafkaSecurity, clickhouse_options, opensearch_options
+from agentlog.streams.kafka.worker_process import start_worker, stop_worker
 from tests.helpers import raw
 from tests.test_distributed import drop_index, kafka_settings, state_when_served, wait_written
 
@@ -110,7 +110,7 @@ def test_a_wrong_kafka_password_is_a_clear_error_naming_the_settings(tmp_path: P
     env.update(AGENTLOG_DATA_DIR=str(tmp_path / "d"), AGENTLOG_KAFKA_BOOTSTRAP=bootstrap,
                AGENTLOG_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT", AGENTLOG_KAFKA_SASL_USERNAME=username,
                AGENTLOG_KAFKA_SASL_PASSWORD="not-the-password", AGENTLOG_KAFKA_NAMESPACE="wrongpw")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", "publish", "-"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "agentlog", "publish", "-"], env=env, capture_output=True,
                           input=raw("x1", "goal", {"text": "g"}), timeout=180)  # fmt: skip
     assert proc.returncode == 1, proc.stderr.decode()
     assert b"AGENTLOG_KAFKA_SASL_USERNAME/PASSWORD" in proc.stderr and b"not-the-password" not in proc.stderr

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import orjson
 
-from processors.pipeline import MemorySeen, Pipeline, Record
-from streams.config import Settings
-from streams.demo import synthetic_events
-from streams.service import EmbeddedService
+from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
+from agentlog.streams.config import Settings
+from agentlog.streams.cli.demo import synthetic_events
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 
 
@@ -67,10 +67,10 @@ def test_a_worker_killed_mid_stream_loses_nothing_and_doubles_nothing(tmp_path: 
     env.update(AGENTLOG_DATA_DIR=str(tmp_path / "d"), AGENTLOG_BATCH_SIZE="500", AGENTLOG_CHECKPOINT_SECONDS="0.3")
     records = synthetic_events(30_000, 50)
     duplicates = records[:2000:7]  # re-delivered copies must collapse too
-    publish = subprocess.run([sys.executable, "-m", "streams.cli", "publish", "-"], env=env,
+    publish = subprocess.run([sys.executable, "-m", "agentlog", "publish", "-"], env=env,
                              input=b"\n".join(records + duplicates), capture_output=True, timeout=300)  # fmt: skip
     assert publish.returncode == 0, publish.stderr
-    worker = subprocess.Popen([sys.executable, "-m", "streams.cli", "run", "--until-idle"], env=env,
+    worker = subprocess.Popen([sys.executable, "-m", "agentlog", "run", "--until-idle"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     settings = Settings(data_dir=tmp_path / "d")
     state_db = settings.data_dir / "state.db"

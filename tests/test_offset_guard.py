@@ -1,7 +1,7 @@
 """The processor's guard against a consumer that skips source records."""
 
-from processors.pipeline import Record
-from streams.offset_guard import OffsetGuard, missing_ranges
+from agentlog.processors.pipeline import Record
+from agentlog.streams.kafka.offset_guard import OffsetGuard, missing_ranges
 
 
 def records(partition: int, *offsets: int) -> list[Record]:

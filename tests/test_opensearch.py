@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sinks.base import StoreError
-from sinks.opensearch_index import OpenSearchIndex
-from streams.config import Settings
-from streams.demo import sample_session
-from streams.service import EmbeddedService
+from agentlog.sinks.base import StoreError
+from agentlog.sinks.opensearch_index import OpenSearchIndex
+from agentlog.streams.config import Settings
+from agentlog.streams.cli.demo import sample_session
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 
 
@@ -55,7 +55,7 @@ def test_indexing_is_an_upsert_by_event_id_so_replays_never_duplicate(os_setting
     index.add([doc])
     index.add([doc])
     index.refresh()
-    from schemas.search import SearchFilters
+    from agentlog.schemas.search import SearchFilters
 
     assert [h.event_id for h in index.search("walrus", SearchFilters())] == ["e1"]
     assert index.visible_offsets() == {0: 7}

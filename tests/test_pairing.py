@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from processors.thread import PairingConfig, ThreadProcessor
-from schemas.state import ToolPair
+from agentlog.processors.thread import PairingConfig, ThreadProcessor
+from agentlog.schemas.state import ToolPair
 from tests.helpers import call, ev, result
 
 

@@ -23,12 +23,12 @@ from hypothesis import given
 from hypothesis import settings as hsettings  # `settings` is the data directory's fixture here
 from hypothesis import strategies as st
 
-from processors.duplicates import same_content
-from processors.validation import Rejection, check_json, validate
-from sinks.tantivy_index import TantivySearchIndex
-from streams.config import Settings
-from streams.service import EmbeddedService, check_records, split_records
-from streams.sink_guard import StoreUnavailable, is_refusal, write_isolating
+from agentlog.processors.duplicates import same_content
+from agentlog.processors.validation import Rejection, check_json, validate
+from agentlog.sinks.tantivy_index import TantivySearchIndex
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService, check_records, split_records
+from agentlog.streams.sink_guard import StoreUnavailable, is_refusal, write_isolating
 from tests.helpers import raw
 
 TS = '"2026-01-01T12:00:00Z"'
@@ -224,7 +224,7 @@ def after_attack_is_still_ingested(service: EmbeddedService) -> None:
 
 
 def agentlog(env: dict[str, str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, input=stdin, check=False,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, input=stdin, check=False,
                           capture_output=True, timeout=300)  # fmt: skip
 
 
@@ -382,7 +382,7 @@ class FlakyIndex(TantivySearchIndex):
 
 
 def service_with(index_class: type, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> EmbeddedService:
-    monkeypatch.setattr("streams.service.open_search_index", lambda s: index_class(str(s.path("index"))))
+    monkeypatch.setattr("agentlog.streams.embedded.service.open_search_index", lambda s: index_class(str(s.path("index"))))
     return EmbeddedService(settings)
 
 
@@ -417,7 +417,7 @@ def test_a_store_that_is_down_is_retried_with_back_off_and_reported_degraded_unt
 ) -> None:
     from prometheus_client import generate_latest  # noqa: PLC0415
 
-    from streams.metrics import METRICS  # noqa: PLC0415
+    from agentlog.streams.metrics import METRICS  # noqa: PLC0415
 
     svc = service_with(FlakyIndex, settings, monkeypatch)
     stop = threading.Event()
@@ -481,16 +481,16 @@ def test_isolation_writes_every_record_but_the_refused_one_and_raises_on_an_outa
 
 
 def accepted_items(n: int) -> list[dict[str, Any]]:
-    from processors.pipeline import Pipeline, Record  # noqa: PLC0415
-    from streams.accepted import sink_item  # noqa: PLC0415
+    from agentlog.processors.pipeline import Pipeline, Record  # noqa: PLC0415
+    from agentlog.streams.kafka.accepted import sink_item  # noqa: PLC0415
 
     records = [Record(0, i + 1, raw(f"k{i}", "goal", {"text": f"kafka zebra {i}"}, i, thread="kf")) for i in range(4)]
     return [sink_item(a) for a in Pipeline().process(records).applied]
 
 
 def test_the_kafka_log_sink_dead_letters_a_row_the_log_refuses_and_writes_the_rest(settings: Settings) -> None:
-    from sinks.clickhouse import ClickHouseLogStore  # noqa: PLC0415
-    from streams.accepted import write_log_guarded  # noqa: PLC0415
+    from agentlog.sinks.clickhouse import ClickHouseLogStore  # noqa: PLC0415
+    from agentlog.streams.kafka.accepted import write_log_guarded  # noqa: PLC0415
 
     store = ClickHouseLogStore.open(path=str(settings.path("log")))
     try:
@@ -506,7 +506,7 @@ def test_the_kafka_log_sink_dead_letters_a_row_the_log_refuses_and_writes_the_re
 
 
 def test_the_kafka_index_sink_dead_letters_a_document_the_index_refuses(tmp_path: Path) -> None:
-    from streams.accepted import index_guarded  # noqa: PLC0415
+    from agentlog.streams.kafka.accepted import index_guarded  # noqa: PLC0415
 
     index = RefusingIndex(str(tmp_path / "index"))
     try:
@@ -515,7 +515,7 @@ def test_the_kafka_index_sink_dead_letters_a_document_the_index_refuses(tmp_path
         letters = index_guarded(index, items)
         assert [raw_ for raw_, _ in letters] == [items[1]["row"]["raw"].encode()]
         index.refresh()
-        from schemas.search import SearchFilters  # noqa: PLC0415
+        from agentlog.schemas.search import SearchFilters  # noqa: PLC0415
 
         assert sorted(h.event_id for h in index.search("zebra", SearchFilters(), 10)) == ["k0", "k2", "k3"]
     finally:
@@ -523,8 +523,8 @@ def test_the_kafka_index_sink_dead_letters_a_document_the_index_refuses(tmp_path
 
 
 def test_the_processors_find_conflicts_against_wherever_the_first_copy_is() -> None:
-    from processors.duplicates import conflicts  # noqa: PLC0415
-    from processors.pipeline import Pipeline, Record  # noqa: PLC0415
+    from agentlog.processors.duplicates import conflicts  # noqa: PLC0415
+    from agentlog.processors.pipeline import Pipeline, Record  # noqa: PLC0415
 
     first = raw("c1", "goal", {"text": "one"})
     same = orjson.dumps(orjson.loads(first), option=orjson.OPT_INDENT_2)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer
 
-from streams.kafka_topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, topic
+from agentlog.streams.kafka.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, topic
 from tests.helpers import raw
 from tests.test_poison import CORPUS, agentlog
 

@@ -7,8 +7,8 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processors.context import build_units
-from processors.pipeline import MemorySeen, Pipeline, Record
+from agentlog.processors.context import build_units
+from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from tests.helpers import raw
 
 CALL_IDS = ["c1", "c2", "c3", "c4"]
@@ -125,7 +125,7 @@ def test_a_result_before_its_call_within_grace_pairs_as_if_in_order(
 def test_no_context_visible_unpaired_call_ever(records: list[bytes]) -> None:
     pipeline = process(records)
     tp = pipeline.threads["t1"]
-    from processors.validation import validate
+    from agentlog.processors.validation import validate
 
     events = [validate(r) for r in records]
     seen: set[str] = set()

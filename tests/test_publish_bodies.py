@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from streams.service import split_records
+from agentlog.streams.embedded.service import split_records
 from tests.helpers import raw
 
 

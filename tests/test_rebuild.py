@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from streams.demo import synthetic_events
+from agentlog.streams.cli.demo import synthetic_events
 from tests.conftest import free_port
 from tests.test_e2e_embedded import agentlog
 
@@ -48,7 +48,7 @@ def test_rebuild_of_a_log_longer_than_one_replay_batch_completes_and_lands_on_th
 def running(cli_env: dict[str, str]):
     port = free_port()
     env = {**cli_env, "AGENTLOG_HTTP_PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "run"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -102,8 +102,8 @@ def test_rebuild_through_a_running_server_completes_and_the_server_still_stops_o
 def test_a_rebuild_stopped_by_the_server_shutting_down_is_finished_from_the_topic_on_the_next_start(
     settings, capfd
 ) -> None:
-    from streams.rebuild import RebuildInterrupted  # noqa: PLC0415
-    from streams.service import EmbeddedService  # noqa: PLC0415
+    from agentlog.streams.rebuild import RebuildInterrupted  # noqa: PLC0415
+    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
 
     service = EmbeddedService(settings)
     service.publish(b"\n".join(synthetic_events(EVENTS, 40)))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from processors.pipeline import Pipeline, Record
-from processors.records import search_docs
-from schemas.search import SearchFilters
-from sinks.tantivy_index import TantivySearchIndex
+from agentlog.processors.pipeline import Pipeline, Record
+from agentlog.processors.records import search_docs
+from agentlog.schemas.search import SearchFilters
+from agentlog.sinks.tantivy_index import TantivySearchIndex
 from tests.helpers import raw
 
 

@@ -16,15 +16,15 @@ from typing import Any
 import orjson
 import pytest
 
-from processors import memory
-from processors.context import BudgetTooSmall, render_memory
-from processors.redaction import redact, redact_value
-from processors.textsearch import tokenize
-from processors.tokens import counter
-from streams.config import Settings
-from streams.context_api import context_for
-from streams.memory_jobs import Memory
-from streams.service import EmbeddedService
+from agentlog.processors import memory
+from agentlog.processors.context import BudgetTooSmall, render_memory
+from agentlog.processors.redaction import redact, redact_value
+from agentlog.processors.textsearch import tokenize
+from agentlog.processors.tokens import counter
+from agentlog.streams.config import Settings
+from agentlog.streams.api.context import context_for
+from agentlog.streams.memory.jobs import Memory
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import ev, raw
 
 PROJECT = "vault"
@@ -279,7 +279,7 @@ def test_no_planted_secret_is_readable_through_search_memory_state_or_context(
 def test_over_http_no_planted_secret_comes_out(planted_service: EmbeddedService) -> None:
     from starlette.testclient import TestClient  # noqa: PLC0415
 
-    from streams.http import build_app  # noqa: PLC0415
+    from agentlog.streams.api.http import build_app  # noqa: PLC0415
 
     bodies = []
     # A loopback Host and a JSON content type, as the API asks of every client (docs/security.md).
@@ -319,7 +319,7 @@ def test_settings_read_agentlog_redact_off_and_default_to_on(tmp_path: Path) -> 
 
 
 def _agentlog(env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, capture_output=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True, timeout=300)
     assert proc.returncode == 0, (args, proc.stderr.decode()[-2000:])
     return proc.stdout.decode()
 

@@ -10,8 +10,8 @@ from collections import namedtuple
 import pytest
 from aiokafka import TopicPartition
 
-import streams.sink_feed as sink_feed
-from streams.sink_feed import SinkFeed
+import agentlog.streams.kafka.sink_feed as sink_feed
+from agentlog.streams.kafka.sink_feed import SinkFeed
 
 Message = namedtuple("Message", "offset value")
 TP = TopicPartition("agentlog.accepted", 0)

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sinks.base import StoreError
-from sinks.sql_sandbox import SqlRefused
-from streams.config import Settings
-from streams.service import EmbeddedService
+from agentlog.sinks.base import StoreError
+from agentlog.sinks.sql_sandbox import SqlRefused
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 from tests.hostile_sql import ALLOWED, CORPUS, Hostile
 
@@ -147,12 +147,12 @@ def test_a_slow_analyst_query_never_holds_up_publishing_or_the_state(sandboxed: 
 
 
 def _agentlog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True,
                           timeout=120)  # fmt: skip
 
 
 def test_the_cli_refuses_file_access_and_keeps_answering(cli_env: dict[str, str], outside: Path) -> None:
-    publish = subprocess.run([sys.executable, "-m", "streams.cli", "publish", "-"], env=cli_env,
+    publish = subprocess.run([sys.executable, "-m", "agentlog", "publish", "-"], env=cli_env,
                              input=raw("e1", "goal", {"text": "g"}), capture_output=True, timeout=120)  # fmt: skip
     assert publish.returncode == 0, publish.stderr
     canary = str(outside / "canary.txt")

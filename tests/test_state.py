@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.thread import ThreadProcessor
+from agentlog.processors.thread import ThreadProcessor
 from tests.helpers import call, ev, result
 
 

@@ -15,15 +15,15 @@ import httpx
 import orjson
 import pytest
 
-from processors.thread import ThreadProcessor, ThreadSnapshot
-from processors.thread_list import (
+from agentlog.processors.thread import ThreadProcessor, ThreadSnapshot
+from agentlog.processors.thread_list import (
     FAILING_WITHIN_MS, GOAL_CHARS, IDLE_AFTER_MS, ROW_FIELDS, select_rows, status_of, thread_row,
 )  # fmt: skip
-from schemas.events import epoch_ms_of
-from schemas.requests import thread_list_query
-from streams.config import Settings
-from streams.service import EmbeddedService
-from streams.worker_service import Unlogged, WorkerService
+from agentlog.schemas.events import epoch_ms_of
+from agentlog.schemas.requests import thread_list_query
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.kafka.service import Unlogged, WorkerService
 from tests.helpers import T0, call, ev, result
 
 T0_MS = T0.timestamp() * 1000.0
@@ -217,7 +217,7 @@ def test_a_kafka_worker_lists_its_own_threads_in_full_and_others_from_the_log(
 
 
 def test_the_offline_service_lists_the_same_rows_by_replaying_the_log(settings: Settings) -> None:
-    from streams.offline import OfflineService  # noqa: PLC0415
+    from agentlog.streams.kafka.offline import OfflineService  # noqa: PLC0415
 
     embedded = EmbeddedService(settings)
     embedded.publish(workload())
@@ -236,7 +236,7 @@ def test_the_offline_service_lists_the_same_rows_by_replaying_the_log(settings: 
 
 
 def agentlog(env: dict[str, str], *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True,
                           text=True, input=None if data is None else data.decode(), timeout=120)  # fmt: skip
 
 
@@ -288,7 +288,7 @@ def test_the_kafka_workers_threads_route_refuses_bad_parameters_before_any_kafka
 
     from aiohttp import web  # noqa: PLC0415 - faust's web driver
 
-    from streams.faust_app import create_app  # noqa: PLC0415 - needs faust
+    from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
     from tests.conftest import free_port  # noqa: PLC0415
 
     app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1"))

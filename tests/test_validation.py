@@ -7,8 +7,8 @@ import hashlib
 import orjson
 import pytest
 
-from processors.validation import Rejection, validate
-from schemas.events import KINDS, MAX_EVENT_BYTES
+from agentlog.processors.validation import Rejection, validate
+from agentlog.schemas.events import KINDS, MAX_EVENT_BYTES
 from tests.helpers import raw
 
 VALID_PAYLOADS = {

@@ -1,0 +1,197 @@
+"""``agentlog bench --only kafka``: the distributed deployment on real servers.
+
+Needs a Kafka broker and an OpenSearch node (``eval "$(infra/up)"``). In one run, on one
+broker, with the same generated events:
+
+1. a bare kafka-python loop (consume + JSON parse, nothing else): the ceiling;
+2. a faust agent that only takes batches (``agentlog.bench.faust_ceiling``): faust's own
+   consume path, which bounded the worker while it read the events through faust (it
+   now reads them with its own consumer, ``agentlog.streams.kafka.event_feed``);
+3. the faust worker end to end (pairing, state tables, chDB log, OpenSearch index):
+   events published as fast as possible until every one is in the log and the index;
+4. index lag at a steady 2,000 events/s: from publish until the event is searchable
+   in OpenSearch, sampled on every 20th event.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from kafka import KafkaConsumer, KafkaProducer
+
+from agentlog.sinks.opensearch_index import OpenSearchIndex
+from agentlog.bench.run import percentiles
+from agentlog.streams.config import Settings
+from agentlog.streams.cli.demo import SessionWriter, synthetic_events
+from agentlog.streams.kafka.publisher import KafkaPublisher
+from agentlog.streams.kafka.worker_process import free_port, start_worker, worker_log
+
+
+def written(settings: Settings) -> int:
+    """Events both in the log and in the index: end to end means through both sinks."""
+    try:
+        counts = httpx.get(f"http://127.0.0.1:{settings.worker_port}/healthz", timeout=2).json()["written"]
+    except httpx.HTTPError:
+        return -1
+    return min(int(counts["events"]), int(counts["indexed"]))
+
+
+def wait_for(settings: Settings, worker: subprocess.Popen, events: int, timeout: float) -> float:
+    """Seconds until the worker has logged and indexed ``events`` events."""
+    t0 = time.perf_counter()
+    while written(settings) < events:
+        if worker.poll() is not None:
+            raise RuntimeError("the worker exited: " + worker_log(settings))
+        if time.perf_counter() - t0 > timeout:
+            raise RuntimeError(f"the worker logged {written(settings)} of {events} events in {timeout} s")
+        time.sleep(0.05)
+    return time.perf_counter() - t0
+
+
+def bare_loop(bootstrap: str, records: list[bytes], ns: str) -> dict[str, Any]:
+    """The ceiling: kafka-python reading the same records and parsing them, nothing more."""
+    name = f"{ns}.bare"
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 * 1024)
+    for r in records:
+        producer.send(name, r)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(name, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             group_id=f"{ns}-bare", enable_auto_commit=False)  # fmt: skip
+    n, t0 = 0, 0.0
+    while n < len(records):
+        for batch in consumer.poll(timeout_ms=500).values():
+            t0 = t0 or time.perf_counter()  # from the first record: group joins are not throughput
+            for message in batch:
+                orjson.loads(message.value)
+                n += 1
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return {"events": n, "events_per_s": round(n / elapsed)}
+
+
+def faust_ceiling(bootstrap: str, n_events: int, ns: str) -> int:
+    """events/s of a faust agent that only takes batches off the bare loop's topic."""
+    env = {**os.environ, "BENCH_BOOTSTRAP": bootstrap, "BENCH_TOPIC": f"{ns}.bare", "BENCH_EVENTS": str(n_events)}
+    out = subprocess.run([sys.executable, "-m", "agentlog.bench.faust_ceiling", "worker", "-l", "warn"], env=env,
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    found = re.search(r"events_per_s=(\d+)", out.stdout + out.stderr)  # faust logs what it prints
+    if found is None:
+        raise RuntimeError("the faust ceiling run printed no figure: " + out.stderr[-2000:])
+    return int(found.group(1))
+
+
+def lag_phase(settings: Settings, rate: int, seconds: int) -> dict[str, Any]:
+    """Publish ``rate`` events/s for ``seconds``; every 20th is watched until searchable."""
+    publisher = KafkaPublisher(settings)
+    index = OpenSearchIndex(settings.opensearch_url or "", settings.opensearch_index)
+    writers = [SessionWriter(f"lag{rate}-{t:04d}") for t in range(50)]
+    published: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set() or len(seen) < len(published):
+            waiting = [i for i in list(published) if i not in seen]
+            if waiting:
+                found = index.visible_ids(waiting[:1000])
+                now = time.perf_counter()
+                for event_id in found:
+                    seen.setdefault(event_id, now)
+            if done.is_set() and time.perf_counter() - stop > 60:
+                return
+            time.sleep(0.02)
+
+    stop = float("inf")
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    per_tick = max(1, int(rate * 0.05))  # a burst every 50 ms
+    t0 = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t0 < seconds:
+        lines, marks = [], []
+        for _ in range(per_tick):
+            w = writers[n % len(writers)]
+            event = w.emit("message", {"role": "assistant", "text": f"lag probe {n}"})
+            lines.append(orjson.dumps(event))
+            if n % 20 == 0:
+                marks.append(event["event_id"])
+            n += 1
+        sent = time.perf_counter()
+        publisher.publish(b"\n".join(lines))
+        for m in marks:
+            published[m] = sent
+        time.sleep(max(0.0, t0 + (n / rate) - time.perf_counter()))
+    stop = time.perf_counter()
+    publisher.close()
+    done.set()
+    watcher.join()
+    lags = [seen[m] - published[m] for m in published if m in seen]
+    return {"events": n, "rate": round(n / (stop - t0)), "samples": len(lags),
+            "missing": len(published) - len(lags), **(percentiles(lags) if lags else {})}  # fmt: skip
+
+
+def run(n_events: int = 100_000, partitions: int = 4, lag_rates: tuple[int, ...] = (2000, 500)) -> int:
+    base = Settings.from_env()
+    if not base.kafka_bootstrap or not base.opensearch_url:
+        print('the kafka benchmark needs real servers: run  eval "$(infra/up)"  first '
+              "(AGENTLOG_KAFKA_BOOTSTRAP and AGENTLOG_OPENSEARCH_URL)", file=sys.stderr)  # fmt: skip
+        return 2
+    ns = f"bench{uuid.uuid4().hex[:6]}"
+    records = synthetic_events(n_events, 200)
+    bare = bare_loop(base.kafka_bootstrap, records, ns)
+    print(f"bare kafka-python loop (consume + parse only): {bare['events_per_s']:,} events/s", flush=True)
+    ceiling = faust_ceiling(base.kafka_bootstrap, n_events, ns)
+    print(f"faust agent taking batches, nothing else (faust's own consume path): {ceiling:,} events/s", flush=True)
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-kafka-") as tmp:
+        settings = Settings(data_dir=Path(tmp), kafka_bootstrap=base.kafka_bootstrap,
+                            opensearch_url=base.opensearch_url, opensearch_index=f"agentlog-{ns}",
+                            kafka_namespace=ns, worker_port=free_port(), partitions=partitions)  # fmt: skip
+        worker = start_worker(settings)
+        try:
+            wait_for(settings, worker, 0, 120)
+            publisher = KafkaPublisher(settings)
+            t0 = time.perf_counter()
+            for i in range(0, len(records), 5000):
+                publisher.publish(b"\n".join(records[i : i + 5000]))
+            publish_s = time.perf_counter() - t0
+            publisher.close()
+            wait_for(settings, worker, n_events, 900)
+            elapsed = time.perf_counter() - t0
+            rate = round(n_events / elapsed)
+            print(f"faust worker end to end (pair, state tables, chDB log, OpenSearch): {rate:,} events/s over "
+                  f"{n_events:,} events on {partitions} partitions ({elapsed:.1f} s; publish {publish_s:.1f} s)",
+                  flush=True)  # fmt: skip
+            print(f"ratio bare loop / worker: {bare['events_per_s'] / max(rate, 1):.1f}x; faust alone / worker: "
+                  f"{ceiling / max(rate, 1):.1f}x (same run, same broker)")  # fmt: skip
+            published = n_events
+            for rate in lag_rates:  # 2,000/s as asked; a lower rate shows the lag within capacity
+                lag = lag_phase(settings, rate, 20)
+                published += lag["events"]
+                print(f"index lag at {lag['rate']:,} events/s (publish to searchable in OpenSearch, "
+                      f"{lag['samples']} samples, {lag['missing']} never seen): p50 {lag.get('p50_ms')} ms "
+                      f"p99 {lag.get('p99_ms')} ms max {lag.get('max_ms')} ms", flush=True)  # fmt: skip
+                wait_for(settings, worker, published, 900)  # drained before the next rate
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+            OpenSearchIndex(base.opensearch_url, settings.opensearch_index)._client.indices.delete(
+                index=settings.opensearch_index, ignore_unavailable=True)
+    return 0
+
+
+__all__ = ["run"]

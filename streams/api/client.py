@@ -1,0 +1,174 @@
+"""Talking to a running ``agentlog run`` over HTTP, with the service's method names."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentlog.sinks.base import QueryResult, StoreError
+from agentlog.streams.config import Settings
+from agentlog.streams.api.service import NotFound
+
+log = logging.getLogger("agentlog.client")
+
+SERVER_FILE = "server.json"
+BUSY_RETRY_SECONDS = 60.0
+"""How long a query retries while a worker answers 503 (restoring its tables, or its
+thread's owner is changing hands in a rebalance)."""
+
+
+def _auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def answers(url: str, token: str | None = None) -> bool:
+    """Whether an agentlog server (``run``, or a Kafka worker) answers at ``url``."""
+    return _health(url, token) is not None
+
+
+def _health(url: str, token: str | None) -> dict[str, Any] | None:
+    try:
+        response = httpx.get(f"{url}/healthz", timeout=2.0, headers=_auth(token))
+        response.raise_for_status()
+        health = response.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return health if isinstance(health, dict) else None
+
+
+def data_dir_identity(settings: Settings) -> str:
+    """How a server names the data directory it holds (``/healthz``, ``server.json``)."""
+    return str(Path(settings.data_dir).resolve())
+
+
+def server_url(settings: Settings) -> str | None:
+    """The URL of the server holding this data directory, if one answers there and says
+    it is the server ``server.json`` names (its instance id) for this very directory: a
+    stale file may name a port that another directory's server holds now."""
+    path = Path(settings.data_dir) / SERVER_FILE
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text())
+        url = str(info["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    health = _health(url, settings.api_token)
+    if health is None:
+        return None
+    mine = data_dir_identity(settings)
+    if health.get("instance") != info.get("instance") or health.get("data_dir", info.get("data_dir")) != mine:
+        log.warning("ignoring stale %s: the server at %s holds %s, not %s", path, url,
+                    health.get("data_dir", "another data directory"), mine)  # fmt: skip
+        return None
+    return url
+
+
+JSON = {"Content-Type": "application/json"}
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("error", response.text))
+    except (ValueError, AttributeError):
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+
+
+class RemoteService:
+    """The operations of ``EmbeddedService`` through the HTTP API."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=120.0, follow_redirects=True, headers=_auth(token))
+
+    def _get(self, path: str, **params: Any) -> Any:
+        return self._check(lambda: self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
+
+    def _check(self, send: Any) -> Any:
+        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        while True:
+            try:
+                response = send()
+            except httpx.HTTPError as error:
+                raise StoreError(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
+            if response.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if response.status_code == 404:
+            raise NotFound(_reason(response))
+        if response.status_code >= 400:
+            raise StoreError(_reason(response))
+        return response.json()
+
+    def publish(self, data: bytes) -> dict[str, Any]:
+        return self._check(lambda: self.http.post("/events", content=data, headers=NDJSON))
+
+    def catch_up(self, on_progress: Any = None) -> dict[str, Any]:
+        return self._check(lambda: self.http.post("/flush", headers=JSON))
+
+    def thread_list(self, project: str | None = None, status: str | None = None,
+                    limit: int = 100) -> dict[str, Any]:  # fmt: skip
+        return self._get("/threads", project=project, status=status, limit=limit)
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        return self._get(f"/threads/{thread_id}/state")
+
+    def context(self, thread_id: str, budget: int, query: str | None = None) -> dict[str, Any]:
+        return self._get(f"/threads/{thread_id}/context", budget=budget, query=query)
+
+    def read(self, event_id: str) -> dict[str, Any]:
+        return self._get(f"/events/{event_id}")
+
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               tool_name: str | None = None, window_id: str | None = None,
+               project: str | None = None, after: str | None = None, since_ms: int | None = None,
+               until_ms: int | None = None, limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        return self._get(
+            "/search", q=query, thread=thread_id, kind=kind, tool=tool_name, window=window_id,
+            project=project, after=after, since_ms=since_ms, until_ms=until_ms, limit=limit,
+        )  # fmt: skip
+
+    def sql(self, statement: str) -> QueryResult:
+        body = self._check(
+            lambda: self.http.post("/sql", content=json.dumps({"sql": statement}), headers=JSON)
+        )
+        return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
+
+    def rebuild(self, on_progress: Any = None) -> dict[str, Any]:
+        """``POST /rebuild`` (no time limit: a million events take minutes), showing the
+        progress the server reports in ``/healthz`` meanwhile."""
+        answer: list[Any] = []
+        call = threading.Thread(target=lambda: answer.append(self._try(
+            lambda: self.http.post("/rebuild", headers=JSON, timeout=None))), daemon=True)  # fmt: skip
+        call.start()
+        while call.is_alive():
+            call.join(0.5)
+            if on_progress is not None and call.is_alive():
+                try:
+                    done = self.http.get("/healthz", timeout=2.0).json().get("rebuild")
+                except (httpx.HTTPError, ValueError):
+                    done = None
+                if done:
+                    on_progress(done["done"], done["total"])
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
+
+    def _try(self, send: Any) -> Any:
+        try:
+            return self._check(send)
+        except BaseException as error:  # noqa: BLE001 - handed to the calling thread
+            return error
+
+    def close(self) -> None:
+        self.http.close()
+
+
+__all__ = ["SERVER_FILE", "RemoteService", "answers", "data_dir_identity", "server_url"]

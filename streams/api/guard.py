@@ -1,0 +1,157 @@
+"""Who may talk to the HTTP API, and how much they may send: the rules both servers apply
+(``agentlog run``'s Starlette app and the Kafka worker's faust web views) before routing.
+
+- A token (``AGENTLOG_API_TOKEN``): required to start on a non-loopback address; when set,
+  every route but ``/healthz`` needs ``Authorization: Bearer <token>``.
+- A Host allow-list: a loopback server answers only to the names of loopback (plus
+  ``AGENTLOG_ALLOWED_HOSTS``), so a page whose DNS name is rebound to 127.0.0.1 cannot read
+  it; a browser's ``Origin`` must be on the same list.
+- Writes carry a JSON content type, so a cross-origin form or ``text/plain`` POST (which a
+  browser sends without asking) is refused; state changes only on POST (the routing).
+- A body is refused (413) when its Content-Length, or what has been read of it, passes
+  ``max_request_bytes``: it is never held whole in memory first.
+
+The checks are plain functions over a method, a path and headers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from agentlog.schemas.requests import RequestError
+from agentlog.streams.config import Settings
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WRITE_TYPES = frozenset({"application/json", "application/x-ndjson", "application/jsonl"})
+OPEN_PATHS = frozenset({"/healthz"})
+"""Routes that answer without the token: liveness only (no data)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address or host name only reaches this machine."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_refusal(bind_host: str, token: str | None) -> str | None:
+    """Why a server must not start on ``bind_host``, if it must not."""
+    if is_loopback(bind_host) or token:
+        return None
+    return (f"refusing to listen on {bind_host}, beyond loopback, without an API token: set "
+            "AGENTLOG_API_TOKEN (e.g. `export AGENTLOG_API_TOKEN=$(openssl rand -hex 32)`) and send "
+            "it as `Authorization: Bearer <token>`, or listen on 127.0.0.1")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Policy:
+    token: str | None = field(default=None, repr=False)
+    allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
+    """Host names requests may address; ``None``: any (a non-loopback bind with no list)."""
+    max_request_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def of(cls, settings: Settings, bind_host: str) -> Policy:
+        extra = frozenset(
+            h.strip().lower().strip("[]") for h in (settings.allowed_hosts or "").split(",") if h.strip()
+        )
+        if is_loopback(bind_host):
+            allowed: frozenset[str] | None = LOOPBACK_NAMES | extra
+        else:
+            allowed = extra or None
+        return cls(settings.api_token or None, allowed, settings.max_request_bytes)
+
+
+def host_name(authority: str) -> str:
+    """``example.com:8787`` -> ``example.com``; ``[::1]:80`` -> ``::1``."""
+    authority = authority.strip().lower()
+    if authority.startswith("["):
+        return authority[1:].split("]", 1)[0]
+    if authority.count(":") == 1:
+        return authority.split(":", 1)[0]
+    return authority
+
+
+def check_host(policy: Policy, host: str | None, origin: str | None) -> RequestError | None:
+    if policy.allowed_hosts is None:
+        return None
+    if host is None or host_name(host) not in policy.allowed_hosts:
+        named = f"Host {host!r}" if host is not None else "a request without a Host header"
+        return RequestError(421, f"this server does not answer to {named}; address it as "
+                            f"{', '.join(sorted(policy.allowed_hosts))} or add the name to AGENTLOG_ALLOWED_HOSTS")  # fmt: skip
+    if origin is not None and host_name(urlsplit(origin).netloc) not in policy.allowed_hosts:
+        return RequestError(403, f"requests from the web page at {origin!r} are refused "
+                            "(cross-origin); call the API from a program, not a browser page")  # fmt: skip
+    return None
+
+
+def check_token(policy: Policy, path: str, authorization: str | None) -> RequestError | None:
+    if not policy.token or path in OPEN_PATHS:
+        return None
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        return RequestError(
+            401, "this server needs its API token: send `Authorization: Bearer <AGENTLOG_API_TOKEN>`"
+        )
+    if not hmac.compare_digest(given.strip().encode(), policy.token.encode()):
+        return RequestError(
+            401, "the API token is wrong: send the server's AGENTLOG_API_TOKEN as a Bearer token"
+        )
+    return None
+
+
+def check_content_type(method: str, content_type: str | None) -> RequestError | None:
+    if method.upper() != "POST":
+        return None
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in WRITE_TYPES:
+        return RequestError(415, f"a POST must say `Content-Type: application/json` (or application/x-ndjson "
+                            f"for JSON lines), not {content_type!r}")  # fmt: skip
+    return None
+
+
+def check_length(policy: Policy, content_length: str | None) -> RequestError | None:
+    if content_length is None:
+        return None
+    if not content_length.strip().isdigit():
+        return RequestError(400, f"Content-Length {content_length!r} is not a number of bytes")
+    if int(content_length) > policy.max_request_bytes:
+        return too_large(policy.max_request_bytes)
+    return None
+
+
+def too_large(limit: int) -> RequestError:
+    return RequestError(413, f"the body passes the limit of {limit} bytes; send it in smaller parts "
+                        "(or raise AGENTLOG_MAX_REQUEST_BYTES)", limit=limit)  # fmt: skip
+
+
+def refusal(policy: Policy, method: str, path: str, headers: Mapping[str, str]) -> RequestError | None:
+    """The first rule a request breaks (``headers`` keyed in lower case), or None."""
+    return (check_host(policy, headers.get("host"), headers.get("origin"))
+            or check_token(policy, path, headers.get("authorization"))
+            or check_length(policy, headers.get("content-length"))
+            or check_content_type(method, headers.get("content-type")))  # fmt: skip
+
+
+async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The body, read chunk by chunk; refused as soon as it passes ``limit``."""
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > limit:
+            raise too_large(limit)
+    return bytes(body)
+
+
+__all__ = [
+    "OPEN_PATHS", "Policy", "bind_refusal", "check_content_type", "check_host", "check_length",
+    "check_token", "host_name", "is_loopback", "read_body", "refusal",
+]  # fmt: skip

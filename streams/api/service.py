@@ -1,0 +1,77 @@
+"""The one interface every deployment answers through (SPEC §7's operations).
+
+The embedded service (a data directory in this process), the Kafka worker's service,
+the offline service (Kafka with no worker answering: the log and the index) and the HTTP
+client (a server elsewhere) all implement ``Service``; the CLI and the HTTP routes are
+written once, over it. A new operation is added here first, then to each implementation
+(``tests/test_service_contract.py`` drives them all through the same scenario).
+
+Answers are JSON-shaped dicts, the same ones the HTTP API sends, so a caller cannot tell
+an in-process answer from a remote one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from agentlog.sinks.base import QueryResult
+
+Progress = Callable[[int, int], None]
+"""``update(done, total)``: how long work (a rebuild, a drain) reports progress."""
+
+
+class NotFound(LookupError):
+    """The thread or event does not exist (and is not pending either): HTTP 404."""
+
+
+class Unavailable(RuntimeError):
+    """The service cannot answer now (restoring state after a rebalance, still catching
+    up, a store busy); the same request later will be answered: HTTP 503."""
+
+
+@runtime_checkable
+class Service(Protocol):
+    """Publish, query and maintain one deployment's threads."""
+
+    def publish(self, data: bytes) -> dict[str, Any]:
+        """Validate JSON or JSON-lines ``data`` and append what is valid to the topic;
+        the report counts accepted and rejected records, with each rejection's reason."""
+
+    def thread_list(self, project: str | None = None, status: str | None = None,
+                    limit: int = 100) -> dict[str, Any]:  # fmt: skip
+        """Threads' summary rows, newest activity first."""
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        """The thread's working state (``NotFound`` if it has no events)."""
+
+    def context(self, thread_id: str, budget: int, query: str | None = None,
+                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """The model's working set for the thread within ``budget`` tokens."""
+
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               tool_name: str | None = None, window_id: str | None = None, project: str | None = None,
+               after: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
+               limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        """Full-text search of the index, with read-your-writes for the named thread."""
+
+    def read(self, event_id: str) -> dict[str, Any]:
+        """One event as logged (or accepted and not yet logged: ``source: active``)."""
+
+    def sql(self, statement: str) -> QueryResult:
+        """One read-only analyst query on the log's tables, inside the SQL sandbox."""
+
+    def catch_up(self, on_progress: Progress | None = None) -> dict[str, Any]:
+        """Process what is pending and flush the sinks before returning."""
+
+    def rebuild(self, on_progress: Progress | None = None) -> dict[str, Any]:
+        """Replay the immutable log into fresh state, pairs and index."""
+
+    def health(self) -> dict[str, Any]:
+        """Liveness and each store's condition (``degraded`` with reasons)."""
+
+    def close(self) -> None:
+        """Release what the service holds (stores, connections)."""
+
+
+__all__ = ["NotFound", "Progress", "Service", "Unavailable"]

@@ -1,0 +1,1 @@
+"""The ``agentlog`` command: argument parsing, the commands, and the demo."""

@@ -1,0 +1,75 @@
+"""The Kafka topics of the distributed deployment, created before anyone uses them (a
+consumer that subscribes to a missing topic ignores it until the next rebalance)."""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from agentlog.sinks.base import StoreError
+from agentlog.streams.kafka.security import KafkaSecurity
+
+EVENTS = "agent.events"
+DLQ = "agent.events.dlq"
+ACCEPTED = "agentlog.accepted"
+# Never written to: faust assigns its partitions, and with them (co-partitioned) the
+# table partitions; a worker processes the event partitions of the same numbers.
+OWNERSHIP = "agentlog.ownership"
+
+# Room for the largest event (1 MiB) with its envelope, on every topic and client.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+def topic(name: str, namespace: str = "") -> str:
+    """A topic's name in a namespace (``AGENTLOG_KAFKA_NAMESPACE``): several pipelines,
+    or test runs, can share one cluster."""
+    return f"{namespace}.{name}" if namespace else name
+
+
+def worker_group(namespace: str = "") -> str:
+    """The faust app id, which is also the workers' consumer group; the offsets of the
+    processors and the sinks are committed as ``{group}-processor``, ``{group}-log-sink``
+    and ``{group}-index-sink``."""
+    return f"agentlog-{namespace}" if namespace else "agentlog"
+
+
+def processor_group(namespace: str = "") -> str:
+    """Where the processors commit how far they applied the event topic (for watchers)."""
+    return f"{worker_group(namespace)}-processor"
+
+
+def plain_consumer(bootstrap: str, security: KafkaSecurity, group_id: str | None = None) -> AIOKafkaConsumer:
+    """An aiokafka consumer of manually assigned partitions that commits only when told,
+    taking the largest message any topic here holds."""
+    return AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False,
+                            auto_offset_reset="earliest", max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+                            fetch_max_bytes=4 * MAX_MESSAGE_BYTES, **security.aiokafka())  # fmt: skip
+
+
+def ensure_topics(bootstrap: str, partitions: int, namespace: str = "",
+                  security: KafkaSecurity = KafkaSecurity()) -> None:  # fmt: skip
+    names = [topic(n, namespace) for n in (EVENTS, DLQ, ACCEPTED, OWNERSHIP)]
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="agentlog-admin", **security.kafka_python())
+    except KafkaError as error:  # kafka-python reports a refused login as a bootstrap timeout
+        raise StoreError(
+            f"cannot connect to Kafka at {bootstrap} over {security.protocol} ({error}): check "
+            "AGENTLOG_KAFKA_BOOTSTRAP and AGENTLOG_KAFKA_SECURITY_PROTOCOL"
+            + (", and AGENTLOG_KAFKA_SASL_USERNAME/PASSWORD (a wrong password looks like this too)" if security.sasl else "")
+        ) from error
+    try:
+        existing = set(admin.list_topics())
+        config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+        wanted = [NewTopic(t, partitions, 1, topic_configs=config) for t in names if t not in existing]
+        if wanted:
+            try:
+                admin.create_topics(wanted)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+__all__ = ["ACCEPTED", "DLQ", "EVENTS", "MAX_MESSAGE_BYTES", "OWNERSHIP", "ensure_topics", "plain_consumer",
+           "processor_group", "topic", "worker_group"]

@@ -1,0 +1,1 @@
+"""Long-term memory jobs (extraction and consolidation) and their view of the topic."""

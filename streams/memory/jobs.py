@@ -1,0 +1,251 @@
+"""``agentlog memory``: phase 1 (per-thread extraction) and phase 2 (consolidation) as
+jobs over the embedded topic and the memory store. The logic is ``agentlog.processors.memory``;
+this module claims, retries, fences and publishes."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentlog.processors import memory
+from agentlog.processors.redaction import redact_value
+from agentlog.processors.validation import validate
+from agentlog.schemas.events import Envelope
+from agentlog.sinks.memory_sqlite import StaleToken
+from agentlog.streams.embedded.topic import SqliteEventBus
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.datadir import open_memory
+from agentlog.streams.embedded.service import publish_to
+
+log = logging.getLogger("agentlog.memory")
+
+Clock = Callable[[], float]
+
+
+def default_owner(role: str) -> str:
+    return f"{role}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class ExtractReport:
+    owner: str
+    extracted_threads: list[str] = field(default_factory=list)
+    skipped: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    candidates: int = 0
+    refused: int = 0
+
+
+class Memory:
+    """The memory jobs of one data directory."""
+
+    def __init__(self, settings: Settings, clock: Clock = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.bus = SqliteEventBus(str(settings.path("topic.db")))
+        self.store = open_memory(settings.path("memory.db"))
+
+    # -- phase 1 ------------------------------------------------------------------------
+
+    def extract(self, owner: str | None = None, lease_s: float = 60.0,
+                fail: Callable[[str], None] | None = None) -> ExtractReport:  # fmt: skip
+        """Extract every thread with new events that no one else holds. ``fail`` is a
+        fault-injection hook for tests (called per thread before its commit)."""
+        report = ExtractReport(owner or default_owner("extractor"))
+        for thread_id, latest in sorted(self.bus.thread_ends().items()):
+            watermark = self.store.claim(thread_id, report.owner, latest, self.clock(), lease_s)
+            if watermark is None:
+                report.skipped += 1
+                continue
+            try:
+                seen: set[str] = set()
+                events: list[Envelope] = []
+                for record in self.bus.thread_records(thread_id, watermark, latest):
+                    e = validate(record.value)
+                    if isinstance(e, Envelope) and e.event_id not in seen:
+                        seen.add(e.event_id)
+                        events.append(e)
+                found = memory.extract(events, self.thread_project(thread_id))
+                if fail is not None:
+                    fail(thread_id)
+                committed = self.store.commit_extraction(
+                    thread_id, report.owner, latest, found.candidates, found.revocations,
+                    found.file_touches, self.clock(), found.refused,
+                )  # fmt: skip
+            except Exception as error:  # noqa: BLE001 - recorded, retried with backoff
+                attempts = self.store.fail_extraction(thread_id, report.owner, repr(error), self.clock())
+                log.warning("extraction of thread=%s failed (attempt %d): %s", thread_id, attempts, error)
+                report.failed[thread_id] = repr(error)
+                continue
+            if committed:
+                report.extracted_threads.append(thread_id)
+                report.candidates += len(found.candidates)
+                report.refused += len(found.refused)
+            else:
+                report.failed[thread_id] = "claim lost (lease expired)"
+        return report
+
+    def thread_project(self, thread_id: str) -> str | None:
+        """The project of a thread: its first event's (the one its state has too)."""
+        first = self.bus.first_record(thread_id)
+        event = validate(first.value) if first is not None else None
+        return event.project if isinstance(event, Envelope) else None
+
+    # -- phase 2 ------------------------------------------------------------------------
+
+    def consolidate(self, owner: str | None = None, lease_s: float = 60.0,
+                    high_risk: list[str] | None = None,
+                    pause_before_publish: float = 0.0) -> dict[str, Any]:  # fmt: skip
+        owner = owner or default_owner("consolidator")
+        token = self.store.acquire(owner, self.clock(), lease_s)
+        if token is None:
+            held = self.store.lease_row() or {}
+            return {"published": False, "reason": f"lease held by {held.get('owner')}", "owner": owner}
+        try:
+            view = memory.consolidate(
+                self.store.candidates(), self.store.revocations(), self.store.file_touches(),
+                now_ms=self.clock() * 1000.0, high_risk_keys=high_risk or self.high_risk(),
+            )  # fmt: skip
+            version, current = self.store.published()
+            if {k: f.as_dict() for k, f in view.items()} == current:
+                return {"published": False, "reason": "no change", "version": version, "token": token}
+            if not self.store.heartbeat(owner, token, self.clock(), lease_s):
+                raise StaleToken(f"lease of {owner} (token {token}) expired while consolidating")
+            built = self.store.build(view, owner, token, self.clock())
+            if pause_before_publish:
+                time.sleep(pause_before_publish)  # a slow or paused worker, for crash drills
+            self.store.publish(built, owner, token, self.clock())
+            return {"published": True, "version": built, "token": token, "facts": len(view), "owner": owner}
+        finally:
+            self.store.release(owner, token)
+
+    def high_risk(self) -> list[str]:
+        raw = os.environ.get("AGENTLOG_MEMORY_HIGH_RISK_KEYS", "credentials.*,secret.*,*.password,*.api_key")
+        return [k.strip() for k in raw.split(",") if k.strip()]
+
+    # -- reads and admin ----------------------------------------------------------------
+
+    def pull(self) -> int:
+        """On the Kafka deployment, copy new events from the topic first (a no-op when
+        embedded, where publishing writes the topic file itself)."""
+        if not self.settings.distributed:
+            return 0
+        from agentlog.streams.memory.kafka_feed import pull_events  # noqa: PLC0415 - Kafka deployment only
+
+        return pull_events(self.settings, self.bus)
+
+    def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        version, facts = self.store.published()
+        items = [
+            f for f in facts.values()
+            if (project is None or f["project"] == project) and (key is None or f["key"] == key)
+        ]  # fmt: skip
+        # Redacted again as shown: a fact keyed db.password loses its value, and facts stored
+        # before a pattern existed get it too.
+        return {"version": version, "project": project, "facts": redact_value(items)}
+
+    def revoke(self, event_id: str, reason: str | None = None, lease_s: float = 60.0) -> dict[str, Any]:
+        """Withdraw a source: a ``revoke`` event in its thread (so the log has it), then a
+        consolidation under the lease, so the published view is rebuilt without it at once
+        (SPEC §6). If another consolidation holds the lease, the revocation waits for the
+        next one, and ``view`` says so."""
+        self.pull()
+        target = self.bus.find(event_id)
+        parsed = validate(target.value) if target is not None else None
+        if not isinstance(parsed, Envelope):
+            raise LookupError(f"event {event_id!r} was never accepted; nothing to revoke")
+        revoke_id = f"revoke.{event_id}"[:128]
+        now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+        body = orjson.dumps({"event_id": revoke_id, "thread_id": parsed.thread_id, "kind": "revoke",
+                             "ts": now, "project": parsed.project, "source": "user",
+                             "payload": {"target_event_id": event_id, "reason": reason}})  # fmt: skip
+        if self.settings.distributed:  # the workers' state and log must see it too
+            from agentlog.streams.kafka.publisher import KafkaPublisher  # noqa: PLC0415
+
+            publisher = KafkaPublisher(self.settings)
+            publisher.publish(body)
+            publisher.close()
+        else:
+            publish_to(self.bus, body, self.settings.max_event_bytes)
+        project = self.thread_project(parsed.thread_id)
+        self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason, project))
+        view = self.consolidate(lease_s=lease_s)
+        return {"revoked": event_id, "revoke_event_id": revoke_id, "view": view}
+
+    def status(self) -> dict[str, Any]:
+        self.pull()
+        now = self.clock()
+        ends = self.bus.thread_ends()
+        rows = {r["thread_id"]: r for r in self.store.extraction_rows()}
+        pending = [t for t, end in ends.items() if rows.get(t, {}).get("watermark", 0) < end]
+        claims = [r for r in rows.values() if r["owner"]]
+        version, facts = self.store.published()
+        accounted = {s for f in facts.values() for s in f["supporting"] + f["contradicting"] + f["revoked"]}
+        candidates = self.store.candidates()
+        project_of = {c.source_event_id: c.project for c in candidates}
+        revocations = self.store.revocations()
+        revoked = {r.target_event_id for r in revocations
+                   if r.project in (None, project_of.get(r.target_event_id))}  # fmt: skip
+        waiting = [c.source_event_id for c in candidates
+                   if c.source_event_id not in accounted and c.source_event_id not in revoked]  # fmt: skip
+        lease = self.store.lease_row()
+        refused = self.store.refused()
+        # A revoke from another project's thread withdraws nothing: say so.
+        ignored = [asdict(r) for r in revocations if r.project is not None
+                   and project_of.get(r.target_event_id, r.project) != r.project]  # fmt: skip
+        return {
+            "threads": len(ends),
+            "not_extracted": sorted(pending),
+            "extraction_claims": [
+                {**r, "expired": r["lease_until"] < now} for r in claims
+            ],
+            "failing": {r["thread_id"]: {"attempts": r["attempts"], "error": r["last_error"]}
+                        for r in rows.values() if r["attempts"]},  # fmt: skip
+            "extracted_not_consolidated": waiting,
+            "built_not_published": [v for v in self.store.unpublished() if v["version"] > version],
+            "published_version": version,
+            "lease": None if lease is None else {**lease, "expired": lease["expires_at"] < now},
+            "refused": len(refused),
+            "refused_recent": [asdict(r) for r in refused[-20:]],
+            "revocations_out_of_scope": ignored,
+        }
+
+    def close(self) -> None:
+        self.store.close()
+        self.bus.close()
+
+
+def _extract_worker(data_dir: str, owner: str, lease_s: float) -> dict[str, Any]:
+    job = Memory(Settings(data_dir=Path(data_dir)))
+    try:
+        return asdict(job.extract(owner, lease_s))
+    finally:
+        job.close()
+
+
+def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) -> list[dict[str, Any]]:
+    """Phase 1 in ``workers`` processes; claims make each thread extracted once."""
+    job = Memory(settings)
+    try:
+        job.pull()  # once, before the extractors share the copy
+        if workers <= 1:
+            return [asdict(job.extract(lease_s=lease_s))]
+    finally:
+        job.close()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        args = [(str(settings.data_dir), default_owner(f"extractor{i}"), lease_s) for i in range(workers)]
+        return pool.starmap(_extract_worker, args)
+
+
+__all__ = ["ExtractReport", "Memory", "StaleToken", "extract_parallel"]
