@@ -120,8 +120,9 @@ class RemoteService:
     def state(self, thread_id: str) -> dict[str, Any]:
         return self._get(f"/threads/{thread_id}/state")
 
-    def context(self, thread_id: str, budget: int, query: str | None = None) -> dict[str, Any]:
-        return self._get(f"/threads/{thread_id}/context", budget=budget, query=query)
+    def context(self, thread_id: str, budget: int, query: str | None = None,
+                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+        return self._get(f"/threads/{thread_id}/context", budget=budget, query=query, model=model)
 
     def read(self, event_id: str) -> dict[str, Any]:
         return self._get(f"/events/{event_id}")

@@ -242,15 +242,8 @@ def cmd_threads(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
-    from agentlog.streams.api.client import RemoteService  # noqa: PLC0415
-
     with backend(settings) as svc:
-        if isinstance(svc, RemoteService):
-            result = svc.context(args.thread, args.budget, args.query)
-        else:
-            from agentlog.streams.api.context import context_for  # noqa: PLC0415
-
-            result = context_for(svc, args.thread, args.budget, args.query, args.model)
+        result = svc.context(args.thread, args.budget, args.query, args.model)
     if args.json:
         _print_json(result)
         return 0

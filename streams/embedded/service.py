@@ -35,6 +35,7 @@ from agentlog.sinks.base import QueryResult
 from agentlog.sinks.memory_sqlite import MemoryStore
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
+from agentlog.streams.api.context import context_for
 from agentlog.streams.api.service import NotFound
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
@@ -213,6 +214,10 @@ class EmbeddedService:
                 rows[thread_id] = thread_row(snapshot.state, now_ms, redact)
         return {**select_rows(rows.values(), q.project, q.status, q.limit), "partial": False,
                 "warnings": self.warnings()}  # fmt: skip
+
+    def context(self, thread_id: str, budget: int, query: str | None = None,
+                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+        return context_for(self, thread_id, budget, query, model)
 
     def threads(self) -> list[str]:
         self._settle()

@@ -20,7 +20,6 @@ from agentlog.processors.thread import ThreadSnapshot
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, thread_list_query
 from agentlog.sinks.base import QueryResult
 from agentlog.streams.config import Settings
-from agentlog.streams.api.context import context_for
 from agentlog.streams.rebuild import REPLAY_BATCH
 from agentlog.streams.wiring import open_log_store, open_search_index
 from agentlog.streams.kafka.service import Unlogged, WorkerService
@@ -54,9 +53,6 @@ class OfflineService(WorkerService):
         now_ms = time.time() * 1000.0
         rows = (thread_row(tp.state, now_ms, self.settings.redact) for tp in pipeline.threads.values())
         return {**select_rows(rows, q.project, q.status, q.limit), "partial": False, "warnings": []}
-
-    def context(self, thread_id: str, budget: int, query: str | None = None, model: str | None = None) -> dict[str, Any]:
-        return context_for(self, thread_id, budget, query, model)
 
     def sql(self, statement: str) -> QueryResult:
         return self.log.query(statement)

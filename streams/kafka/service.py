@@ -27,6 +27,7 @@ from agentlog.sinks.base import LogStore, LoggedEvent, SearchIndex, StoreError
 from agentlog.sinks.memory_sqlite import MemoryStore
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
+from agentlog.streams.api.context import context_for
 from agentlog.streams.api.service import NotFound
 
 RECENT = 1000
@@ -196,6 +197,10 @@ class WorkerService:
                             "(no open calls, failures, approvals or status)")  # fmt: skip
         result = select_rows([*rows.values(), *others], q.project, q.status, q.limit)
         return {**result, "partial": bool(others or warnings), "warnings": warnings}
+
+    def context(self, thread_id: str, budget: int, query: str | None = None,
+                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+        return context_for(self, thread_id, budget, query, model)
 
     def memory_facts(self, project: str) -> list[dict[str, Any]]:
         if self._memory is None:
