@@ -209,7 +209,7 @@ def in_process(settings: Settings) -> Iterator[str]:
     service = _BuggyRead(settings)
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(build_app(service), host="127.0.0.1", port=port, log_level="critical")
+        uvicorn.Config(build_app(service, background=service.run_forever), host="127.0.0.1", port=port, log_level="critical")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -283,7 +283,7 @@ def test_over_http_no_planted_secret_comes_out(planted_service: EmbeddedService)
 
     bodies = []
     # A loopback Host and a JSON content type, as the API asks of every client (docs/security.md).
-    with TestClient(build_app(planted_service), base_url="http://localhost") as client:
+    with TestClient(build_app(planted_service, background=planted_service.run_forever), base_url="http://localhost") as client:
         for path in ("/memory/extract", "/memory/consolidate"):
             assert client.post(path, json={}).status_code == 200
         bodies.append(client.get("/memory", params={"project": PROJECT}).text)

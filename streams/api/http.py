@@ -79,10 +79,12 @@ class Guard:
         await self.app(scope, receive, send)
 
 
-def build_app(service: EmbeddedService, policy: Policy | None = None,
-              identity: dict[str, str] | None = None) -> Starlette:  # fmt: skip
+def build_app(service: EmbeddedService, policy: Policy | None = None, identity: dict[str, str] | None = None,
+              background: Callable[[threading.Event], None] | None = None) -> Starlette:  # fmt: skip
     """The API; ``policy`` (default: loopback, no token) says who may call it,
-    ``identity`` (instance id, data directory) is what ``/healthz`` tells clients."""
+    ``identity`` (instance id, data directory) is what ``/healthz`` tells clients, and
+    ``background`` (the embedded driver loop) runs in a thread while the app serves,
+    until the event it is given is set."""
     policy = policy or Policy(max_request_bytes=service.settings.max_request_bytes)
     stop = threading.Event()
 
@@ -92,13 +94,15 @@ def build_app(service: EmbeddedService, policy: Policy | None = None,
         # running event loop), so however many queue up, the shared pool stays free for
         # /events, state and context.
         app.state.sql_threads = anyio.CapacityLimiter(2)
-        worker = threading.Thread(target=service.run_forever, args=(stop,), name="driver", daemon=True)
-        worker.start()
+        worker = threading.Thread(target=background, args=(stop,), name="driver", daemon=True) if background else None
+        if worker:
+            worker.start()
         try:
             yield
         finally:
             stop.set()
-            worker.join(timeout=30)
+            if worker:
+                worker.join(timeout=30)
 
     def route(name: str, fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:

@@ -48,7 +48,7 @@ def serve(settings: Settings, host: str, port: int) -> int:
     marker.write_text(json.dumps({"url": client_url(host, port), "pid": os.getpid(), **identity}))
     try:
         print(f"agentlog: serving {settings.data_dir} on http://{host}:{port}", file=sys.stderr)
-        app = build_app(service, Policy.of(settings, host), identity)
+        app = build_app(service, Policy.of(settings, host), identity, background=service.run_forever)
         _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning"))
     finally:
         marker.unlink(missing_ok=True)
