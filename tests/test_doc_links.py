@@ -92,3 +92,10 @@ def test_the_link_rule_refuses_outside_links_and_missing_files_and_allows_code()
         "[events](events.md#the-envelope), [readme](../README.md), [top](#the-envelope)",
     ]
     assert link_problems(ROOT / "docs" / "events.md", "\n".join(allowed)) == []
+
+
+def test_the_docs_index_links_every_page_in_docs() -> None:
+    index = ROOT / "docs" / "README.md"
+    linked = {target.partition("#")[0] for target in _INLINE_LINK.findall(_prose(index.read_text("utf-8")))}
+    pages = {p.name for p in (ROOT / "docs").glob("*.md") if p != index}
+    assert sorted(pages - linked) == []
