@@ -23,7 +23,7 @@ from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
 from agentlog.schemas.search import time_bound_ms
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.sinks.base import QueryResult, StoreError
-from agentlog.sinks.memory_sqlite import StaleToken
+from agentlog.sinks.base import StaleToken
 from agentlog.streams.config import Settings
 from agentlog.streams.runtime import tune_gc
 from agentlog.streams.api.service import NotFound

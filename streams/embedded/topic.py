@@ -9,10 +9,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from agentlog.processors.pipeline import Record
 from agentlog.sinks import sqlite_db
+from agentlog.sinks.base import DeadLetter, Topic
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -33,15 +33,7 @@ CREATE TABLE IF NOT EXISTS dlq (
 """
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    offset: int
-    value: bytes
-    reason: str
-    appended_at: float
-
-
-class SqliteEventBus:
+class SqliteEventBus(Topic):
     """Append and read the embedded topics. Several processes may append at once."""
 
     def __init__(self, path: str) -> None:
@@ -162,4 +154,4 @@ class SqliteEventBus:
             self._db.close()
 
 
-__all__ = ["DeadLetter", "SqliteEventBus"]
+__all__ = ["SqliteEventBus"]
