@@ -40,7 +40,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from agentlog.streams.embedded.driver import EmbeddedDriver
 from agentlog.streams.embedded.publisher import publish_to
-from agentlog.streams.publish_check import PublishReport, check_records, split_records
+from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.rebuild import replay_log
 from agentlog.streams.wiring import open_log_store, open_search_index
 from agentlog.streams.metrics import METRICS
@@ -459,7 +459,4 @@ class EmbeddedService:
         self.log.close()
 
 
-__all__ = [
-    "DataDirLock", "EmbeddedService", "NotFound", "PublishReport", "check_records",
-    "publish_to", "split_records",
-]  # fmt: skip
+__all__ = ["DataDirLock", "EmbeddedService"]
