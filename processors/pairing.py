@@ -11,54 +11,13 @@ Invariants, each a test in ``tests/test_pairing.py``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from agentlog.schemas.events import Envelope, ToolCallPayload, ToolResultPayload
-from agentlog.schemas.state import DEFAULT_WINDOW, ToolPair
+from agentlog.schemas.snapshot import EarlyResult, OpenCall, PairingState
+from agentlog.schemas.state import ToolPair
 
 DEFAULT_GRACE_MS = 30_000.0
 DEFAULT_CALL_TIMEOUT_MS = 600_000.0
 _DEADLINE_SLACK_MS = 1.0  # the skip hint errs early: float rounding never skips a deadline
-
-
-@dataclass(slots=True, kw_only=True)
-class OpenCall:
-    call_id: str
-    tool_name: str
-    event_id: str
-    ts: str
-    ms: float
-    turn_id: str | None = None
-    window_id: str = DEFAULT_WINDOW
-    project: str = "default"
-    synthetic_version: int | None = None
-    """Set once a synthetic result closed the call; a real result may still replace it."""
-
-
-@dataclass(slots=True, kw_only=True)
-class EarlyResult:
-    call_id: str
-    event_id: str
-    ts: str
-    ms: float
-    status: str
-    tool_name: str | None = None
-    output_bytes: int
-    turn_id: str | None = None
-    window_id: str = DEFAULT_WINDOW
-    project: str = "default"
-
-
-@dataclass(slots=True, kw_only=True)
-class PairingState:
-    calls: dict[str, OpenCall] = field(default_factory=dict)
-    """Calls without a real result yet: open ones, and synthetic-closed ones."""
-    done: dict[str, str] = field(default_factory=dict)
-    """call_id -> event_id of the terminal real result that won."""
-    early: dict[str, EarlyResult] = field(default_factory=dict)
-    orphans: dict[str, str] = field(default_factory=dict)
-    """result event_id -> call_id of results flagged as orphans."""
-    watermark_ms: float = 0.0
 
 
 class Pairer:
@@ -200,7 +159,4 @@ class Pairer:
         )  # fmt: skip
 
 
-__all__ = [
-    "DEFAULT_CALL_TIMEOUT_MS", "DEFAULT_GRACE_MS", "EarlyResult", "OpenCall", "Pairer",
-    "PairingState",
-]  # fmt: skip
+__all__ = ["DEFAULT_CALL_TIMEOUT_MS", "DEFAULT_GRACE_MS", "Pairer"]

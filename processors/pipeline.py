@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from agentlog.processors.thread import PairingConfig, ThreadProcessor, ThreadSnapshot
+from agentlog.processors.thread import PairingConfig, ThreadProcessor
 from agentlog.processors.validation import Rejection, validate
 from agentlog.schemas.events import MAX_EVENT_BYTES, Envelope
+from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.schemas.state import ToolPair
 
 

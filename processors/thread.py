@@ -1,14 +1,14 @@
-"""One thread's processing: dedup, pairing, then reduction, with a persistable snapshot."""
+"""One thread's processing: dedup, pairing, then reduction, with a persistable snapshot
+(``agentlog.schemas.snapshot``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel
-
-from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer, PairingState
+from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer
 from agentlog.processors.reducer import reduce
 from agentlog.schemas.events import Envelope
+from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.schemas.state import ToolPair, WorkingState
 
 
@@ -16,16 +16,6 @@ from agentlog.schemas.state import ToolPair, WorkingState
 class PairingConfig:
     grace_ms: float = DEFAULT_GRACE_MS
     call_timeout_ms: float = DEFAULT_CALL_TIMEOUT_MS
-
-
-class ThreadSnapshot(BaseModel):
-    """What a state store persists for a thread: enough to resume exactly."""
-
-    state: WorkingState
-    pairing: PairingState
-    # The last source offset applied, per partition: a record at or below it was already
-    # applied before a crash, so a replay of it changes nothing.
-    positions: dict[int, int] = {}
 
 
 @dataclass(slots=True)
@@ -76,4 +66,4 @@ class ThreadProcessor:
         return result_event_id in self.pairer.state.orphans
 
 
-__all__ = ["PairingConfig", "ThreadProcessor", "ThreadSnapshot"]
+__all__ = ["PairingConfig", "ThreadProcessor"]

@@ -4,7 +4,8 @@ DDL) and the search document, whose fields both search adapters map from here.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from datetime import datetime, timezone
+from typing import Any, Literal
 
 EVENTS_INSERT_COLUMNS: tuple[str, ...] = ("raw", "ts", "window_id", "source", "partition", "offset")
 """What a writer sends for an event; the envelope columns are derived from ``raw`` by
@@ -17,6 +18,18 @@ TOOL_CALLS_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 
 REJECTED_COLUMNS: tuple[str, ...] = ("raw", "reason", "rejected_at", "partition", "offset")
+
+
+def rejected_row(raw: bytes, reason: str, partition: int, offset: int, at: float) -> dict[str, Any]:
+    """A row of ``rejected_events``; ``at`` is when the record was dead-lettered (epoch s)."""
+    return {
+        "raw": raw,
+        "reason": reason,
+        "rejected_at": datetime.fromtimestamp(at, timezone.utc),
+        "partition": partition,
+        "offset": offset,
+    }
+
 
 # `events` is append-only (MergeTree: nothing is updated or deleted). Its sort key serves
 # analysts (per thread, in time) and replay (per thread, in offset order); a projection
@@ -152,5 +165,5 @@ SEARCH_INDEX_NAME = "agentlog-events"
 
 __all__ = [
     "DDL", "EVENTS_INSERT_COLUMNS", "IndexField", "MEMORY_DDL", "REJECTED_COLUMNS", "SEARCH_FIELDS",
-    "SEARCH_INDEX_NAME", "TOOL_CALLS_COLUMNS",
+    "SEARCH_INDEX_NAME", "TOOL_CALLS_COLUMNS", "rejected_row",
 ]  # fmt: skip

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from datetime import datetime, timezone
 from typing import Any
 
 import clickhouse_connect
@@ -20,7 +19,7 @@ import orjson
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from agentlog.schemas.tables import DDL, MEMORY_DDL, REJECTED_COLUMNS
-from agentlog.sinks.base import LoggedEvent, QueryResult, StoreError, redact_url
+from agentlog.sinks.base import LoggedEvent, LogStore, QueryResult, StoreError, redact_url
 from agentlog.sinks.sql_sandbox import (
     EXPLAIN_FORMAT, FunctionCatalogue, SqlBusy, SqlLimits, SqlPolicy, SqlRefused, user_syntax_error,
 )  # fmt: skip
@@ -160,7 +159,7 @@ class AnalystSql:
             self._reset()
 
 
-class ClickHouseLogStore:
+class ClickHouseLogStore(LogStore):
     """``LogStore`` on ClickHouse. Thread-safe: one lock serialises the client."""
 
     def __init__(self, client: Any, description: str, analyst: AnalystSql, temp_dir: Path | None = None) -> None:
@@ -354,15 +353,4 @@ class ClickHouseLogStore:
             self._client.close()
 
 
-def rejected_row(raw: bytes, reason: str, partition: int, offset: int, at: float) -> dict[str, Any]:
-    """A row of ``rejected_events``; ``at`` is when the record was dead-lettered (epoch s)."""
-    return {
-        "raw": raw,
-        "reason": reason,
-        "rejected_at": datetime.fromtimestamp(at, timezone.utc),
-        "partition": partition,
-        "offset": offset,
-    }
-
-
-__all__ = ["ClickHouseLogStore", "rejected_row"]
+__all__ = ["ClickHouseLogStore"]

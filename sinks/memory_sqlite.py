@@ -21,6 +21,7 @@ import orjson
 
 from agentlog.processors.memory import Candidate, Fact, FileTouch, Refusal, Revocation
 from agentlog.sinks import sqlite_db
+from agentlog.sinks.base import MemoryStore, StaleToken
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS extraction (
@@ -56,11 +57,7 @@ CREATE TABLE IF NOT EXISTS pointer (name TEXT PRIMARY KEY, version INTEGER NOT N
 GLOBAL = "consolidation"
 
 
-class StaleToken(RuntimeError):
-    """The caller's lease expired or a newer fencing token exists: it may not publish."""
-
-
-class MemoryStore:
+class SqliteMemoryStore(MemoryStore):
     def __init__(self, path: str) -> None:
         self._db = sqlite_db.connect(path, timeout=60)
         self._db.executescript(_SCHEMA)
@@ -294,4 +291,4 @@ class MemoryStore:
             self._db.close()
 
 
-__all__ = ["GLOBAL", "MemoryStore", "StaleToken"]
+__all__ = ["GLOBAL", "SqliteMemoryStore"]

@@ -20,7 +20,7 @@ from opensearchpy.exceptions import OpenSearchException
 from agentlog.processors.textsearch import snippet, tokenize
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
-from agentlog.sinks.base import StoreError, redact_url
+from agentlog.sinks.base import SearchIndex, StoreError, redact_url
 
 BULK_DOCS = 5000
 """Documents per bulk request (well under OpenSearch's 100 MB request limit)."""
@@ -49,7 +49,7 @@ def index_body(refresh_interval: str = "1s") -> dict[str, Any]:
     }
 
 
-class OpenSearchIndex:
+class OpenSearchIndex(SearchIndex):
     """``SearchIndex`` on an OpenSearch cluster."""
 
     def __init__(self, url: str, index: str = SEARCH_INDEX_NAME, refresh_interval: str = "1s",

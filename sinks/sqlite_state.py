@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from agentlog.processors.thread import ThreadSnapshot
+from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.sinks import sqlite_db
+from agentlog.sinks.base import StateStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS thread_state (thread_id TEXT PRIMARY KEY, snapshot BLOB NOT NULL);
@@ -22,7 +23,7 @@ CREATE TABLE IF NOT EXISTS positions (name TEXT PRIMARY KEY, next_offset INTEGER
 _CHUNK = 900  # below SQLite's bound-parameter limit
 
 
-class SqliteStateStore:
+class SqliteStateStore(StateStore):
     """``StateStore`` in ``state.db``. Safe to share between threads."""
 
     def __init__(self, path: str) -> None:

@@ -17,7 +17,7 @@ import tantivy
 from agentlog.processors.textsearch import snippet, tokenize
 from agentlog.schemas.tables import SEARCH_FIELDS
 from agentlog.schemas.search import Hit, SearchFilters
-from agentlog.sinks.base import StoreError
+from agentlog.sinks.base import SearchIndex, StoreError
 
 _TEXT_FIELDS = [f.name for f in SEARCH_FIELDS if f.type == "text"]
 
@@ -36,7 +36,7 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
-class TantivySearchIndex:
+class TantivySearchIndex(SearchIndex):
     """``SearchIndex`` on a tantivy directory. One writer per process (tantivy locks it)."""
 
     def __init__(self, path: str, heap_bytes: int = 128_000_000) -> None:

@@ -10,9 +10,10 @@ Where things live (and where a new one goes):
 - ``kafka/``     the distributed deployment: publisher, faust worker (processor, sinks,
                  tables), feeds, topics, groups, the worker's service and the offline one.
 - ``memory/``    long-term memory jobs (extraction, consolidation) and their topic view.
-- ``cli/``       the ``agentlog`` command: parser, commands, rendering, the demo.
+- ``cli/``       the ``agentlog`` command: ``parser``, ``commands`` (a new command goes here),
+                 ``render``, ``backend`` (which deployment answers), the demo.
 - top level      what every deployment shares: ``config`` (settings), ``wiring`` (which store
-                 adapter plays which role), ``publish_check`` (checks before a topic),
+                 adapter plays which role), ``publish_check`` (checks before a topic; ``Publisher``),
                  ``sink_guard`` (store failures), ``rebuild`` (log replay), ``metrics``,
                  ``llm_summary`` (the optional LLM summariser), ``runtime`` (GC tuning).
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic_core import from_json
 
@@ -76,6 +76,15 @@ class PublishReport:
         return asdict(self)
 
 
+class Publisher(Protocol):
+    """Where ``agentlog publish`` sends a body: the embedded topic file or Kafka."""
+
+    def publish(self, data: bytes) -> PublishReport:
+        """Check every record, send the accepted ones and dead-letter the rest."""
+
+    def close(self) -> None: ...
+
+
 FirstCopies = Callable[[Sequence[str]], dict[str, bytes]]
 """The first accepted bytes of each of these event ids that a topic already holds."""
 
@@ -112,4 +121,4 @@ def check_records(
     return accepted, [(raw, why) for _, raw, why in rejected], report
 
 
-__all__ = ["FirstCopies", "PublishReport", "check_records", "split_records"]
+__all__ = ["FirstCopies", "PublishReport", "Publisher", "check_records", "split_records"]

@@ -113,12 +113,17 @@ def test_the_pure_core_never_imports_an_adapter() -> None:
     assert reaching_out == []
 
 
+def test_the_store_interfaces_depend_on_the_schemas_alone() -> None:
+    """``sinks/base.py`` names persisted forms (``schemas/``), never the core's machinery."""
+    assert {_package(dep) for dep in _graph()["agentlog.sinks.base"]} <= {"agentlog.schemas"}
+
+
 def _loads(module: str) -> set[str]:
     probe = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
     return {name.split(".")[0] for name in out.stdout.split()}
 
 
-def test_the_kafka_publisher_and_the_http_client_load_neither_chdb_nor_tantivy() -> None:
-    for module in ("agentlog.streams.kafka.publisher", "agentlog.streams.api.client"):
+def test_the_publishers_and_the_http_client_load_neither_chdb_nor_tantivy() -> None:
+    for module in ("agentlog.streams.kafka.publisher", "agentlog.streams.embedded.publisher", "agentlog.streams.api.client"):
         assert {"chdb", "tantivy"} & _loads(module) == set(), module

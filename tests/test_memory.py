@@ -13,7 +13,7 @@ import pytest
 
 from agentlog.processors import memory
 from agentlog.sinks.base import StoreError
-from agentlog.sinks.memory_sqlite import StaleToken
+from agentlog.sinks.base import StaleToken
 from agentlog.streams.config import Settings
 from agentlog.streams.memory.jobs import Memory
 from agentlog.streams.embedded.publisher import LocalPublisher

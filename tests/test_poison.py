@@ -27,7 +27,8 @@ from agentlog.processors.duplicates import same_content
 from agentlog.processors.validation import Rejection, check_json, validate
 from agentlog.sinks.tantivy_index import TantivySearchIndex
 from agentlog.streams.config import Settings
-from agentlog.streams.embedded.service import EmbeddedService, check_records, split_records
+from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.publish_check import check_records, split_records
 from agentlog.streams.sink_guard import StoreUnavailable, is_refusal, write_isolating
 from tests.helpers import raw
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from agentlog.streams.embedded.service import split_records
+from agentlog.streams.publish_check import split_records
 from tests.helpers import raw
 
 

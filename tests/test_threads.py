@@ -15,7 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from agentlog.processors.thread import ThreadProcessor, ThreadSnapshot
+from agentlog.processors.thread import ThreadProcessor
+from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.thread_list import (
     FAILING_WITHIN_MS, GOAL_CHARS, IDLE_AFTER_MS, ROW_FIELDS, select_rows, status_of, thread_row,
 )  # fmt: skip

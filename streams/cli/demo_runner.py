@@ -6,14 +6,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from agentlog.streams.config import Settings
-from agentlog.streams.api.context import context_for
 from agentlog.streams.cli.demo import sample_session
+from agentlog.streams.cli.render import print_json
 from agentlog.streams.embedded.service import DataDirLock, EmbeddedService
 
 PAIRS_SQL = (
@@ -42,7 +41,7 @@ def run_demo(settings: Settings, as_json: bool = False) -> int:
         analyst = service.sql(ANALYST_SQL)
         counts = service.sql("SELECT count() AS events, uniqExact(event_id) AS distinct_ids FROM events")
         rejected = service.sql("SELECT reason FROM rejected_events ORDER BY offset")
-        context = context_for(service, "demo-login-bug", 1500, "session_ttl")
+        context = service.context("demo-login-bug", 1500, "session_ttl")
     finally:
         service.close()
         lock.release()
@@ -63,7 +62,7 @@ def run_demo(settings: Settings, as_json: bool = False) -> int:
         "seconds": round(elapsed, 2),
     }
     if as_json:
-        print(orjson.dumps(result, default=str, option=orjson.OPT_INDENT_2).decode())
+        print_json(result)
         return 0
     _show(result)
     return 0

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentlog.sinks.base import StoreError
+from agentlog.sinks.base import MemoryStore, StoreError
+from agentlog.sinks.memory_sqlite import SqliteMemoryStore
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -45,11 +46,9 @@ def memory_help(path: Path) -> str:
             "consolidate` re-extract memory from the threads' events")  # fmt: skip
 
 
-def open_memory(path: Path) -> Any:
+def open_memory(path: Path) -> MemoryStore:
     """``memory.db``; a corrupt one is a ``CorruptStore`` saying how to re-extract memory."""
-    from agentlog.sinks.memory_sqlite import MemoryStore  # noqa: PLC0415 - only the memory commands need it
-
-    return open_sqlite(path, MemoryStore, memory_help)
+    return open_sqlite(path, SqliteMemoryStore, memory_help)
 
 
 def sqlite_problem(path: Path) -> str | None:

@@ -21,9 +21,8 @@ from agentlog.processors.records import log_rows, search_docs
 from agentlog.processors.thread import PairingConfig
 from agentlog.processors.validation import bounded_letter
 from agentlog.schemas.events import MAX_EVENT_BYTES, Envelope
-from agentlog.sinks.base import LogStore, SearchIndex, StateStore
-from agentlog.sinks.clickhouse import rejected_row
-from agentlog.streams.embedded.topic import SqliteEventBus
+from agentlog.sinks.base import LogWriter, SearchIndex, StateStore, Topic
+from agentlog.schemas.tables import rejected_row
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.sink_guard import StoreUnavailable, write_isolating
 
@@ -53,8 +52,8 @@ class Progress:
 class EmbeddedDriver:
     def __init__(
         self,
-        bus: SqliteEventBus,
-        log_store: LogStore,
+        bus: Topic,
+        log_store: LogWriter,
         index: SearchIndex,
         states: StateStore,
         pairing: PairingConfig = PairingConfig(),

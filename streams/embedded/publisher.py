@@ -1,13 +1,31 @@
-"""Publishing without a server: validate, then append to the embedded topic."""
+"""Publishing without a server: validate, then append to the embedded topic (a SQLite
+file: appending needs no lock on the other stores)."""
 
 from __future__ import annotations
 
-from agentlog.streams.embedded.topic import SqliteEventBus
+import logging
+
+from agentlog.sinks.base import Topic
 from agentlog.streams.config import Settings
-from agentlog.streams.embedded.service import PublishReport, publish_to
+from agentlog.streams.embedded.topic import SqliteEventBus
+from agentlog.streams.metrics import METRICS
+from agentlog.streams.publish_check import PublishReport, Publisher, check_records, split_records
+
+log = logging.getLogger("agentlog.publish")
 
 
-class LocalPublisher:
+def publish_to(bus: Topic, data: bytes, max_bytes: int) -> PublishReport:
+    """Validate before send, then append accepted records and dead letters to the topic."""
+    records = split_records(data)
+    METRICS.published.inc(len(records))
+    accepted, rejected, report = check_records(records, max_bytes, bus.first_copies)
+    report.last_offset = bus.append(accepted, rejected)
+    for raw, reason in rejected[:20]:
+        log.warning("rejected record: %s (%d bytes)", reason, len(raw))
+    return report
+
+
+class LocalPublisher(Publisher):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.bus = SqliteEventBus(str(settings.path("topic.db")))
@@ -19,4 +37,4 @@ class LocalPublisher:
         self.bus.close()
 
 
-__all__ = ["LocalPublisher"]
+__all__ = ["LocalPublisher", "publish_to"]

@@ -31,8 +31,7 @@ from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.state import DEFAULT_WINDOW
-from agentlog.sinks.base import QueryResult
-from agentlog.sinks.memory_sqlite import MemoryStore
+from agentlog.sinks.base import MemoryStore, QueryResult, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
@@ -40,7 +39,8 @@ from agentlog.streams.api.service import NotFound
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from agentlog.streams.embedded.driver import EmbeddedDriver
-from agentlog.streams.publish_check import PublishReport, check_records, split_records
+from agentlog.streams.embedded.publisher import publish_to
+from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.rebuild import replay_log
 from agentlog.streams.wiring import open_log_store, open_search_index
 from agentlog.streams.metrics import METRICS
@@ -50,17 +50,6 @@ log = logging.getLogger("agentlog.service")
 
 RETRY_MAX_S = 30.0
 """The longest wait between retries of a store that is down."""
-
-
-def publish_to(bus: SqliteEventBus, data: bytes, max_bytes: int) -> PublishReport:
-    """Validate before send, then append accepted records and dead letters to the topic."""
-    records = split_records(data)
-    METRICS.published.inc(len(records))
-    accepted, rejected, report = check_records(records, max_bytes, bus.first_copies)
-    report.last_offset = bus.append(accepted, rejected)
-    for raw, reason in rejected[:20]:
-        log.warning("rejected record: %s (%d bytes)", reason, len(raw))
-    return report
 
 
 class DataDirLock:
@@ -99,7 +88,7 @@ class EmbeddedService:
         rebuilt from the topic here (``on_progress`` shows it), see ``agentlog.streams.embedded.datadir``."""
         self.settings = settings
         notes: list[str] = []
-        self.bus = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
+        self.bus: Topic = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
         embedded_log = not settings.clickhouse_url
         self.log = open_derived(settings.path("log"), lambda _p: open_log_store(settings), notes) \
             if embedded_log else open_log_store(settings)  # fmt: skip
@@ -470,7 +459,4 @@ class EmbeddedService:
         self.log.close()
 
 
-__all__ = [
-    "DataDirLock", "EmbeddedService", "NotFound", "PublishReport", "check_records",
-    "publish_to", "split_records",
-]  # fmt: skip
+__all__ = ["DataDirLock", "EmbeddedService"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from agentlog.processors.pipeline import Record
 from agentlog.sinks import sqlite_db
+from agentlog.sinks.base import DeadLetter, Topic
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -31,17 +31,10 @@ CREATE TABLE IF NOT EXISTS dlq (
     appended_at REAL NOT NULL
 );
 """
+_RECORDS = "SELECT offset, value FROM events "
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    offset: int
-    value: bytes
-    reason: str
-    appended_at: float
-
-
-class SqliteEventBus:
+class SqliteEventBus(Topic):
     """Append and read the embedded topics. Several processes may append at once."""
 
     def __init__(self, path: str) -> None:
@@ -77,13 +70,14 @@ class SqliteEventBus:
                 raise
         return int(last)
 
-    def read(self, after: int, limit: int) -> list[Record]:
+    def _records(self, sql: str, *params: object) -> list[Record]:
+        """``(offset, value)`` rows of ``events`` as records (one partition: 0)."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT offset, value FROM events WHERE offset > ? ORDER BY offset LIMIT ?",
-                (after, limit),
-            ).fetchall()
+            rows = self._db.execute(sql, params).fetchall()
         return [Record(0, o, v) for o, v in rows]
+
+    def read(self, after: int, limit: int) -> list[Record]:
+        return self._records(_RECORDS + "WHERE offset > ? ORDER BY offset LIMIT ?", after, limit)
 
     def read_dlq(self, after: int, limit: int) -> list[DeadLetter]:
         with self._lock:
@@ -102,12 +96,8 @@ class SqliteEventBus:
         return int(e), int(d)
 
     def find(self, event_id: str) -> Record | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT offset, value FROM events WHERE event_id = ? ORDER BY offset LIMIT 1",
-                (event_id,),
-            ).fetchone()
-        return None if row is None else Record(0, row[0], row[1])
+        found = self._records(_RECORDS + "WHERE event_id = ? ORDER BY offset LIMIT 1", event_id)
+        return found[0] if found else None
 
     def first_copies(self, event_ids: Sequence[str]) -> dict[str, bytes]:
         """The first record of each of these event ids that the topic holds."""
@@ -126,13 +116,10 @@ class SqliteEventBus:
 
     def thread_tail(self, thread_id: str, after: int, limit: int = 1000) -> list[Record]:
         """A thread's records after ``after``, oldest first (the newest ``limit`` of them)."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT offset, value FROM (SELECT offset, value FROM events WHERE thread_id = ? "
-                "AND offset > ? ORDER BY offset DESC LIMIT ?) ORDER BY offset",
-                (thread_id, after, limit),
-            ).fetchall()
-        return [Record(0, o, v) for o, v in rows]
+        return self._records(
+            f"SELECT * FROM ({_RECORDS} WHERE thread_id = ? AND offset > ? ORDER BY offset DESC LIMIT ?) "
+            "ORDER BY offset", thread_id, after, limit,
+        )  # fmt: skip
 
     def thread_ends(self) -> dict[str, int]:
         """Every thread with the offset of its newest record."""
@@ -141,25 +128,19 @@ class SqliteEventBus:
 
     def first_record(self, thread_id: str) -> Record | None:
         """A thread's first record (its project is the thread's, for memory's scope)."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT offset, value FROM events WHERE thread_id = ? ORDER BY offset LIMIT 1", (thread_id,)
-            ).fetchone()
-        return None if row is None else Record(0, row[0], row[1])
+        found = self._records(_RECORDS + "WHERE thread_id = ? ORDER BY offset LIMIT 1", thread_id)
+        return found[0] if found else None
 
     def thread_records(self, thread_id: str, after: int, upto: int) -> list[Record]:
         """A thread's records with ``after < offset <= upto``, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT offset, value FROM events WHERE thread_id = ? AND offset > ? AND offset <= ? "
-                "ORDER BY offset",
-                (thread_id, after, upto),
-            ).fetchall()
-        return [Record(0, o, v) for o, v in rows]
+        return self._records(
+            _RECORDS + "WHERE thread_id = ? AND offset > ? AND offset <= ? ORDER BY offset",
+            thread_id, after, upto,
+        )  # fmt: skip
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
 
-__all__ = ["DeadLetter", "SqliteEventBus"]
+__all__ = ["SqliteEventBus"]

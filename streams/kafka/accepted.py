@@ -16,7 +16,7 @@ import orjson
 
 from agentlog.processors.pipeline import Applied, BatchResult
 from agentlog.processors.records import log_row, search_doc
-from agentlog.sinks.base import LogStore, SearchIndex
+from agentlog.sinks.base import LogWriter, SearchIndex
 from agentlog.streams.sink_guard import StoreUnavailable, write_isolating
 
 # Accepted items travel in messages of at most this many bytes (one large event alone).
@@ -71,7 +71,7 @@ def read_messages(messages: list[bytes]) -> tuple[list[dict[str, Any]], list[dic
     return [item for body in bodies for item in body["items"]], [pair for body in bodies for pair in body["pairs"]]
 
 
-def write_log(log_store: LogStore, items: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> int:
+def write_log(log_store: LogWriter, items: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> int:
     """Write one batch of accepted items to the log: event rows (skipping ids already
     logged) and pair rows. Runs before the batch's offsets are committed; returns the
     rows written."""
@@ -93,7 +93,7 @@ def _item_raw(item: dict[str, Any]) -> bytes:
 
 
 def write_log_guarded(
-    log_store: LogStore, items: list[dict[str, Any]], pairs: list[dict[str, Any]]
+    log_store: LogWriter, items: list[dict[str, Any]], pairs: list[dict[str, Any]]
 ) -> tuple[int, list[tuple[bytes, str]]]:
     """``write_log``, with the items the log refuses isolated: (rows written, dead letters
     of the refused items). A log that is down raises ``StoreUnavailable``."""

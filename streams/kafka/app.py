@@ -47,14 +47,14 @@ from agentlog.processors.context import BudgetTooSmall
 from agentlog.processors.duplicates import conflicts
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.redaction import redact_if
-from agentlog.processors.thread import ThreadSnapshot
+from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.validation import bounded_letter
 from agentlog.schemas.openapi import openapi_document
 from agentlog.schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadListQuery, ThreadPath,
                               parse_body, parse_path, parse_query)  # fmt: skip
 from agentlog.sinks.base import LoggedEvent, StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
-from agentlog.sinks.clickhouse import rejected_row
+from agentlog.schemas.tables import rejected_row
 from agentlog.streams.kafka.accepted import by_partition, chunks, index_guarded, read_messages, write_log_guarded
 from agentlog.streams.kafka.batch_producer import BatchProducer
 from agentlog.streams.kafka.batch_seen import BatchSeen

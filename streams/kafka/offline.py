@@ -16,7 +16,7 @@ from typing import Any
 
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.thread_list import select_rows, thread_row
-from agentlog.processors.thread import ThreadSnapshot
+from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, thread_list_query
 from agentlog.sinks.base import QueryResult
 from agentlog.streams.config import Settings

@@ -9,10 +9,10 @@ from kafka import KafkaProducer
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.topics import DLQ, EVENTS, ensure_topics, topic
 from agentlog.streams.metrics import METRICS
-from agentlog.streams.publish_check import PublishReport, check_records, split_records
+from agentlog.streams.publish_check import PublishReport, Publisher, check_records, split_records
 
 
-class KafkaPublisher:
+class KafkaPublisher(Publisher):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace,  # type: ignore[arg-type]

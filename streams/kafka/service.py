@@ -17,14 +17,13 @@ from agentlog.processors.compaction import Summariser
 from agentlog.processors.records import active_hits
 from agentlog.processors.redaction import redact_if
 from agentlog.processors.textsearch import tokenize
-from agentlog.processors.thread import ThreadSnapshot
+from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.thread_list import log_row, log_ts, select_rows, thread_row
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
-from agentlog.sinks.base import LogStore, LoggedEvent, SearchIndex, StoreError
-from agentlog.sinks.memory_sqlite import MemoryStore
+from agentlog.sinks.base import LogStore, LoggedEvent, MemoryStore, SearchIndex, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
 from agentlog.streams.api.context import context_for

@@ -21,11 +21,11 @@ from agentlog.processors import memory
 from agentlog.processors.redaction import redact_value
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
-from agentlog.sinks.memory_sqlite import StaleToken
+from agentlog.sinks.base import StaleToken, Topic
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
-from agentlog.streams.embedded.service import publish_to
+from agentlog.streams.embedded.publisher import publish_to
 
 log = logging.getLogger("agentlog.memory")
 
@@ -52,7 +52,7 @@ class Memory:
     def __init__(self, settings: Settings, clock: Clock = time.time) -> None:
         self.settings = settings
         self.clock = clock
-        self.bus = SqliteEventBus(str(settings.path("topic.db")))
+        self.bus: Topic = SqliteEventBus(str(settings.path("topic.db")))
         self.store = open_memory(settings.path("memory.db"))
 
     # -- phase 1 ------------------------------------------------------------------------

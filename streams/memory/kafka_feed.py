@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from kafka import KafkaConsumer, TopicPartition
 
-from agentlog.streams.embedded.topic import SqliteEventBus
+from agentlog.sinks.base import Topic
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.topics import EVENTS, ensure_topics, topic
-from agentlog.streams.embedded.service import check_records
+from agentlog.streams.publish_check import check_records
 
 
-def pull_events(settings: Settings, bus: SqliteEventBus) -> int:
+def pull_events(settings: Settings, bus: Topic) -> int:
     """Copy what the events topic holds now (up to its end offsets at the call) into
     ``bus``; returns how many records were copied."""
     name = topic(EVENTS, settings.kafka_namespace)

@@ -1,0 +1,187 @@
+"""One function per ``agentlog`` command: read the arguments, ask the deployment's
+``Service`` (``backend``), show the answer (``render``). Exit status: 0 done, 1 failed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentlog.schemas.event_docs import reference
+from agentlog.schemas.event_schema import payload_schema, schema_text
+from agentlog.schemas.events import KINDS
+from agentlog.schemas.search import time_bound_ms
+from agentlog.streams.api.service import NotFound, Service
+from agentlog.streams.cli import render
+from agentlog.streams.cli.backend import backend, publish
+from agentlog.streams.cli.demo_runner import run_demo
+from agentlog.streams.config import Settings
+from agentlog.streams.memory.jobs import Memory, extract_parallel
+
+
+class UsageError(Exception):
+    pass
+
+
+def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    report = publish(settings, data)
+    render.show(report, args.json, render.print_publish)
+    # Some rejected is a normal day (they are dead-lettered); none accepted is a mistake.
+    return 1 if report["rejected"] and not report["accepted"] else 0
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    # The deferred imports here load what only this command needs: faust and the Kafka
+    # client (a worker, a wait for the workers), Starlette and uvicorn (the server).
+    if settings.distributed and not args.until_idle:
+        from agentlog.streams.kafka.app import run_worker  # noqa: PLC0415
+
+        return run_worker(settings, "info" if args.verbose else "warn")
+    if args.until_idle:
+        with render.progress("processing") as update:
+            if settings.distributed:  # waits for the workers (or one started for it)
+                from agentlog.streams.kafka.idle import run_until_idle_on_kafka  # noqa: PLC0415
+
+                result = run_until_idle_on_kafka(settings, update)
+            else:
+                with backend(settings) as svc:
+                    result = svc.catch_up(update)
+        if args.json:
+            render.print_json(result)
+        else:
+            print(f"processed {result.get('processed', 0)} records; all sinks flushed")
+        return 0
+    from agentlog.streams.embedded.server import serve  # noqa: PLC0415
+
+    return serve(settings, args.host or settings.http_host, args.port or settings.http_port)
+
+
+def _answer(args: argparse.Namespace, settings: Settings, ask: Callable[[Service], Any],
+            as_text: Callable[[Any], None]) -> int:  # fmt: skip
+    """A query command: ``ask`` the deployment's service, then show the answer."""
+    with backend(settings) as svc:
+        result = ask(svc)
+    render.warn(result.get("warnings", []))  # why the answer may be stale, on stderr
+    render.show(result, args.json, as_text)
+    return 0
+
+
+def cmd_state(args: argparse.Namespace, settings: Settings) -> int:
+    return _answer(args, settings, lambda svc: svc.state(args.thread), render.print_state)
+
+
+def cmd_threads(args: argparse.Namespace, settings: Settings) -> int:
+    ask = lambda svc: svc.thread_list(project=args.project, status=args.status, limit=args.limit)  # noqa: E731
+    return _answer(args, settings, ask, render.print_threads)
+
+
+def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
+    ask = lambda svc: svc.context(args.thread, args.budget, args.query, args.model)  # noqa: E731
+    return _answer(args, settings, ask, render.print_context)
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    def ask(svc: Service) -> dict[str, Any]:
+        return svc.search(args.query, thread_id=args.thread, kind=args.kind, tool_name=args.tool,
+                          window_id=args.window, project=args.project, after=args.after,
+                          since_ms=time_bound_ms(args.since), until_ms=time_bound_ms(args.until),
+                          limit=args.limit)  # fmt: skip
+
+    return _answer(args, settings, ask, render.print_search)
+
+
+def cmd_read(args: argparse.Namespace, settings: Settings) -> int:
+    return _answer(args, settings, lambda svc: svc.read(args.event_id), render.print_read)
+
+
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
+    with backend(settings) as svc:
+        result = svc.sql(args.query)
+    print(render.format_rows(result, "json" if args.json else args.format))
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    with render.progress("rebuilding") as update:
+        if settings.distributed:  # the workers are stopped: the stores are opened here
+            from agentlog.streams.kafka.rebuild import rebuild_on_kafka  # noqa: PLC0415 - loads faust
+
+            result = rebuild_on_kafka(settings, update)
+        else:
+            with backend(settings) as svc:
+                result = svc.rebuild(update)
+    if args.json:
+        render.print_json(result)
+    else:
+        print(f"rebuilt {result['threads']} threads from {result['events']} logged events")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    if args.data_dir:
+        data_dir = Path(args.data_dir)
+    else:
+        data_dir = Path(tempfile.mkdtemp(prefix="agentlog-demo-"))
+    return run_demo(Settings(**{**settings.__dict__, "data_dir": data_dir}), as_json=args.json)
+
+
+def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "extract":
+        reports = extract_parallel(settings, args.workers, args.lease_seconds)
+        result: Any = {
+            "extracted_threads": sorted(t for r in reports for t in r["extracted_threads"]),
+            "candidates": sum(r["candidates"] for r in reports),
+            "failed": {t: e for r in reports for t, e in r["failed"].items()},
+            "refused": sum(r["refused"] for r in reports),  # out-of-scope facts and revokes
+            "workers": len(reports),
+        }
+    else:
+        job = Memory(settings)
+        try:
+            if args.action == "consolidate":
+                result = job.consolidate(args.owner, args.lease_seconds, args.high_risk or None,
+                                         args.pause_before_publish)  # fmt: skip
+            elif args.action == "show":
+                result = job.show(args.project, args.key)
+            elif args.action == "revoke":
+                if not args.event_id:
+                    raise UsageError("memory revoke needs the EVENT_ID of the source to withdraw")
+                try:
+                    result = job.revoke(args.event_id, args.reason)
+                except LookupError as error:
+                    raise NotFound(str(error)) from error
+            else:
+                result = job.status()
+        finally:
+            job.close()
+    render.show(result, args.json, lambda r: render.print_memory(args.action, r))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
+    if args.markdown:
+        sys.stdout.write(reference())
+    elif args.kind is None:
+        sys.stdout.write(schema_text())
+    elif args.kind in KINDS:
+        sys.stdout.write(schema_text(payload_schema(args.kind)))
+    else:
+        raise UsageError(f"unknown kind {args.kind!r}; the kinds: {', '.join(KINDS)}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    # Deferred: the benchmarks are development tools, out of every other command's path.
+    from agentlog.bench.run import run_bench  # noqa: PLC0415
+
+    return run_bench(args)
+
+
+__all__ = [
+    "UsageError", "cmd_bench", "cmd_context", "cmd_demo", "cmd_memory", "cmd_publish", "cmd_read",
+    "cmd_rebuild", "cmd_run", "cmd_schema", "cmd_search", "cmd_sql", "cmd_state", "cmd_threads",
+]  # fmt: skip

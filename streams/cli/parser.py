@@ -1,0 +1,117 @@
+"""The ``agentlog`` command line: its commands, their arguments and help texts."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
+from agentlog.schemas.state import THREAD_STATUSES
+from agentlog.streams.cli.commands import (
+    cmd_bench, cmd_context, cmd_demo, cmd_memory, cmd_publish, cmd_read, cmd_rebuild, cmd_run, cmd_schema,
+    cmd_search, cmd_sql, cmd_state, cmd_threads,
+)  # fmt: skip
+
+EPILOG = """Configuration (environment): AGENTLOG_DATA_DIR (default ./.agentlog),
+AGENTLOG_CLICKHOUSE_URL (a ClickHouse server; unset = chDB in the data directory),
+AGENTLOG_GRACE_SECONDS, AGENTLOG_CALL_TIMEOUT_SECONDS, AGENTLOG_MAX_EVENT_BYTES,
+AGENTLOG_HTTP_HOST / AGENTLOG_HTTP_PORT (for `agentlog run`),
+AGENTLOG_API_TOKEN (Bearer token the HTTP API requires; needed to listen beyond loopback;
+commands send it to a running server), AGENTLOG_ALLOWED_HOSTS (extra Host names the API
+answers to, comma-separated), AGENTLOG_MAX_REQUEST_BYTES (largest request body, default 64 MiB)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentlog",
+        description="Agent events in; working state, context, search and SQL out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens (per thread and event)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[..., int], help_text: str, json_flag: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("demo", cmd_demo, "run the whole pipeline on a built-in sample workload and show the results")
+    p.add_argument("--data-dir", help="keep the demo's data here (default: a fresh temporary directory)")
+    p = add("run", cmd_run, "run processors and sinks and serve the HTTP API (--until-idle: drain and exit)")
+    p.add_argument("--until-idle", action="store_true", help="process everything pending, flush every sink, exit")
+    p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8787)")
+    p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected. "
+            "Exit status 0 if any record was accepted (rejected ones are dead-lettered with their reason), "
+            "1 if every record was rejected")
+    p.add_argument("file", metavar="FILE|-")
+    p = add("state", cmd_state, "show a thread's working state")
+    p.add_argument("thread", metavar="THREAD")
+    p = add("threads", cmd_threads, "list the threads, newest activity first: project, events, last activity "
+            "(newest event time), open calls (tool calls without a result yet), recent failures and status. "
+            "Status: waiting_approval (an approval request has no decision), idle (no event for 30 minutes), "
+            "failing (a failure within 5 minutes of the last activity), else active")
+    p.add_argument("--project", help="only this project's threads")
+    p.add_argument("--status", choices=THREAD_STATUSES, help="only threads with this status")
+    p.add_argument("--limit", type=int, default=DEFAULT_THREAD_LIMIT,
+                   help=f"at most this many threads (1..{MAX_THREAD_LIMIT}, default {DEFAULT_THREAD_LIMIT})")
+    p = add("context", cmd_context, "assemble a thread's context under a token budget")
+    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("--budget", type=int, required=True, help="token budget (o200k_base tokens)")
+    p.add_argument("--query", help="also recall evidence matching this query")
+    p.add_argument("--model", help="model family, to choose the tokenizer (default o200k_base)")
+    p = add("search", cmd_search, "keyword search over events; hits say whether they came from the index or active state")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("--thread", help="only this thread (and see its not-yet-indexed events)")
+    p.add_argument("--kind", help="only this event kind")
+    p.add_argument("--tool", help="only this tool name")
+    p.add_argument("--window", help="only this window")
+    p.add_argument("--project", help="only this project")
+    p.add_argument("--after", metavar="EVENT_ID", help="read-your-writes: see this event's thread up to it")
+    p.add_argument("--since", metavar="TIME", help="only events at or after this event time "
+                   "(RFC 3339, e.g. 2026-11-30T10:00:00Z, or epoch milliseconds)")
+    p.add_argument("--until", metavar="TIME", help="only events at or before this event time (same forms)")
+    p.add_argument("--limit", type=int, default=10, help="at most this many hits (default 10)")
+    p = add("read", cmd_read, "the original event, by id, from the log")
+    p.add_argument("event_id", metavar="EVENT_ID")
+    p = add("sql", cmd_sql, "read-only SQL over the log (tables: events, tool_calls, rejected_events)")
+    p.add_argument("query", metavar="SQL")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p = add("memory", cmd_memory, "long-term memory: extract, consolidate, show, revoke, status")
+    p.add_argument("action", choices=["extract", "consolidate", "show", "revoke", "status"])
+    p.add_argument("event_id", nargs="?", metavar="EVENT_ID", help="for revoke: the source event to withdraw")
+    p.add_argument("--reason", help="for revoke: why the source is withdrawn")
+    p.add_argument("--project", help="for show: only this project's facts")
+    p.add_argument("--key", help="for show: only this key")
+    p.add_argument("--workers", type=int, default=1, help="for extract: parallel worker processes")
+    p.add_argument("--owner", help="for consolidate: the lease owner name (default: unique per process)")
+    p.add_argument("--lease-seconds", type=float, default=60.0, help="lease length (default 60)")
+    p.add_argument("--high-risk", action="append", metavar="KEY_GLOB",
+                   help="for consolidate: keys whose fallback value becomes 'unknown, needs check'")
+    p.add_argument("--pause-before-publish", type=float, default=0.0, help=argparse.SUPPRESS)
+    add("rebuild", cmd_rebuild, "replay the log into state, pairs and index (with a progress bar); "
+        "on Kafka, stop the workers first: it writes the snapshots the workers restore")
+    p = add("schema", cmd_schema, "print the JSON Schema of an event (draft 2020-12): the envelope and "
+            "every kind's payload, chosen by `kind`; the same as schemas/event.schema.json. "
+            "docs/events.md explains each field", json_flag=False)
+    p.add_argument("--kind", metavar="KIND", help="only this kind's payload schema (e.g. tool_call)")
+    p.add_argument("--markdown", action="store_true", help="the field reference of docs/events.md instead")
+    p = add("bench", cmd_bench, "measure throughput and latency percentiles of the hot paths", json_flag=False)
+    p.add_argument("--events", type=int, default=200_000, help="events for the pipeline benchmark")
+    p.add_argument("--threads", type=int, default=1_000, help="threads they spread over")
+    p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
+    p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
+    p.add_argument("--kafka-events", type=int, default=100_000, help="events for the Kafka benchmark")
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka", "rebuild"], default="all",
+                   help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
+                        "context (assembly vs thread length, naive baseline, search, retention table), "
+                        "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
+                        "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
+                        "of an --events log, without a server and through one; not part of 'all')")
+    return parser
+
+
+__all__ = ["EPILOG", "build_parser"]

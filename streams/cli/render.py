@@ -1,0 +1,152 @@
+"""How the ``agentlog`` command shows an answer: JSON, tables, one block of text per
+command, warnings on stderr (stdout stays the answer) and progress bars."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import orjson
+from rich.progress import Progress
+
+from agentlog.sinks.base import QueryResult
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, default=str, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def show(result: Any, as_json: bool, as_text: Callable[[Any], None]) -> None:
+    """The answer on stdout: JSON for machines, else ``as_text``'s lines for people."""
+    if as_json:
+        print_json(result)
+    else:
+        as_text(result)
+
+
+def warn(warnings: list[str]) -> None:
+    """Why an answer may be stale (a store is failing), on stderr: stdout stays the answer."""
+    for warning in warnings:
+        print(f"agentlog: warning: the answer may be stale: {warning}", file=sys.stderr)
+
+
+@contextmanager
+def progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr when it is a terminal (silent otherwise); yields its
+    ``update(done, total)``. The bar appears at the first update, so work that turns out
+    to be nothing (a data directory with nothing to heal) shows none."""
+    if not sys.stderr.isatty():
+        yield lambda _d, _t: None
+        return
+    with ExitStack() as stack:
+        shown: list[tuple[Progress, Any]] = []
+
+        def update(done: int, total: int) -> None:
+            if not shown:
+                bar = stack.enter_context(Progress(transient=True))
+                shown.append((bar, bar.add_task(label, total=total or None)))
+            bar, task = shown[0]
+            bar.update(task, completed=done, total=total or None)
+
+        yield update
+
+
+def format_rows(result: QueryResult, fmt: str) -> str:
+    if fmt == "json":
+        return orjson.dumps([dict(zip(result.columns, r)) for r in result.rows], default=str,
+                            option=orjson.OPT_INDENT_2).decode()  # fmt: skip
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(result.columns)
+        writer.writerows(result.rows)
+        return buf.getvalue().rstrip("\n")
+    cells = [[str(c) for c in result.columns]] + [["" if v is None else str(v) for v in r] for r in result.rows]
+    widths = [min(60, max(len(row[i]) for row in cells)) for i in range(len(result.columns))]
+    lines = [" | ".join(v[:60].ljust(w) for v, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines) + f"\n({len(result.rows)} rows)"
+
+
+def print_publish(report: dict[str, Any]) -> None:
+    print(f"accepted {report['accepted']}, rejected {report['rejected']}")
+    for r in report["rejections"][:10]:
+        print(f"  record {r['record']}: {r['reason']}", file=sys.stderr)
+
+
+def print_state(state: dict[str, Any]) -> None:
+    print(f"thread {state['thread_id']}  project {state['project']}  window {state['window_id']}  "
+          f"events {state['event_count']}")  # fmt: skip
+    print(f"goal: {(state['goal'] or {}).get('text', '-')}")
+    for c in state["constraints"]:
+        print(f"constraint: {c['text']}")
+    for name in ("plan", "tasks"):
+        for item in state[name]:
+            ident = item.get("step_id") or item.get("task_id")
+            print(f"{name[:-1] if name == 'tasks' else 'step'} {ident} [{item['status']}] {item.get('text') or ''}")
+    for f in state["files"]:
+        print(f"file {f['path']} {f['change']}{'' if f['confirmed'] else ' (unconfirmed)'}")
+    for a in state["pending_approvals"]:
+        print(f"pending approval {a['approval_id']}: {a['action']}")
+    for a in state["agents"]:
+        print(f"agent {a['agent_id']} {a['status']}")
+    for c in state["pending_calls"]:
+        print(f"pending call {c['call_id']} {c['tool_name']}")
+    for fl in state["failures"][-5:]:
+        print(f"failure {fl['event_id']} {fl.get('tool_name') or fl['kind']} {fl.get('status') or ''} {fl['message']}")
+
+
+THREAD_COLUMNS = (("thread", "thread_id"), ("project", "project"), ("events", "event_count"),
+                  ("last activity", "last_activity"), ("open calls", "open_calls"), ("failures", "failures"),
+                  ("status", "status"))  # fmt: skip
+
+
+def print_threads(result: dict[str, Any]) -> None:
+    rows = [tuple("-" if r[key] is None else r[key] for _name, key in THREAD_COLUMNS)
+            for r in result["threads"]]  # fmt: skip
+    print(format_rows(QueryResult([name for name, _key in THREAD_COLUMNS], rows), "table"))
+    if result["total"] > len(rows):
+        print(f"({result['total']} threads match; --limit shows more)")
+
+
+def print_context(result: dict[str, Any]) -> None:
+    meta = result["meta"]
+    print(f"{meta['used_tokens']}/{meta['budget']} tokens ({meta['encoding']})")
+    for m in result["messages"]:
+        content = m.get("content") or json.dumps(m.get("tool_calls"))
+        print(f"--- {m['role']}{' ' + m['tool_call_id'] if m.get('tool_call_id') else ''}\n{content}")
+
+
+def print_search(result: dict[str, Any]) -> None:
+    for h in result["hits"]:
+        print(f"{h['score']:7.3f} [{h['source']}] {h['event_id']} {h['thread_id']} {h['kind']} "
+              f"{h['tool_name']} {h['ts']}\n        {h['snippet']}")  # fmt: skip
+    if not result["hits"]:
+        print("no hits")
+
+
+def print_read(result: dict[str, Any]) -> None:
+    print(f"# source: {result['source']}")
+    print(orjson.dumps(result["event"], option=orjson.OPT_INDENT_2).decode())
+
+
+def print_memory(action: str, result: Any) -> None:
+    if action != "show":
+        print_json(result)
+        return
+    print(f"memory view version {result['version']}")
+    for f in result["facts"]:
+        flags = f" [{', '.join(f['flags'])}]" if f["flags"] else ""
+        print(f"{f['project']}/{f['key']} = {f['value']!r} ({f['status']}, {f['evidence_type']}, "
+              f"source {f['source_event_id']}){flags}{' — ' + f['note'] if f['note'] else ''}")  # fmt: skip
+
+
+__all__ = [
+    "THREAD_COLUMNS", "format_rows", "print_context", "print_json", "print_memory", "print_publish",
+    "print_read", "print_search", "print_state", "print_threads", "progress", "show", "warn",
+]  # fmt: skip
