@@ -26,7 +26,7 @@ from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.sinks.memory_sqlite import StaleToken
 from agentlog.streams.config import Settings
 from agentlog.streams.runtime import tune_gc
-from agentlog.streams.api.service import NotFound
+from agentlog.streams.api.service import NotFound, Service
 from agentlog.streams.embedded.service import DataDirLock
 
 EPILOG = """Configuration (environment): AGENTLOG_DATA_DIR (default ./.agentlog),
@@ -67,7 +67,7 @@ def _print_json(value: Any) -> None:
 
 
 @contextmanager
-def backend(settings: Settings) -> Iterator[Any]:
+def backend(settings: Settings) -> Iterator[Service]:
     """The running server's API if one holds the data directory, else the stores here."""
     from agentlog.streams.api.client import RemoteService, answers, server_url  # noqa: PLC0415
 
@@ -151,7 +151,7 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         report = kafka.publish(data).as_dict()
         kafka.close()
     elif url:
-        report = RemoteService(url, settings.api_token).publish(data)
+        report = RemoteService(url, settings.api_token).publish(data).as_dict()
     else:  # the topic is a SQLite file: appending needs no lock on the other stores
         from agentlog.streams.embedded.publisher import LocalPublisher  # noqa: PLC0415
 

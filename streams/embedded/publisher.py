@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-from agentlog.streams.embedded.topic import SqliteEventBus
+import logging
+
 from agentlog.streams.config import Settings
-from agentlog.streams.embedded.service import PublishReport, publish_to
+from agentlog.streams.embedded.topic import SqliteEventBus
+from agentlog.streams.metrics import METRICS
+from agentlog.streams.publish_check import PublishReport, check_records, split_records
+
+log = logging.getLogger("agentlog.service")
+
+
+def publish_to(bus: SqliteEventBus, data: bytes, max_bytes: int) -> PublishReport:
+    """Validate before send, then append accepted records and dead letters to the topic."""
+    records = split_records(data)
+    METRICS.published.inc(len(records))
+    accepted, rejected, report = check_records(records, max_bytes, bus.first_copies)
+    report.last_offset = bus.append(accepted, rejected)
+    for raw, reason in rejected[:20]:
+        log.warning("rejected record: %s (%d bytes)", reason, len(raw))
+    return report
 
 
 class LocalPublisher:
@@ -19,4 +35,4 @@ class LocalPublisher:
         self.bus.close()
 
 
-__all__ = ["LocalPublisher"]
+__all__ = ["LocalPublisher", "publish_to"]

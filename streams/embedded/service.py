@@ -40,6 +40,8 @@ from agentlog.streams.api.service import NotFound
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from agentlog.streams.embedded.driver import EmbeddedDriver
+from agentlog.streams.embedded.publisher import publish_to
+from agentlog.streams.memory.jobs import MemoryOperations
 from agentlog.streams.publish_check import PublishReport, check_records, split_records
 from agentlog.streams.rebuild import replay_log
 from agentlog.streams.wiring import open_log_store, open_search_index
@@ -50,17 +52,6 @@ log = logging.getLogger("agentlog.service")
 
 RETRY_MAX_S = 30.0
 """The longest wait between retries of a store that is down."""
-
-
-def publish_to(bus: SqliteEventBus, data: bytes, max_bytes: int) -> PublishReport:
-    """Validate before send, then append accepted records and dead letters to the topic."""
-    records = split_records(data)
-    METRICS.published.inc(len(records))
-    accepted, rejected, report = check_records(records, max_bytes, bus.first_copies)
-    report.last_offset = bus.append(accepted, rejected)
-    for raw, reason in rejected[:20]:
-        log.warning("rejected record: %s (%d bytes)", reason, len(raw))
-    return report
 
 
 class DataDirLock:
@@ -91,7 +82,7 @@ class DataDirLock:
             self._fd = None
 
 
-class EmbeddedService:
+class EmbeddedService(MemoryOperations):
     """The embedded deployment's stores and the operations on them."""
 
     def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None) -> None:
@@ -161,8 +152,13 @@ class EmbeddedService:
     def publish(self, data: bytes) -> PublishReport:
         return publish_to(self.bus, data, self.settings.max_event_bytes)
 
-    def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint."""
+    def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint.
+        While serving, the live loop does that: wait until it has applied what the topic
+        holds (``POST /flush``; a failing store answers at once, its warnings in health)."""
+        if self.serving:
+            self._settle()
+            return {"ok": True}
         with self.lock:
             progress = self.driver.run_until_idle(on_progress)
             mirrored = self.mirror_memory()

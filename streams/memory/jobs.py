@@ -25,7 +25,8 @@ from agentlog.sinks.memory_sqlite import StaleToken
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
-from agentlog.streams.embedded.service import publish_to
+from agentlog.streams.api.service import NotFound
+from agentlog.streams.embedded.publisher import publish_to
 
 log = logging.getLogger("agentlog.memory")
 
@@ -225,6 +226,47 @@ class Memory:
         self.bus.close()
 
 
+class MemoryOperations:
+    """The memory operations of the ``Service`` protocol, for any service of a deployment
+    (``settings`` names its data directory, and Kafka when distributed): each call opens
+    the jobs, runs one, and closes them."""
+
+    settings: Settings
+
+    def _memory_job(self, action: Callable[[Memory], Any]) -> Any:
+        job = Memory(self.settings)
+        try:
+            return action(job)
+        finally:
+            job.close()
+
+    def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        return self._memory_job(lambda job: job.show(project, key))  # type: ignore[no-any-return]
+
+    def memory_status(self) -> dict[str, Any]:
+        return self._memory_job(lambda job: job.status())  # type: ignore[no-any-return]
+
+    def memory_extract(self, lease_seconds: float = 60.0) -> dict[str, Any]:
+        def extract(job: Memory) -> dict[str, Any]:
+            job.pull()  # Kafka: copy new events first (embedded: nothing to do)
+            return asdict(job.extract(lease_s=lease_seconds))
+
+        return self._memory_job(extract)  # type: ignore[no-any-return]
+
+    def memory_consolidate(self, lease_seconds: float = 60.0,
+                           high_risk: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+        return self._memory_job(lambda job: job.consolidate(lease_s=lease_seconds, high_risk=high_risk))  # type: ignore[no-any-return]
+
+    def memory_revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
+        def revoke(job: Memory) -> dict[str, Any]:
+            try:
+                return job.revoke(event_id, reason)
+            except LookupError as error:
+                raise NotFound(str(error)) from error
+
+        return self._memory_job(revoke)  # type: ignore[no-any-return]
+
+
 def _extract_worker(data_dir: str, owner: str, lease_s: float) -> dict[str, Any]:
     job = Memory(Settings(data_dir=Path(data_dir)))
     try:
@@ -248,4 +290,4 @@ def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) ->
         return pool.starmap(_extract_worker, args)
 
 
-__all__ = ["ExtractReport", "Memory", "StaleToken", "extract_parallel"]
+__all__ = ["ExtractReport", "Memory", "MemoryOperations", "StaleToken", "extract_parallel"]

@@ -11,7 +11,7 @@ from kafka import KafkaConsumer, TopicPartition
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.topics import EVENTS, ensure_topics, topic
-from agentlog.streams.embedded.service import check_records
+from agentlog.streams.publish_check import check_records
 
 
 def pull_events(settings: Settings, bus: SqliteEventBus) -> int:
