@@ -169,20 +169,25 @@ def _refusal(model: type[BaseModel], error: ValidationError, where: str) -> Requ
 def refusal(errors: Sequence[Any], fields: Iterable[str], where: str) -> RequestError:
     """The 400 for pydantic's validation ``errors`` of a route taking ``fields``."""
     problems = [{"field": ".".join(str(p) for p in e["loc"]) or where, "problem": e["msg"]} for e in errors]
-    first = problems[0]
-    return RequestError(400, f"bad {where}: {first['field']}: {first['problem']} (this route takes: {', '.join(fields)})",
+    first, takes = problems[0], ", ".join(fields)
+    return RequestError(400, f"bad {where}: {first['field']}: {first['problem']} (this route takes: {takes})",
                         problems=problems)  # fmt: skip
 
 
-def parse_query(model: type[M], items: Iterable[tuple[str, str]]) -> M:
-    """The route's query parameters, each given once, as ``model``."""
+def once(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Query parameters as a dict, refusing one given twice (which would be read as either)."""
     values: dict[str, str] = {}
     for key, value in items:
         if key in values:
             raise RequestError(400, f"parameter {key!r} is given twice; give it once", field=key)
         values[key] = value
+    return values
+
+
+def parse_query(model: type[M], items: Iterable[tuple[str, str]]) -> M:
+    """The route's query parameters, each given once, as ``model``."""
     try:
-        return model.model_validate(values)
+        return model.model_validate(once(items))
     except ValidationError as error:
         raise _refusal(model, error, "query parameter") from None
 
@@ -230,5 +235,5 @@ __all__ = [
     "ID_PATTERN", "MAX_BUDGET", "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "ConsolidateBody", "ContextQuery",
     "EventPath", "LeaseBody", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery", "SqlBody",
     "DEFAULT_THREAD_LIMIT", "MAX_THREAD_LIMIT", "ThreadListQuery", "ThreadPath", "check_budget",
-    "bad_id", "check_search_limit", "parse_body", "refusal", "parse_path", "parse_query", "thread_list_query",
+    "bad_id", "check_search_limit", "once", "parse_body", "refusal", "parse_path", "parse_query", "thread_list_query",
 ]  # fmt: skip

@@ -1,7 +1,9 @@
-"""Typed answers of the HTTP API (SPEC §7), for its OpenAPI document: what ``/threads``,
-``/search``, ``/sql`` and every refusal send. The services build these answers as plain
-JSON-shaped dicts; ``tests/test_http_docs.py`` checks real answers against these models,
-so the document cannot promise a field the server does not send.
+"""Typed answers of the HTTP API (SPEC §7), for its OpenAPI document: what ``/events``,
+``/threads``, ``/search``, ``/sql`` and every refusal send, each status's meaning, and the
+bodies FastAPI does not read itself (they are read in bounded chunks and parsed by
+``schemas.requests``). The services build these answers as plain JSON-shaped dicts;
+``tests/test_http_docs.py`` checks real answers against these models, so the document
+cannot promise a field the server does not send.
 
 Pure: no I/O.
 """
@@ -12,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentlog.schemas.requests import ConsolidateBody, LeaseBody, RevokeBody, SqlBody
 from agentlog.schemas.search import Hit
 from agentlog.schemas.state import ThreadStatus
 
@@ -60,4 +63,43 @@ class SqlAnswer(BaseModel):
     rows: list[list[Any]] = Field(description="one list per row, in the order of `columns`")
 
 
-__all__ = ["Error", "SearchAnswer", "SqlAnswer", "ThreadList", "ThreadRow"]
+REASONS = {
+    400: "a bad parameter or body; `error` says which and what to send",
+    401: "the API token is missing or wrong (`Authorization: Bearer <AGENTLOG_API_TOKEN>`)",
+    403: "a browser page of another origin",
+    404: "no such thread, event or route",
+    405: "wrong method: state changes only on POST",
+    413: "the body passes AGENTLOG_MAX_REQUEST_BYTES",
+    415: "a POST without a JSON content type",
+    421: "a Host this server does not answer to",
+    500: "an unexpected failure, logged by the server; the next request is unaffected",
+    503: "busy or catching up: retry after `Retry-After` seconds",
+}
+READS, WRITES = (401, 403, 421, 500, 503), (401, 403, 413, 415, 421, 500, 503)
+"""What any read, and any write, may be answered besides its own errors."""
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """FastAPI's ``responses`` for these statuses: each an ``Error``."""
+    return {code: {"model": Error, "description": REASONS[code]} for code in sorted(codes)}
+
+
+BODIES = (SqlBody, LeaseBody, ConsolidateBody, RevokeBody)
+
+
+def body_doc(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` naming a body model (one of ``BODIES``)."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": ref}}}}
+
+
+EVENTS_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"oneOf": [{"type": "object"}, {"type": "array"}]}},
+    "application/x-ndjson": {"schema": {"type": "string", "description": "JSON lines: an event a line"}},
+    "application/jsonl": {"schema": {"type": "string"}}}}}  # fmt: skip
+
+
+__all__ = [
+    "BODIES", "EVENTS_BODY", "READS", "REASONS", "WRITES", "Error", "SearchAnswer", "SqlAnswer", "ThreadList",
+    "ThreadRow", "body_doc", "errors",
+]  # fmt: skip

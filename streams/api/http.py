@@ -25,39 +25,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.schemas.requests import (
     ConsolidateBody, ContextQuery, Id, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery, SqlBody,
-    ThreadListQuery, bad_id, parse_body, refusal,
+    ThreadListQuery, bad_id, once, parse_body, refusal,
 )  # fmt: skip
-from agentlog.schemas.responses import Error, SearchAnswer, SqlAnswer, ThreadList
+from agentlog.schemas.responses import (
+    BODIES, EVENTS_BODY, READS, WRITES, SearchAnswer, SqlAnswer, ThreadList, body_doc, errors,
+)  # fmt: skip
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
-from agentlog.streams.api.guard import Policy, check_token, read_body, refusal as guard_refusal
+from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
 from agentlog.streams.api.service import NotFound, Service, Unavailable
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.http")
-
-REASONS = {
-    400: "a bad parameter or body; `error` says which and what to send",
-    401: "the API token is missing or wrong (`Authorization: Bearer <AGENTLOG_API_TOKEN>`)",
-    403: "a browser page of another origin",
-    404: "no such thread, event or route",
-    405: "wrong method: state changes only on POST",
-    413: "the body passes AGENTLOG_MAX_REQUEST_BYTES",
-    415: "a POST without a JSON content type",
-    421: "a Host this server does not answer to",
-    500: "an unexpected failure, logged by the server; the next request is unaffected",
-    503: "busy or catching up: retry after `Retry-After` seconds",
-}
-READS, WRITES = (401, 403, 421, 500, 503), (401, 403, 413, 415, 421, 500, 503)
-
-
-def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {code: {"model": Error, "description": REASONS[code]} for code in sorted(codes)}
+REF = "#/components/schemas/{model}"
 
 
 class OrjsonResponse(JSONResponse):
@@ -87,9 +71,8 @@ def failure(request: Request, error: Exception) -> OrjsonResponse:
 def _invalid(error: RequestValidationError, fields: list[str]) -> RequestError:
     """FastAPI's refusal of a path or query parameter, said as ``parse_path``/``parse_query`` do."""
     found = list(error.errors())
-    where, name = found[0]["loc"][:2]
-    if where == "path":
-        return bad_id(str(name))
+    if found[0]["loc"][0] == "path":
+        return bad_id(str(found[0]["loc"][-1]))
     return refusal([{**e, "loc": e["loc"][1:]} for e in found], fields, "query parameter")
 
 
@@ -99,15 +82,14 @@ class Route(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handle, name = super().get_route_handler(), self.name
-        fields = [f for p in self.dependant.query_params for f in p.field_info.annotation.model_fields]  # type: ignore[union-attr]
+        models = [p.field_info.annotation for p in self.dependant.query_params]
+        fields = [f for model in models for f in getattr(model, "model_fields", ())]
 
         async def answer(request: Request) -> Response:
             t0 = time.perf_counter()
             try:
                 if fields:
-                    keys = [key for key, _ in request.query_params.multi_items()]
-                    if twice := next((k for k in keys if keys.count(k) > 1), None):
-                        raise RequestError(400, f"parameter {twice!r} is given twice; give it once", field=twice)
+                    once(request.query_params.multi_items())
                 return await handle(request)
             except RequestValidationError as error:
                 return failure(request, _invalid(error, fields))
@@ -117,30 +99,6 @@ class Route(APIRoute):
                 METRICS.requests.labels(name).observe(time.perf_counter() - t0)
 
         return answer
-
-
-class Guard:
-    """The access rules of ``agentlog.streams.api.guard``, before any routing (pure ASGI, so a
-    refused body is never read)."""
-
-    def __init__(self, app: ASGIApp, policy: Policy) -> None:
-        self.app = app
-        self.policy = policy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers: dict[str, str] = {}
-            refused: RequestError | None = None
-            for key, value in scope["headers"]:
-                name = key.decode("latin-1").lower()
-                if name in headers and name in ("host", "authorization", "content-length", "content-type"):
-                    refused = RequestError(400, f"the {name} header is given twice; give it once")
-                headers[name] = value.decode("latin-1")
-            refused = refused or guard_refusal(self.policy, scope["method"], scope["path"], headers)
-            if refused is not None:
-                await OrjsonResponse(refused.body, status_code=refused.status)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 async def _http_error(_request: Request, error: Exception) -> Response:
@@ -153,18 +111,6 @@ async def _http_error(_request: Request, error: Exception) -> Response:
     if error.status_code == 404:
         return _error(404, "no such route; GET /openapi.json lists them")
     return _error(error.status_code, str(error.detail), headers)
-
-
-def _body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": required, "content": {"application/json": {"schema": ref}}}}
-
-
-EVENTS_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"oneOf": [{"type": "object"}, {"type": "array"}]}},
-    "application/x-ndjson": {"schema": {"type": "string", "description": "JSON lines: one SPEC §2 event a line"}},
-    "application/jsonl": {"schema": {"type": "string"}}}}}  # fmt: skip
-BODIES = (SqlBody, LeaseBody, ConsolidateBody, RevokeBody)
 
 
 def build_app(service: Service, policy: Policy | None = None, identity: dict[str, str] | None = None,
@@ -194,7 +140,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
 
     app = FastAPI(title="agentlog", version="1", lifespan=lifespan, redirect_slashes=False, openapi_url=None,
                   docs_url=None, redoc_url=None, default_response_class=OrjsonResponse,
-                  exception_handlers={HTTPException: _http_error},
+                  exception_handlers={HTTPException: _http_error, Exception: failure},
                   description="Agent events in; working state, context, search and SQL out (SPEC §7).")  # fmt: skip
     app.router.route_class = Route
     app.add_middleware(Guard, policy=policy)
@@ -208,8 +154,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
 
         return Depends(parse)
 
-    json = OrjsonResponse  # handlers answer JSON as it is: no second encoding pass
-    # Handlers are plain functions: FastAPI runs them on its thread pool, off the event loop.
+    json = OrjsonResponse  # answers as they are, no second encoding; plain handlers run on the thread pool
 
     @app.post("/events", name="events", summary="publish events: one JSON object, a JSON array, or JSON lines",
               response_model=PublishReport, responses=errors(400, *WRITES), openapi_extra=EVENTS_BODY)  # fmt: skip
@@ -243,7 +188,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
         return json(service.read(event_id))
 
     @app.post("/sql", name="sql", summary="one sandboxed read-only query over the log's tables",
-              response_model=SqlAnswer, responses=errors(400, *WRITES), openapi_extra=_body(SqlBody))  # fmt: skip
+              response_model=SqlAnswer, responses=errors(400, *WRITES), openapi_extra=body_doc(SqlBody))  # fmt: skip
     async def sql(request: Request, q: Annotated[SqlBody, body(SqlBody)]) -> Response:
         result = await anyio.to_thread.run_sync(service.sql, q.sql, limiter=request.app.state.sql_threads)
         return json({"columns": result.columns, "rows": [list(r) for r in result.rows]})
@@ -263,17 +208,17 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
         return json(service.memory_show(q.project, q.key))
 
     @app.post("/memory/extract", name="memory", summary="extract memory candidates from new events",
-              responses=errors(400, *WRITES), openapi_extra=_body(LeaseBody, required=False))  # fmt: skip
+              responses=errors(400, *WRITES), openapi_extra=body_doc(LeaseBody, required=False))  # fmt: skip
     def memory_extract(q: Annotated[LeaseBody, body(LeaseBody, empty_ok=True)]) -> Response:
         return json(service.memory_extract(q.lease_seconds))
 
     @app.post("/memory/consolidate", name="memory", summary="consolidate candidates into a new published view",
-              responses=errors(400, *WRITES), openapi_extra=_body(ConsolidateBody, required=False))  # fmt: skip
+              responses=errors(400, *WRITES), openapi_extra=body_doc(ConsolidateBody, required=False))  # fmt: skip
     def memory_consolidate(q: Annotated[ConsolidateBody, body(ConsolidateBody, empty_ok=True)]) -> Response:
         return json(service.memory_consolidate(q.lease_seconds, q.high_risk))
 
     @app.post("/memory/revoke", name="memory", summary="withdraw a source event's facts",
-              responses=errors(400, 404, *WRITES), openapi_extra=_body(RevokeBody))  # fmt: skip
+              responses=errors(400, 404, *WRITES), openapi_extra=body_doc(RevokeBody))  # fmt: skip
     def memory_revoke(q: Annotated[RevokeBody, body(RevokeBody)]) -> Response:
         return json(service.memory_revoke(q.event_id, q.reason))
 
@@ -304,13 +249,11 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
             doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             for operation in (op for ops in doc["paths"].values() for op in ops.values()):
                 operation["responses"].pop("422", None)  # refusals are 400s (``failure``)
-            schemas = doc["components"]["schemas"]
-            for unused in ("HTTPValidationError", "ValidationError"):
-                schemas.pop(unused, None)
-            schemas.update({m.__name__: m.model_json_schema(ref_template="#/components/schemas/{model}") for m in BODIES})
-            doc["components"]["securitySchemes"] = {"token": {"type": "http", "scheme": "bearer",
-                                                              "description": "AGENTLOG_API_TOKEN; required beyond loopback"}}  # fmt: skip
-            doc["security"] = [{"token": []}, {}]
+            schemas = {k: v for k, v in doc["components"]["schemas"].items() if "ValidationError" not in k}
+            schemas.update({m.__name__: m.model_json_schema(ref_template=REF) for m in BODIES})
+            token = {"type": "http", "scheme": "bearer", "description": "AGENTLOG_API_TOKEN (beyond loopback)"}
+            doc["components"] = {"schemas": schemas, "securitySchemes": {"token": token}}
+            doc["security"] = [{"token": []}, {}]  # the token, or none on loopback
             app.openapi_schema = doc
         return app.openapi_schema
 
@@ -318,4 +261,4 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
     return app
 
 
-__all__ = ["Guard", "build_app", "failure"]
+__all__ = ["build_app", "failure"]

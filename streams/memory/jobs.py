@@ -255,7 +255,10 @@ class MemoryOperations:
 
     def memory_consolidate(self, lease_seconds: float = 60.0,
                            high_risk: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
-        return self._memory_job(lambda job: job.consolidate(lease_s=lease_seconds, high_risk=high_risk))  # type: ignore[no-any-return]
+        def consolidate(job: Memory) -> dict[str, Any]:
+            return job.consolidate(lease_s=lease_seconds, high_risk=high_risk)
+
+        return self._memory_job(consolidate)  # type: ignore[no-any-return]
 
     def memory_revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
         def revoke(job: Memory) -> dict[str, Any]:
