@@ -12,20 +12,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentlog.schemas.requests import ConsolidateBody, LeaseBody, RevokeBody, SqlBody
 from agentlog.schemas.search import Hit
 from agentlog.schemas.state import ThreadStatus
 
 
+class _Answer(BaseModel):
+    # What the server sends and nothing else: the tests validate real answers with these.
+    model_config = ConfigDict(extra="forbid")
+
+
 class Error(BaseModel):
-    """Every 4xx and 5xx answer."""
+    """Every 4xx and 5xx answer (some add detail: ``field``, ``problems``, ``limit``)."""
 
     error: str = Field(description="what went wrong and what to do")
 
 
-class ThreadRow(BaseModel):
+class ThreadRow(_Answer):
     """A thread's summary row. A Kafka worker lists threads another worker owns from the
     log alone: their state's fields are ``null``."""
 
@@ -41,14 +46,14 @@ class ThreadRow(BaseModel):
     goal: str | None = Field(description="the goal, shortened (and redacted when redaction is on)")
 
 
-class ThreadList(BaseModel):
+class ThreadList(_Answer):
     threads: list[ThreadRow] = Field(description="newest activity first, at most `limit`")
     total: int = Field(description="how many threads match the filters")
     partial: bool = Field(description="some rows come from the log alone (a Kafka worker's listing)")
     warnings: list[str] = Field(description="why the answer may be incomplete or stale")
 
 
-class SearchAnswer(BaseModel):
+class SearchAnswer(_Answer):
     query: str
     hits: list[Hit] = Field(description="best first; `source` is `index`, or `active` for an accepted "
                                         "event the index cannot show yet (read-your-writes)")  # fmt: skip
@@ -58,7 +63,7 @@ class SearchAnswer(BaseModel):
     warnings: list[str] = []
 
 
-class SqlAnswer(BaseModel):
+class SqlAnswer(_Answer):
     columns: list[str]
     rows: list[list[Any]] = Field(description="one list per row, in the order of `columns`")
 
@@ -99,7 +104,31 @@ EVENTS_BODY = {"requestBody": {"required": True, "content": {
     "application/jsonl": {"schema": {"type": "string"}}}}}  # fmt: skip
 
 
+def route_table(document: dict[str, Any]) -> str:
+    """The Markdown table of every route of an OpenAPI ``document`` (``docs/http-api.md``)."""
+    lines = ["| Method | Path | What | Takes | Answers |", "|---|---|---|---|---|"]
+    for path, operations in document["paths"].items():
+        for method, op in operations.items():
+            takes = [f"`{p['name']}`{' (required)' if p['required'] and p['in'] == 'query' else ''}"
+                     for p in op.get("parameters", [])]  # fmt: skip
+            if "requestBody" in op:
+                media, content = next(iter(op["requestBody"]["content"].items()))
+                takes.append(f"body {_name(content['schema'], media)}")
+            media, content = next(iter(op["responses"]["200"].get("content", {"": {}}).items()))
+            errors = ", ".join(code for code in op["responses"] if code != "200")
+            lines.append(f"| {method.upper()} | `{path}` | {op['summary']} | {', '.join(takes) or '-'} | "
+                         f"200 {_name(content.get('schema', {}), media)}; {errors} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _name(schema: dict[str, Any], media: str) -> str:
+    ref = schema.get("$ref")
+    if ref:
+        return f"`{ref.rsplit('/', 1)[-1]}`"
+    return "events" if "oneOf" in schema else "JSON" if media in ("", "application/json") else media
+
+
 __all__ = [
     "BODIES", "EVENTS_BODY", "READS", "REASONS", "WRITES", "Error", "SearchAnswer", "SqlAnswer", "ThreadList",
-    "ThreadRow", "body_doc", "errors",
+    "ThreadRow", "body_doc", "errors", "route_table",
 ]  # fmt: skip

@@ -24,7 +24,7 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from agentlog.schemas.requests import (
     ConsolidateBody, ContextQuery, Id, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery, SqlBody,
@@ -236,7 +236,8 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
             return json({k: health[k] for k in ("status", "deployment", "instance") if k in health})
         return json(health)
 
-    @app.get("/metrics", name="metrics", summary="Prometheus metrics", responses=errors(*READS))
+    @app.get("/metrics", name="metrics", summary="Prometheus metrics", responses=errors(*READS),
+             response_class=PlainTextResponse)  # fmt: skip
     def metrics() -> Response:
         return Response(generate_latest(METRICS.registry), media_type=CONTENT_TYPE_LATEST)
 
