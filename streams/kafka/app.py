@@ -521,7 +521,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/openapi.json")
     async def openapi(web: Any, request: Any) -> Any:
-        return web.json(build_app(service).openapi())  # type: ignore[arg-type] - the routes only
+        return web.json(build_app(service).openapi())  # type: ignore[arg-type]  # the routes only
 
     @app.page("/threads")
     async def thread_list(web: Any, request: Any) -> Any:
