@@ -9,7 +9,8 @@ import multiprocessing
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -233,41 +234,38 @@ class MemoryOperations:
 
     settings: Settings
 
-    def _memory_job(self, action: Callable[[Memory], Any]) -> Any:
+    @contextmanager
+    def _jobs(self) -> Iterator[Memory]:
         job = Memory(self.settings)
         try:
-            return action(job)
+            yield job
         finally:
             job.close()
 
     def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
-        return self._memory_job(lambda job: job.show(project, key))  # type: ignore[no-any-return]
+        with self._jobs() as job:
+            return job.show(project, key)
 
     def memory_status(self) -> dict[str, Any]:
-        return self._memory_job(lambda job: job.status())  # type: ignore[no-any-return]
+        with self._jobs() as job:
+            return job.status()
 
     def memory_extract(self, lease_seconds: float = 60.0) -> dict[str, Any]:
-        def extract(job: Memory) -> dict[str, Any]:
+        with self._jobs() as job:
             job.pull()  # Kafka: copy new events first (embedded: nothing to do)
             return asdict(job.extract(lease_s=lease_seconds))
 
-        return self._memory_job(extract)  # type: ignore[no-any-return]
-
     def memory_consolidate(self, lease_seconds: float = 60.0,
                            high_risk: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
-        def consolidate(job: Memory) -> dict[str, Any]:
+        with self._jobs() as job:
             return job.consolidate(lease_s=lease_seconds, high_risk=high_risk)
 
-        return self._memory_job(consolidate)  # type: ignore[no-any-return]
-
     def memory_revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
-        def revoke(job: Memory) -> dict[str, Any]:
+        with self._jobs() as job:
             try:
                 return job.revoke(event_id, reason)
             except LookupError as error:
                 raise NotFound(str(error)) from error
-
-        return self._memory_job(revoke)  # type: ignore[no-any-return]
 
 
 def _extract_worker(data_dir: str, owner: str, lease_s: float) -> dict[str, Any]:
