@@ -24,6 +24,7 @@ from tests.helpers import raw
 DOC = Path(__file__).resolve().parent.parent / "docs" / "http-api.md"
 TABLE = re.compile(r"(<!-- routes:begin -->\n)(.*?)(<!-- routes:end -->)", re.S)
 JSON = {"Content-Type": "application/json"}
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Who may talk to the HTTP API, and how much they may send: the rules both servers apply
-(``agentlog run``'s Starlette app and the Kafka worker's faust web views) before routing.
+(``agentlog run``'s FastAPI app and the Kafka worker's faust web views) before routing.
 
 - A token (``AGENTLOG_API_TOKEN``): required to start on a non-loopback address; when set,
   every route but ``/healthz`` needs ``Authorization: Bearer <token>``.
