@@ -92,6 +92,11 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 BODIES = (SqlBody, LeaseBody, ConsolidateBody, RevokeBody)
 
 
+def body_schemas() -> dict[str, Any]:
+    """The JSON Schemas of ``BODIES``, for the document's components."""
+    return {m.__name__: m.model_json_schema(ref_template="#/components/schemas/{model}") for m in BODIES}
+
+
 def body_doc(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
     """``openapi_extra`` naming a body model (one of ``BODIES``)."""
     ref = {"$ref": f"#/components/schemas/{model.__name__}"}
@@ -130,5 +135,5 @@ def _name(schema: dict[str, Any], media: str) -> str:
 
 __all__ = [
     "BODIES", "EVENTS_BODY", "READS", "REASONS", "WRITES", "Error", "SearchAnswer", "SqlAnswer", "ThreadList",
-    "ThreadRow", "body_doc", "errors", "route_table",
+    "ThreadRow", "body_doc", "body_schemas", "errors", "route_table",
 ]  # fmt: skip

@@ -1,12 +1,8 @@
-"""The HTTP API (SPEC §7): one FastAPI app written once over the ``Service`` protocol;
-``agentlog run`` serves it over its ``EmbeddedService``, a Kafka worker over its own.
-
-Every request passes ``agentlog.streams.api.guard`` (Host, token, size, content type) before
-routing. Query and path parameters are the models of ``agentlog.schemas.requests`` (FastAPI
-checks them and documents them in ``/openapi.json``); bodies are read in bounded chunks and
-parsed by the same module. A bad request is a 400 with a JSON ``error`` (not FastAPI's
-422), an unexpected failure a logged JSON 500, and neither harms the next request.
-"""
+"""The HTTP API (SPEC §7): one FastAPI app over the ``Service`` protocol, for both deployments.
+``Guard`` checks every request before routing; parameters and bodies are the models of
+``agentlog.schemas.requests`` (bodies read in bounded chunks). A bad request is a 400 with a
+JSON ``error`` (not FastAPI's 422), an unexpected failure a logged JSON 500, and neither
+harms the next request."""
 
 import logging
 import threading
@@ -31,7 +27,7 @@ from agentlog.schemas.requests import (
     ThreadListQuery, bad_id, once, parse_body, refusal,
 )  # fmt: skip
 from agentlog.schemas.responses import (
-    BODIES, EVENTS_BODY, READS, WRITES, SearchAnswer, SqlAnswer, ThreadList, body_doc, errors,
+    EVENTS_BODY, READS, WRITES, body_schemas, SearchAnswer, SqlAnswer, ThreadList, body_doc, errors,
 )  # fmt: skip
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
@@ -41,7 +37,6 @@ from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.http")
-REF = "#/components/schemas/{model}"
 
 
 class OrjsonResponse(JSONResponse):
@@ -80,6 +75,10 @@ class Route(APIRoute):
     """A route whose every failure is answered by ``failure``, and whose time is measured;
     a query parameter given twice is refused (FastAPI would take the last)."""
 
+    def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
+        methods = set(options.pop("methods", None) or ())
+        super().__init__(path, endpoint, methods=methods | {"HEAD"} if "GET" in methods else methods, **options)
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handle, name = super().get_route_handler(), self.name
         models = [p.field_info.annotation for p in self.dependant.query_params]
@@ -115,18 +114,16 @@ async def _http_error(_request: Request, error: Exception) -> Response:
 
 def build_app(service: Service, policy: Policy | None = None, identity: dict[str, str] | None = None,
               background: Callable[[threading.Event], None] | None = None) -> FastAPI:  # fmt: skip
-    """The API; ``policy`` (default: loopback, no token) says who may call it,
-    ``identity`` (instance id, data directory) is what ``/healthz`` tells clients, and
-    ``background`` (the embedded driver loop) runs in a thread while the app serves,
-    until the event it is given is set."""
+    """The API; ``policy`` (default: loopback, no token) says who may call it, ``identity``
+    (instance id, data directory) is what ``/healthz`` tells, and ``background`` (the embedded
+    driver loop) runs in a thread while the app serves, until the event it is given is set."""
     policy = policy or Policy()
     stop = threading.Event()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Analyst queries wait on threads of their own (made here: a limiter belongs to the
-        # running event loop), so however many queue up, the shared pool stays free for
-        # /events, state and context.
+        # Analyst queries wait on threads of their own (a limiter belongs to the running loop),
+        # so however many queue up, the shared pool stays free for /events, state and context.
         app.state.sql_threads = anyio.CapacityLimiter(2)
         worker = threading.Thread(target=background, args=(stop,), name="driver", daemon=True) if background else None
         if worker:
@@ -248,10 +245,12 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
     def document() -> dict[str, Any]:
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-            for operation in (op for ops in doc["paths"].values() for op in ops.values()):
-                operation["responses"].pop("422", None)  # refusals are 400s (``failure``)
+            for ops in doc["paths"].values():
+                ops.pop("head", None)  # every GET takes HEAD too, as HTTP says
+                for operation in ops.values():
+                    operation["responses"].pop("422", None)  # refusals are 400s (``failure``)
             schemas = {k: v for k, v in doc["components"]["schemas"].items() if "ValidationError" not in k}
-            schemas.update({m.__name__: m.model_json_schema(ref_template=REF) for m in BODIES})
+            schemas.update(body_schemas())
             token = {"type": "http", "scheme": "bearer", "description": "AGENTLOG_API_TOKEN (beyond loopback)"}
             doc["components"] = {"schemas": schemas, "securitySchemes": {"token": token}}
             doc["security"] = [{"token": []}, {}]  # the token, or none on loopback
