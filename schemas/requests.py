@@ -8,7 +8,7 @@ says what to do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -163,23 +163,31 @@ def check_budget(budget: int) -> int:
 
 
 def _refusal(model: type[BaseModel], error: ValidationError, where: str) -> RequestError:
-    problems = [{"field": ".".join(str(p) for p in e["loc"]) or where, "problem": e["msg"]}
-                for e in error.errors(include_url=False, include_input=False)]  # fmt: skip
-    fields = ", ".join(model.model_fields)
-    first = problems[0]
-    return RequestError(400, f"bad {where}: {first['field']}: {first['problem']} (this route takes: {fields})",
+    return refusal(error.errors(include_url=False, include_input=False), model.model_fields, where)
+
+
+def refusal(errors: Sequence[Any], fields: Iterable[str], where: str) -> RequestError:
+    """The 400 for pydantic's validation ``errors`` of a route taking ``fields``."""
+    problems = [{"field": ".".join(str(p) for p in e["loc"]) or where, "problem": e["msg"]} for e in errors]
+    first, takes = problems[0], ", ".join(fields)
+    return RequestError(400, f"bad {where}: {first['field']}: {first['problem']} (this route takes: {takes})",
                         problems=problems)  # fmt: skip
 
 
-def parse_query(model: type[M], items: Iterable[tuple[str, str]]) -> M:
-    """The route's query parameters, each given once, as ``model``."""
+def once(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Query parameters as a dict, refusing one given twice (which would be read as either)."""
     values: dict[str, str] = {}
     for key, value in items:
         if key in values:
             raise RequestError(400, f"parameter {key!r} is given twice; give it once", field=key)
         values[key] = value
+    return values
+
+
+def parse_query(model: type[M], items: Iterable[tuple[str, str]]) -> M:
+    """The route's query parameters, each given once, as ``model``."""
     try:
-        return model.model_validate(values)
+        return model.model_validate(once(items))
     except ValidationError as error:
         raise _refusal(model, error, "query parameter") from None
 
@@ -188,9 +196,11 @@ def parse_path(model: type[M], values: dict[str, str]) -> M:
     try:
         return model.model_validate(values)
     except ValidationError:
-        name = next(iter(values), "id")
-        raise RequestError(400, f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : - (SPEC §2)",
-                           field=name) from None  # fmt: skip
+        raise bad_id(next(iter(values), "id")) from None
+
+
+def bad_id(name: str) -> RequestError:
+    return RequestError(400, f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : - (SPEC §2)", field=name)
 
 
 def parse_body(model: type[M], body: bytes, *, empty_ok: bool = False) -> M:
@@ -225,5 +235,5 @@ __all__ = [
     "ID_PATTERN", "MAX_BUDGET", "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "ConsolidateBody", "ContextQuery",
     "EventPath", "LeaseBody", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery", "SqlBody",
     "DEFAULT_THREAD_LIMIT", "MAX_THREAD_LIMIT", "ThreadListQuery", "ThreadPath", "check_budget",
-    "check_search_limit", "parse_body", "parse_path", "parse_query", "thread_list_query",
+    "bad_id", "check_search_limit", "once", "parse_body", "refusal", "parse_path", "parse_query", "thread_list_query",
 ]  # fmt: skip

@@ -14,6 +14,7 @@ import httpx
 from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.api.service import NotFound
+from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.client")
 
@@ -82,7 +83,8 @@ def _reason(response: httpx.Response) -> str:
 
 
 class RemoteService:
-    """The operations of ``EmbeddedService`` through the HTTP API."""
+    """The ``Service`` of a server elsewhere (``agentlog run`` or a Kafka worker), through its
+    HTTP API: every answer is the server's, every refusal the same exception."""
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url
@@ -107,11 +109,14 @@ class RemoteService:
             raise StoreError(_reason(response))
         return response.json()
 
-    def publish(self, data: bytes) -> dict[str, Any]:
-        return self._check(lambda: self.http.post("/events", content=data, headers=NDJSON))
+    def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self._check(lambda: self.http.post(path, content=json.dumps(body or {}), headers=JSON))
+
+    def publish(self, data: bytes) -> PublishReport:
+        return PublishReport(**self._check(lambda: self.http.post("/events", content=data, headers=NDJSON)))
 
     def catch_up(self, on_progress: Any = None) -> dict[str, Any]:
-        return self._check(lambda: self.http.post("/flush", headers=JSON))
+        return self._post("/flush")
 
     def thread_list(self, project: str | None = None, status: str | None = None,
                     limit: int = 100) -> dict[str, Any]:  # fmt: skip
@@ -137,9 +142,7 @@ class RemoteService:
         )  # fmt: skip
 
     def sql(self, statement: str) -> QueryResult:
-        body = self._check(
-            lambda: self.http.post("/sql", content=json.dumps({"sql": statement}), headers=JSON)
-        )
+        body = self._post("/sql", {"sql": statement})
         return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
 
     def rebuild(self, on_progress: Any = None) -> dict[str, Any]:
@@ -161,6 +164,25 @@ class RemoteService:
         if isinstance(answer[0], BaseException):
             raise answer[0]
         return answer[0]
+
+    def health(self) -> dict[str, Any]:
+        return self._get("/healthz")
+
+    def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        return self._get("/memory", project=project, key=key)
+
+    def memory_status(self) -> dict[str, Any]:
+        return self._get("/memory/status")
+
+    def memory_extract(self, lease_seconds: float = 60.0) -> dict[str, Any]:
+        return self._post("/memory/extract", {"lease_seconds": lease_seconds})
+
+    def memory_consolidate(self, lease_seconds: float = 60.0,
+                           high_risk: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+        return self._post("/memory/consolidate", {"lease_seconds": lease_seconds, "high_risk": high_risk})
+
+    def memory_revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self._post("/memory/revoke", {"event_id": event_id, "reason": reason})
 
     def _try(self, send: Any) -> Any:
         try:

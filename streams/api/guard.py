@@ -1,5 +1,5 @@
 """Who may talk to the HTTP API, and how much they may send: the rules both servers apply
-(``agentlog run``'s Starlette app and the Kafka worker's faust web views) before routing.
+(``agentlog run``'s FastAPI app and the Kafka worker's faust web views) before routing.
 
 - A token (``AGENTLOG_API_TOKEN``): required to start on a non-loopback address; when set,
   every route but ``/healthz`` needs ``Authorization: Bearer <token>``.
@@ -11,7 +11,8 @@
 - A body is refused (413) when its Content-Length, or what has been read of it, passes
   ``max_request_bytes``: it is never held whole in memory first.
 
-The checks are plain functions over a method, a path and headers.
+The checks are plain functions over a method, a path and headers; ``Guard`` applies them
+in front of the FastAPI app.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import ipaddress
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.schemas.requests import RequestError
 from agentlog.streams.config import Settings
@@ -151,7 +155,31 @@ async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     return bytes(body)
 
 
+class Guard:
+    """These rules as ASGI middleware, before any routing (pure ASGI, so a refused body is
+    never read)."""
+
+    def __init__(self, app: ASGIApp, policy: Policy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers: dict[str, str] = {}
+            refused: RequestError | None = None
+            for key, value in scope["headers"]:
+                name = key.decode("latin-1").lower()
+                if name in headers and name in ("host", "authorization", "content-length", "content-type"):
+                    refused = RequestError(400, f"the {name} header is given twice; give it once")
+                headers[name] = value.decode("latin-1")
+            refused = refused or refusal(self.policy, scope["method"], scope["path"], headers)
+            if refused is not None:
+                await JSONResponse(refused.body, status_code=refused.status)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 __all__ = [
-    "OPEN_PATHS", "Policy", "bind_refusal", "check_content_type", "check_host", "check_length",
+    "Guard", "OPEN_PATHS", "Policy", "bind_refusal", "check_content_type", "check_host", "check_length",
     "check_token", "host_name", "is_loopback", "read_body", "refusal",
 ]  # fmt: skip

@@ -1,43 +1,40 @@
-"""The HTTP API of ``agentlog run`` (SPEC §7), over an ``EmbeddedService``.
-
-Every request passes ``agentlog.streams.api.guard`` (Host, token, size, content type) before
-routing, and every parameter and body is parsed by its model in ``agentlog.schemas.requests``
-before a handler sees it: a bad request is a 4xx with a JSON ``error``, an unexpected
-failure a logged JSON 500, and neither harms the next request.
-"""
-
-from __future__ import annotations
+"""The HTTP API (SPEC §7): one FastAPI app over the ``Service`` protocol, for both deployments.
+``Guard`` checks every request before routing; parameters and bodies are the models of
+``agentlog.schemas.requests`` (bodies read in bounded chunks). A bad request is a 400 with a
+JSON ``error`` (not FastAPI's 422), an unexpected failure a logged JSON 500, and neither
+harms the next request."""
 
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import orjson
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from agentlog.schemas.openapi import openapi_document
 from agentlog.schemas.requests import (
-    ConsolidateBody, ContextQuery, EventPath, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery,
-    SqlBody, ThreadListQuery, ThreadPath, parse_body, parse_path, parse_query,
+    ConsolidateBody, ContextQuery, Id, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery, SqlBody,
+    ThreadListQuery, bad_id, once, parse_body, refusal,
+)  # fmt: skip
+from agentlog.schemas.responses import (
+    EVENTS_BODY, READS, WRITES, body_schemas, SearchAnswer, SqlAnswer, ThreadList, body_doc, errors,
 )  # fmt: skip
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
-from agentlog.streams.api.guard import Policy, check_token, read_body, refusal
+from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
+from agentlog.streams.api.service import NotFound, Service, Unavailable
 from agentlog.streams.metrics import METRICS
-from agentlog.streams.api.service import NotFound
-from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.http")
 
@@ -47,52 +44,86 @@ class OrjsonResponse(JSONResponse):
         return orjson.dumps(content, default=str)
 
 
-def _error(status: int, message: str) -> OrjsonResponse:
-    return OrjsonResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> OrjsonResponse:
+    return OrjsonResponse({"error": message}, status_code=status, headers=headers)
 
 
-def _refused(error: RequestError) -> OrjsonResponse:
-    return OrjsonResponse(error.body, status_code=error.status)
+def failure(request: Request, error: Exception) -> OrjsonResponse:
+    """The answer to a route's exception: the one mapping of both deployments."""
+    if isinstance(error, RequestError):
+        return OrjsonResponse(error.body, status_code=error.status)
+    if isinstance(error, NotFound):
+        return _error(404, str(error))
+    if isinstance(error, (Unavailable, SqlBusy)):
+        return _error(503, str(error), {"Retry-After": "2"})
+    if isinstance(error, (ValueError, StoreError)):  # BudgetTooSmall is a ValueError
+        return _error(400, str(error))
+    log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+    return _error(500, f"{request.method} {request.url.path} failed unexpectedly; the server logged why. "
+                       "Other requests are unaffected; retry, or report the log line")  # fmt: skip
 
 
-class Guard:
-    """The access rules of ``agentlog.streams.api.guard``, before any routing (pure ASGI, so a
-    refused body is never read)."""
-
-    def __init__(self, app: ASGIApp, policy: Policy) -> None:
-        self.app = app
-        self.policy = policy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers: dict[str, str] = {}
-            refused: RequestError | None = None
-            for key, value in scope["headers"]:
-                name = key.decode("latin-1").lower()
-                if name in headers and name in ("host", "authorization", "content-length", "content-type"):
-                    refused = RequestError(400, f"the {name} header is given twice; give it once")
-                headers[name] = value.decode("latin-1")
-            refused = refused or refusal(self.policy, scope["method"], scope["path"], headers)
-            if refused is not None:
-                await _refused(refused)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+def _invalid(error: RequestValidationError, fields: list[str]) -> RequestError:
+    """FastAPI's refusal of a path or query parameter, said as ``parse_path``/``parse_query`` do."""
+    found = list(error.errors())
+    if found[0]["loc"][0] == "path":
+        return bad_id(str(found[0]["loc"][-1]))
+    return refusal([{**e, "loc": e["loc"][1:]} for e in found], fields, "query parameter")
 
 
-def build_app(service: EmbeddedService, policy: Policy | None = None, identity: dict[str, str] | None = None,
-              background: Callable[[threading.Event], None] | None = None) -> Starlette:  # fmt: skip
-    """The API; ``policy`` (default: loopback, no token) says who may call it,
-    ``identity`` (instance id, data directory) is what ``/healthz`` tells clients, and
-    ``background`` (the embedded driver loop) runs in a thread while the app serves,
-    until the event it is given is set."""
-    policy = policy or Policy(max_request_bytes=service.settings.max_request_bytes)
+class Route(APIRoute):
+    """A route whose every failure is answered by ``failure``, and whose time is measured;
+    a query parameter given twice is refused (FastAPI would take the last)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
+        methods = set(options.pop("methods", None) or ())
+        super().__init__(path, endpoint, methods=methods | {"HEAD"} if "GET" in methods else methods, **options)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle, name = super().get_route_handler(), self.name
+        models = [p.field_info.annotation for p in self.dependant.query_params]
+        fields = [f for model in models for f in getattr(model, "model_fields", ())]
+
+        async def answer(request: Request) -> Response:
+            t0 = time.perf_counter()
+            try:
+                if fields:
+                    once(request.query_params.multi_items())
+                return await handle(request)
+            except RequestValidationError as error:
+                return failure(request, _invalid(error, fields))
+            except Exception as error:  # noqa: BLE001 - a bug must answer, be logged, and spare the next request
+                return failure(request, error)
+            finally:
+                METRICS.requests.labels(name).observe(time.perf_counter() - t0)
+
+        return answer
+
+
+async def _http_error(_request: Request, error: Exception) -> Response:
+    """Routing's own refusals (no such route, wrong method), in JSON."""
+    assert isinstance(error, HTTPException)
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        return _error(405, f"method not allowed here; use {headers.get('Allow', 'POST')} "
+                           "(state changes only on POST)", headers)  # fmt: skip
+    if error.status_code == 404:
+        return _error(404, "no such route; GET /openapi.json lists them")
+    return _error(error.status_code, str(error.detail), headers)
+
+
+def build_app(service: Service, policy: Policy | None = None, identity: dict[str, str] | None = None,
+              background: Callable[[threading.Event], None] | None = None) -> FastAPI:  # fmt: skip
+    """The API; ``policy`` (default: loopback, no token) says who may call it, ``identity``
+    (instance id, data directory) is what ``/healthz`` tells, and ``background`` (the embedded
+    driver loop) runs in a thread while the app serves, until the event it is given is set."""
+    policy = policy or Policy()
     stop = threading.Event()
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Analyst queries wait on threads of their own (made here: a limiter belongs to the
-        # running event loop), so however many queue up, the shared pool stays free for
-        # /events, state and context.
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Analyst queries wait on threads of their own (a limiter belongs to the running loop),
+        # so however many queue up, the shared pool stays free for /events, state and context.
         app.state.sql_threads = anyio.CapacityLimiter(2)
         worker = threading.Thread(target=background, args=(stop,), name="driver", daemon=True) if background else None
         if worker:
@@ -104,163 +135,130 @@ def build_app(service: EmbeddedService, policy: Policy | None = None, identity: 
             if worker:
                 worker.join(timeout=30)
 
-    def route(name: str, fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
-        async def handler(request: Request) -> Response:
-            t0 = time.perf_counter()
-            try:
-                result = await fn(request)
-                # Rendered here, so a value JSON cannot hold is answered like any failure.
-                return result if isinstance(result, Response) else OrjsonResponse(result)
-            except RequestError as error:
-                return _refused(error)
-            except NotFound as error:
-                return _error(404, str(error))
-            except SqlBusy as error:
-                return OrjsonResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "2"})
-            except (ValueError, StoreError) as error:
-                return _error(400, str(error))
-            except Exception:  # noqa: BLE001 - a bug must answer, be logged, and spare the next request
-                log.exception("%s %s failed", request.method, request.url.path)
-                return _error(500, f"{request.method} {request.url.path} failed unexpectedly; the server "
-                                   "logged why. Other requests are unaffected; retry, or report the log line")  # fmt: skip
-            finally:
-                METRICS.requests.labels(name).observe(time.perf_counter() - t0)
+    app = FastAPI(title="agentlog", version="1", lifespan=lifespan, redirect_slashes=False, openapi_url=None,
+                  docs_url=None, redoc_url=None, default_response_class=OrjsonResponse,
+                  exception_handlers={HTTPException: _http_error, Exception: failure},  # type: ignore[dict-item]
+                  description="Agent events in; working state, context, search and SQL out (SPEC §7).")  # fmt: skip
+    app.router.route_class = Route
+    app.add_middleware(Guard, policy=policy)
 
-        return handler
-
-    async def body_of(request: Request) -> bytes:
+    async def raw(request: Request) -> bytes:
         return await read_body(request.stream(), policy.max_request_bytes)
 
-    def thread_of(request: Request) -> str:
-        return parse_path(ThreadPath, request.path_params).thread_id
+    def body(model: type[BaseModel], empty_ok: bool = False) -> Any:
+        async def parse(data: Annotated[bytes, Depends(raw)]) -> Any:
+            return parse_body(model, data, empty_ok=empty_ok)
 
-    async def post_events(request: Request) -> Any:
-        body = await body_of(request)
-        report = await run_in_threadpool(service.publish, body)
-        return OrjsonResponse(report.as_dict(), status_code=200)
+        return Depends(parse)
 
-    async def get_threads(request: Request) -> Any:
-        q = parse_query(ThreadListQuery, request.query_params.multi_items())
-        return await run_in_threadpool(service.thread_list, q.project, q.status, q.limit)
+    json = OrjsonResponse  # answers as they are, no second encoding; plain handlers run on the thread pool
 
-    async def get_state(request: Request) -> Any:
-        return await run_in_threadpool(service.state, thread_of(request))
+    @app.post("/events", name="events", summary="publish events: one JSON object, a JSON array, or JSON lines",
+              response_model=PublishReport, responses=errors(400, *WRITES), openapi_extra=EVENTS_BODY)  # fmt: skip
+    def publish(data: Annotated[bytes, Depends(raw)]) -> Response:
+        return json(service.publish(data).as_dict())
 
-    async def get_context(request: Request) -> Any:
-        from agentlog.streams.api.context import context_for  # noqa: PLC0415 - optional feature
+    @app.get("/threads", name="threads", response_model=ThreadList, responses=errors(400, *READS),
+             summary="every thread's summary row, newest activity first")  # fmt: skip
+    def thread_list(q: Annotated[ThreadListQuery, Query()]) -> Response:
+        return json(service.thread_list(q.project, q.status, q.limit))
 
-        thread_id = thread_of(request)
-        q = parse_query(ContextQuery, request.query_params.multi_items())
-        return await run_in_threadpool(context_for, service, thread_id, q.budget, q.query, q.model)
+    @app.get("/threads/{thread_id}/state", name="state", summary="a thread's working state",
+             responses=errors(400, 404, *READS))  # fmt: skip
+    def state(thread_id: Id) -> Response:
+        return json(service.state(thread_id))
 
-    async def get_search(request: Request) -> Any:
-        q = parse_query(SearchQuery, request.query_params.multi_items())
-        return await run_in_threadpool(
-            service.search, q.q, q.thread, q.kind, q.tool, q.window, q.project, q.after, *q.bounds(), q.limit,
-        )  # fmt: skip
+    @app.get("/threads/{thread_id}/context", name="context", responses=errors(400, 404, *READS),
+             summary="the thread's context assembled under a token budget")  # fmt: skip
+    def context(thread_id: Id, q: Annotated[ContextQuery, Query()]) -> Response:
+        return json(service.context(thread_id, q.budget, q.query, q.model))
 
-    async def get_event(request: Request) -> Any:
-        return await run_in_threadpool(service.read, parse_path(EventPath, request.path_params).event_id)
+    @app.get("/search", name="search", summary="keyword search over events", response_model=SearchAnswer,
+             responses=errors(400, *READS))  # fmt: skip
+    def search(q: Annotated[SearchQuery, Query()]) -> Response:
+        bounds = q.bounds()
+        return json(service.search(q.q, q.thread, q.kind, q.tool, q.window, q.project, q.after, *bounds, q.limit))
 
-    async def post_sql(request: Request) -> Any:
-        body = parse_body(SqlBody, await body_of(request))
-        result = await anyio.to_thread.run_sync(service.sql, body.sql, limiter=request.app.state.sql_threads)
-        return {"columns": result.columns, "rows": [list(r) for r in result.rows]}
+    @app.get("/events/{event_id}", name="read", summary="the original event, by id",
+             responses=errors(400, 404, *READS))  # fmt: skip
+    def read(event_id: Id) -> Response:
+        return json(service.read(event_id))
 
-    async def post_flush(_request: Request) -> Any:
-        return await run_in_threadpool(service.wait_processed, service.bus.end_offsets()[0]) or {"ok": True}
+    @app.post("/sql", name="sql", summary="one sandboxed read-only query over the log's tables",
+              response_model=SqlAnswer, responses=errors(400, *WRITES), openapi_extra=body_doc(SqlBody))  # fmt: skip
+    async def sql(request: Request, q: Annotated[SqlBody, body(SqlBody)]) -> Response:
+        result = await anyio.to_thread.run_sync(service.sql, q.sql, limiter=request.app.state.sql_threads)
+        return json({"columns": result.columns, "rows": [list(r) for r in result.rows]})
 
-    async def post_rebuild(_request: Request) -> Any:
-        return await run_in_threadpool(service.rebuild)
+    @app.post("/flush", name="flush", summary="wait until what is published is processed",
+              responses=errors(*WRITES))  # fmt: skip
+    def flush() -> Response:
+        return json(service.catch_up())
 
-    def with_memory(action: Callable[[Any], Any]) -> Any:
-        from agentlog.streams.memory.jobs import Memory  # noqa: PLC0415
+    @app.post("/rebuild", name="rebuild", summary="replay the log into state, pairs and index",
+              responses=errors(*WRITES))  # fmt: skip
+    def rebuild() -> Response:
+        return json(service.rebuild())
 
-        job = Memory(service.settings)
-        try:
-            return action(job)
-        finally:
-            job.close()
+    @app.get("/memory", name="memory", summary="the published long-term memory", responses=errors(400, *READS))
+    def memory(q: Annotated[MemoryQuery, Query()]) -> Response:
+        return json(service.memory_show(q.project, q.key))
 
-    async def get_memory(request: Request) -> Any:
-        q = parse_query(MemoryQuery, request.query_params.multi_items())
-        return await run_in_threadpool(with_memory, lambda job: job.show(q.project, q.key))
+    @app.post("/memory/extract", name="memory", summary="extract memory candidates from new events",
+              responses=errors(400, *WRITES), openapi_extra=body_doc(LeaseBody, required=False))  # fmt: skip
+    def memory_extract(q: Annotated[LeaseBody, body(LeaseBody, empty_ok=True)]) -> Response:
+        return json(service.memory_extract(q.lease_seconds))
 
-    async def memory_extract(request: Request) -> Any:
-        body = parse_body(LeaseBody, await body_of(request), empty_ok=True)
-        return await run_in_threadpool(with_memory, lambda job: job.extract(lease_s=body.lease_seconds).__dict__)
+    @app.post("/memory/consolidate", name="memory", summary="consolidate candidates into a new published view",
+              responses=errors(400, *WRITES), openapi_extra=body_doc(ConsolidateBody, required=False))  # fmt: skip
+    def memory_consolidate(q: Annotated[ConsolidateBody, body(ConsolidateBody, empty_ok=True)]) -> Response:
+        return json(service.memory_consolidate(q.lease_seconds, q.high_risk))
 
-    async def memory_consolidate(request: Request) -> Any:
-        body = parse_body(ConsolidateBody, await body_of(request), empty_ok=True)
-        return await run_in_threadpool(
-            with_memory, lambda job: job.consolidate(lease_s=body.lease_seconds, high_risk=body.high_risk)
-        )
+    @app.post("/memory/revoke", name="memory", summary="withdraw a source event's facts",
+              responses=errors(400, 404, *WRITES), openapi_extra=body_doc(RevokeBody))  # fmt: skip
+    def memory_revoke(q: Annotated[RevokeBody, body(RevokeBody)]) -> Response:
+        return json(service.memory_revoke(q.event_id, q.reason))
 
-    async def memory_revoke(request: Request) -> Any:
-        body = parse_body(RevokeBody, await body_of(request))
+    @app.get("/memory/status", name="memory", summary="memory jobs' leases and versions", responses=errors(*READS))
+    @app.post("/memory/status", name="memory", summary="memory jobs' leases and versions", responses=errors(*WRITES))
+    def memory_status() -> Response:
+        return json(service.memory_status())
 
-        def revoke(job: Any) -> Any:
-            try:
-                return job.revoke(body.event_id, body.reason)
-            except LookupError as error:
-                raise NotFound(str(error)) from error
-
-        return await run_in_threadpool(with_memory, revoke)
-
-    async def memory_status(_request: Request) -> Any:
-        return await run_in_threadpool(with_memory, lambda job: job.status())
-
-    async def healthz(request: Request) -> Any:
+    @app.get("/healthz", name="healthz", responses=errors(403, 421, 500),
+             summary="liveness, and which data directory this server holds (no token needed)")  # fmt: skip
+    def healthz(request: Request) -> Response:
         health = {**service.health(), **(identity or {})}
         if check_token(policy, "/", request.headers.get("authorization")) is not None:
             # Without the token: liveness only; paths and store details are for callers with it.
-            return {k: health[k] for k in ("status", "deployment", "instance") if k in health}
-        return health
+            return json({k: health[k] for k in ("status", "deployment", "instance") if k in health})
+        return json(health)
 
-    async def metrics(_request: Request) -> Any:
+    @app.get("/metrics", name="metrics", summary="Prometheus metrics", responses=errors(*READS),
+             response_class=PlainTextResponse)  # fmt: skip
+    def metrics() -> Response:
         return Response(generate_latest(METRICS.registry), media_type=CONTENT_TYPE_LATEST)
 
-    document = openapi_document()
+    @app.get("/openapi.json", name="openapi", summary="this document", responses=errors(*READS))
+    def openapi() -> Response:
+        return json(document())
 
-    async def openapi(_request: Request) -> Any:
-        return document
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            for ops in doc["paths"].values():
+                ops.pop("head", None)  # every GET takes HEAD too, as HTTP says
+                for operation in ops.values():
+                    operation["responses"].pop("422", None)  # refusals are 400s (``failure``)
+            schemas = {k: v for k, v in doc["components"]["schemas"].items() if "ValidationError" not in k}
+            schemas.update(body_schemas())
+            token = {"type": "http", "scheme": "bearer", "description": "AGENTLOG_API_TOKEN (beyond loopback)"}
+            doc["components"] = {"schemas": schemas, "securitySchemes": {"token": token}}
+            doc["security"] = [{"token": []}, {}]  # the token, or none on loopback
+            app.openapi_schema = doc
+        return app.openapi_schema
 
-    async def http_error(_request: Request, error: Exception) -> Response:
-        assert isinstance(error, HTTPException)
-        headers = dict(error.headers or {})
-        if error.status_code == 405:
-            return OrjsonResponse({"error": f"method not allowed here; use {headers.get('Allow', 'POST')} "
-                                   "(state changes only on POST)"}, status_code=405, headers=headers)  # fmt: skip
-        if error.status_code == 404:
-            return _error(404, "no such route; GET /openapi.json lists them")
-        return OrjsonResponse({"error": str(error.detail)}, status_code=error.status_code, headers=headers)
-
-    async def server_error(request: Request, _exc: Exception) -> Response:
-        return _error(500, f"{request.method} {request.url.path} failed unexpectedly; the server logged why")
-
-    routes = [
-        Route("/events", route("events", post_events), methods=["POST"]),
-        Route("/threads", route("threads", get_threads), methods=["GET"]),
-        Route("/threads/{thread_id}/state", route("state", get_state), methods=["GET"]),
-        Route("/threads/{thread_id}/context", route("context", get_context), methods=["GET"]),
-        Route("/search", route("search", get_search), methods=["GET"]),
-        Route("/events/{event_id}", route("read", get_event), methods=["GET"]),
-        Route("/sql", route("sql", post_sql), methods=["POST"]),
-        Route("/flush", route("flush", post_flush), methods=["POST"]),
-        Route("/rebuild", route("rebuild", post_rebuild), methods=["POST"]),
-        Route("/memory", route("memory", get_memory), methods=["GET"]),
-        Route("/memory/status", route("memory", memory_status), methods=["GET", "POST"]),
-        Route("/memory/extract", route("memory", memory_extract), methods=["POST"]),
-        Route("/memory/consolidate", route("memory", memory_consolidate), methods=["POST"]),
-        Route("/memory/revoke", route("memory", memory_revoke), methods=["POST"]),
-        Route("/healthz", route("healthz", healthz), methods=["GET"]),
-        Route("/metrics", route("metrics", metrics), methods=["GET"]),
-        Route("/openapi.json", route("openapi", openapi), methods=["GET"]),
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, policy=policy)],
-                    exception_handlers={HTTPException: http_error, Exception: server_error})  # fmt: skip
-    app.router.redirect_slashes = False  # a redirect is no answer; `/events/` is a 404 that says why
+    app.openapi = document  # type: ignore[method-assign]
     return app
 
 
-__all__ = ["Guard", "build_app"]
+__all__ = ["build_app", "failure"]

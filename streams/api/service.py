@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from agentlog.sinks.base import QueryResult
+from agentlog.streams.publish_check import PublishReport
 
 Progress = Callable[[int, int], None]
 """``update(done, total)``: how long work (a rebuild, a drain) reports progress."""
@@ -34,7 +35,7 @@ class Unavailable(RuntimeError):
 class Service(Protocol):
     """Publish, query and maintain one deployment's threads."""
 
-    def publish(self, data: bytes) -> dict[str, Any]:
+    def publish(self, data: bytes) -> PublishReport:
         """Validate JSON or JSON-lines ``data`` and append what is valid to the topic;
         the report counts accepted and rejected records, with each rejection's reason."""
 
@@ -62,13 +63,32 @@ class Service(Protocol):
         """One read-only analyst query on the log's tables, inside the SQL sandbox."""
 
     def catch_up(self, on_progress: Progress | None = None) -> dict[str, Any]:
-        """Process what is pending and flush the sinks before returning."""
+        """Process what is pending and flush the sinks before returning (``POST /flush``:
+        a serving process waits for its own loop to have applied what was published)."""
 
     def rebuild(self, on_progress: Progress | None = None) -> dict[str, Any]:
         """Replay the immutable log into fresh state, pairs and index."""
 
     def health(self) -> dict[str, Any]:
         """Liveness and each store's condition (``degraded`` with reasons)."""
+
+    # -- long-term memory (SPEC §6); ``agentlog.streams.memory.jobs.MemoryOperations`` --
+
+    def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        """The published view's facts, of one project or key if named."""
+
+    def memory_status(self) -> dict[str, Any]:
+        """The jobs' leases, watermarks, failures and what waits for which phase."""
+
+    def memory_extract(self, lease_seconds: float = 60.0) -> dict[str, Any]:
+        """Phase 1: extract candidates from the threads with new events."""
+
+    def memory_consolidate(self, lease_seconds: float = 60.0,
+                           high_risk: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+        """Phase 2: consolidate the candidates into a new published view."""
+
+    def memory_revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Withdraw the facts a source event gave (``NotFound`` if it was never accepted)."""
 
     def close(self) -> None:
         """Release what the service holds (stores, connections)."""

@@ -85,7 +85,7 @@ def publish(settings: Settings, data: bytes) -> dict[str, Any]:
 
         publisher = KafkaPublisher(settings)
     elif url:
-        return RemoteService(url, settings.api_token).publish(data)
+        return RemoteService(url, settings.api_token).publish(data).as_dict()
     else:  # the topic is a SQLite file: appending needs no lock on the other stores
         publisher = LocalPublisher(settings)
     try:

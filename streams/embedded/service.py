@@ -40,6 +40,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from agentlog.streams.embedded.driver import EmbeddedDriver
 from agentlog.streams.embedded.publisher import publish_to
+from agentlog.streams.memory.jobs import MemoryOperations
 from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.rebuild import replay_log
 from agentlog.streams.wiring import open_log_store, open_search_index
@@ -80,7 +81,7 @@ class DataDirLock:
             self._fd = None
 
 
-class EmbeddedService:
+class EmbeddedService(MemoryOperations):
     """The embedded deployment's stores and the operations on them."""
 
     def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None) -> None:
@@ -150,8 +151,13 @@ class EmbeddedService:
     def publish(self, data: bytes) -> PublishReport:
         return publish_to(self.bus, data, self.settings.max_event_bytes)
 
-    def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint."""
+    def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint.
+        While serving, the live loop does that: wait until it has applied what the topic
+        holds (``POST /flush``; a failing store answers at once, its warnings in health)."""
+        if self.serving:
+            self._settle()
+            return {"ok": True}
         with self.lock:
             progress = self.driver.run_until_idle(on_progress)
             mirrored = self.mirror_memory()

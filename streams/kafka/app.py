@@ -49,7 +49,6 @@ from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.redaction import redact_if
 from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.validation import bounded_letter
-from agentlog.schemas.openapi import openapi_document
 from agentlog.schemas.requests import (ContextQuery, EventPath, SearchQuery, SqlBody, ThreadListQuery, ThreadPath,
                               parse_body, parse_path, parse_query)  # fmt: skip
 from agentlog.sinks.base import LoggedEvent, StoreError
@@ -63,6 +62,7 @@ from agentlog.streams.api.context import context_for
 from agentlog.streams.kafka.event_feed import EventFeed
 from agentlog.streams.kafka.web_guard import body_of, guard_middleware
 from agentlog.streams.api.guard import Policy, bind_refusal
+from agentlog.streams.api.http import build_app
 from agentlog.streams.kafka.topics import (ACCEPTED, DLQ, EVENTS, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, processor_group,
                                   topic, worker_group)  # fmt: skip
 from agentlog.streams.metrics import METRICS
@@ -521,7 +521,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.page("/openapi.json")
     async def openapi(web: Any, request: Any) -> Any:
-        return web.json(openapi_document())
+        return web.json(build_app(service).openapi())  # type: ignore[arg-type]  # the routes only
 
     @app.page("/threads")
     async def thread_list(web: Any, request: Any) -> Any:

@@ -9,7 +9,8 @@ import multiprocessing
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +26,7 @@ from agentlog.sinks.base import StaleToken, Topic
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
+from agentlog.streams.api.service import NotFound
 from agentlog.streams.embedded.publisher import publish_to
 
 log = logging.getLogger("agentlog.memory")
@@ -225,6 +227,47 @@ class Memory:
         self.bus.close()
 
 
+class MemoryOperations:
+    """The memory operations of the ``Service`` protocol, for any service of a deployment
+    (``settings`` names its data directory, and Kafka when distributed): each call opens
+    the jobs, runs one, and closes them."""
+
+    settings: Settings
+
+    @contextmanager
+    def _jobs(self) -> Iterator[Memory]:
+        job = Memory(self.settings)
+        try:
+            yield job
+        finally:
+            job.close()
+
+    def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        with self._jobs() as job:
+            return job.show(project, key)
+
+    def memory_status(self) -> dict[str, Any]:
+        with self._jobs() as job:
+            return job.status()
+
+    def memory_extract(self, lease_seconds: float = 60.0) -> dict[str, Any]:
+        with self._jobs() as job:
+            job.pull()  # Kafka: copy new events first (embedded: nothing to do)
+            return asdict(job.extract(lease_s=lease_seconds))
+
+    def memory_consolidate(self, lease_seconds: float = 60.0,
+                           high_risk: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+        with self._jobs() as job:
+            return job.consolidate(lease_s=lease_seconds, high_risk=high_risk)
+
+    def memory_revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
+        with self._jobs() as job:
+            try:
+                return job.revoke(event_id, reason)
+            except LookupError as error:
+                raise NotFound(str(error)) from error
+
+
 def _extract_worker(data_dir: str, owner: str, lease_s: float) -> dict[str, Any]:
     job = Memory(Settings(data_dir=Path(data_dir)))
     try:
@@ -248,4 +291,4 @@ def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) ->
         return pool.starmap(_extract_worker, args)
 
 
-__all__ = ["ExtractReport", "Memory", "StaleToken", "extract_parallel"]
+__all__ = ["ExtractReport", "Memory", "MemoryOperations", "StaleToken", "extract_parallel"]
