@@ -36,7 +36,7 @@ from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
 from agentlog.streams.api.guard import Policy, check_token, read_body, refusal
 from agentlog.streams.metrics import METRICS
-from agentlog.streams.api.service import NotFound
+from agentlog.streams.api.service import NotFound, Unavailable
 from agentlog.streams.embedded.service import EmbeddedService
 
 log = logging.getLogger("agentlog.http")
@@ -115,7 +115,7 @@ def build_app(service: EmbeddedService, policy: Policy | None = None, identity: 
                 return _refused(error)
             except NotFound as error:
                 return _error(404, str(error))
-            except SqlBusy as error:
+            except (SqlBusy, Unavailable) as error:
                 return OrjsonResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "2"})
             except (ValueError, StoreError) as error:
                 return _error(400, str(error))
@@ -147,11 +147,9 @@ def build_app(service: EmbeddedService, policy: Policy | None = None, identity: 
         return await run_in_threadpool(service.state, thread_of(request))
 
     async def get_context(request: Request) -> Any:
-        from agentlog.streams.api.context import context_for  # noqa: PLC0415 - optional feature
-
         thread_id = thread_of(request)
         q = parse_query(ContextQuery, request.query_params.multi_items())
-        return await run_in_threadpool(context_for, service, thread_id, q.budget, q.query, q.model)
+        return await run_in_threadpool(service.context, thread_id, q.budget, q.query, q.model)
 
     async def get_search(request: Request) -> Any:
         q = parse_query(SearchQuery, request.query_params.multi_items())
@@ -168,6 +166,8 @@ def build_app(service: EmbeddedService, policy: Policy | None = None, identity: 
         return {"columns": result.columns, "rows": [list(r) for r in result.rows]}
 
     async def post_flush(_request: Request) -> Any:
+        if not isinstance(service, EmbeddedService):  # a Kafka worker: wait for its processor
+            return await run_in_threadpool(service.catch_up)
         return await run_in_threadpool(service.wait_processed, service.bus.end_offsets()[0]) or {"ok": True}
 
     async def post_rebuild(_request: Request) -> Any:

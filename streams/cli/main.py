@@ -26,7 +26,7 @@ from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.sinks.memory_sqlite import StaleToken
 from agentlog.streams.config import Settings
 from agentlog.streams.runtime import tune_gc
-from agentlog.streams.api.service import NotFound
+from agentlog.streams.api.service import NotFound, Unavailable
 from agentlog.streams.embedded.service import DataDirLock
 
 EPILOG = """Configuration (environment): AGENTLOG_DATA_DIR (default ./.agentlog),
@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"agentlog: error: {diagnose(settings, error) if settings else error}", file=sys.stderr)
         return 1
-    except (StoreError, UsageError, OSError, ValueError) as error:
+    except (StoreError, Unavailable, UsageError, OSError, ValueError) as error:
         print(f"agentlog: error: {error}", file=sys.stderr)
         return 1
 

@@ -18,14 +18,13 @@ from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.thread import ThreadSnapshot
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, thread_list_query
-from agentlog.sinks.base import QueryResult
 from agentlog.streams.config import Settings
 from agentlog.streams.rebuild import REPLAY_BATCH
 from agentlog.streams.wiring import open_log_store, open_search_index
-from agentlog.streams.kafka.service import Unlogged, WorkerService
+from agentlog.streams.kafka.service import StoreQueries, Unlogged
 
 
-class OfflineService(WorkerService):
+class OfflineService(StoreQueries):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings, self._replayed, open_log_store(settings), open_search_index(settings), Unlogged())
         self._snapshots: dict[str, ThreadSnapshot | None] = {}
@@ -53,13 +52,6 @@ class OfflineService(WorkerService):
         now_ms = time.time() * 1000.0
         rows = (thread_row(tp.state, now_ms, self.settings.redact) for tp in pipeline.threads.values())
         return {**select_rows(rows, q.project, q.status, q.limit), "partial": False, "warnings": []}
-
-    def sql(self, statement: str) -> QueryResult:
-        return self.log.query(statement)
-
-    def close(self) -> None:
-        self.index.close()
-        self.log.close()
 
 
 __all__ = ["OfflineService"]
