@@ -77,3 +77,22 @@ def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: P
         if status not in expected or not isinstance(error, str):
             wrong.append((attack.name, status, body[:200]))
     assert wrong == [], "\n".join(map(str, wrong))
+
+
+def test_the_worker_answers_the_routes_it_cannot_serve_with_a_501_that_says_what_to_run(tmp_path: Path) -> None:
+    import httpx  # noqa: PLC0415
+
+    from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
+
+    app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1"))
+    port = free_port()
+    json_headers = {"Content-Type": "application/json"}
+    try:
+        with serving(app.conf.agentlog_http, port), httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            answers = {"rebuild": http.post("/rebuild", headers=json_headers), "memory": http.get("/memory"),
+                       "extract": http.post("/memory/extract", headers=json_headers)}  # fmt: skip
+    finally:
+        app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
+    assert {name: a.status_code for name, a in answers.items()} == {"rebuild": 501, "memory": 501, "extract": 501}
+    assert "agentlog rebuild" in answers["rebuild"].json()["error"]
+    assert all("agentlog memory" in answers[name].json()["error"] for name in ("memory", "extract"))

@@ -176,6 +176,9 @@ def build_app(service: EmbeddedService, policy: Policy | None = None, identity: 
     def with_memory(action: Callable[[Any], Any]) -> Any:
         from agentlog.streams.memory.jobs import Memory  # noqa: PLC0415
 
+        if service.settings.distributed:  # the jobs pull from Kafka themselves; a worker does not run them
+            raise RequestError(501, "a Kafka worker does not run the memory jobs: run `agentlog memory ...` "
+                                    "with the same settings (it reads the events topic)")  # fmt: skip
         job = Memory(service.settings)
         try:
             return action(job)

@@ -315,7 +315,7 @@ class KafkaProcessor:
                 for thread_id in group["threads"]:
                     value = self.pipeline.threads[thread_id].snapshot().model_dump_json().encode()
                     self.states.data[thread_id] = value
-                    messages.append((self.changelog_key(self.states, thread_id), value))
+                    messages.append((changelog_key(self.app, self.states, thread_id), value))
             futures += await self.changelogs.send(self.states.changelog_topic.get_topic_name(), p, messages)
         await asyncio.gather(*futures)
 
@@ -326,11 +326,8 @@ class KafkaProcessor:
             with _writing_partition(p):
                 entries = self.seen.batch_written(p, offset, groups[p]["ids"] if p in groups else [])
             futures += await self.changelogs.send(self.seen_table.changelog_topic.get_topic_name(), p,
-                                                  [(self.changelog_key(self.seen_table, k), v) for k, v in entries])  # fmt: skip
+                                                  [(changelog_key(self.app, self.seen_table, k), v) for k, v in entries])  # fmt: skip
         await asyncio.gather(*futures)
-
-    def changelog_key(self, table: Any, key: str) -> bytes:
-        return changelog_key(self.app, table, key)
 
     # -- the sinks and the dead letters ---------------------------------------------
 
