@@ -147,6 +147,13 @@ class KafkaProcessor:
 
     def run(self, work: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         """``work`` on the worker's event loop, from a request's thread (never the loop's own)."""
+        try:
+            on_loop = asyncio.get_running_loop() is self.app.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:  # waiting here for the loop would block it for good
+            work.close()
+            raise RuntimeError("a WorkerService query blocks: call it from a thread (run_in_threadpool)")
         return asyncio.run_coroutine_threadsafe(work, self.app.loop).result(timeout)
 
     async def owned_snapshots(self) -> list[bytes]:
