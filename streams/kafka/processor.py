@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import faust
 import orjson
 from faust.streams import _current_event
+from kafka.partitioner.default import murmur2
 from yarl import URL
 
 from agentlog.processors.duplicates import conflicts
@@ -127,7 +128,6 @@ class KafkaProcessor:
         self.guard = OffsetGuard()  # source partition -> next offset to apply
         self.processed: dict[int, int] = {}  # source partition -> next offset applied here
         self.written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0}
-        self.routing_known = False
 
     # -- state the queries read -----------------------------------------------------
 
@@ -180,20 +180,18 @@ class KafkaProcessor:
                 return
             await asyncio.sleep(0.01)
 
-    async def owner(self, thread_id: str) -> URL | None:
+    def owner(self, thread_id: str) -> URL | None:
         """The URL of the worker owning ``thread_id``'s partition, ``None`` if it is this
-        one. faust routes by its producer's metadata, which has a topic only once asked
-        for it, and nothing here sends to the changelogs through that producer."""
-        if not self.routing_known:
-            producer = self.app.producer._ensure_producer()  # faust's aiokafka producer
-            await producer.partitions_for(self.states.changelog_topic.get_topic_name())
-            self.routing_known = True
-        try:
-            url = self.app.router.key_store(self.states.name, thread_id)
-        except KeyError as error:  # no assignment known yet
-            raise Unavailable(RESTORING) from error
-        here = self.app.conf.canonical_url
-        return None if (url.host, url.port) == (here.host, here.port) else url
+        one. The partition is the publisher's (murmur2 of the raw thread id), which the
+        tables share; faust's own router hashes the JSON-encoded table key instead, and
+        so sent some threads' queries to a worker that did not hold them."""
+        partition = (murmur2(thread_id.encode()) & 0x7FFFFFFF) % self.settings.partitions
+        changelog = self.states.changelog_topic.get_topic_name()
+        for url, topics in self.app.router.table_metadata(self.states.name).items():
+            if partition in topics.get(changelog, ()):
+                there, here = URL(url), self.app.conf.canonical_url
+                return None if (there.host, there.port) == (here.host, here.port) else there
+        raise Unavailable(RESTORING)  # no assignment known yet
 
     # -- rebalances -----------------------------------------------------------------
 
