@@ -25,9 +25,6 @@ from agentlog.streams.kafka.processor import KafkaProcessor, changelog_key
 from agentlog.streams.kafka.service import WorkerService
 from agentlog.streams.kafka.topics import ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, topic, worker_group
 
-log = logging.getLogger("agentlog.faust")
-
-
 def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
     """The worker's faust app and its two tables (thread snapshots, dedup ids), declared
     once for the worker and for ``agentlog rebuild`` (which writes the state changelog)."""
