@@ -476,6 +476,71 @@ def test_with_two_workers_killing_one_hands_its_threads_to_the_other_with_state_
     assert set(logged) == {json.loads(r)["event_id"] for r in records}
 
 
+def test_with_two_workers_either_one_answers_for_every_thread_by_asking_its_owner_with_the_token(
+    tmp_path: Path, kafka_bootstrap: str, opensearch_url: str
+) -> None:
+    from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
+
+    ns, token = f"t{uuid.uuid4().hex[:8]}", "a-token-for-both-workers"
+    auth = {"Authorization": f"Bearer {token}"}
+    both = [kafka_settings(tmp_path / name, kafka_bootstrap, opensearch_url, kafka_namespace=ns, partitions=4,
+                           api_token=token) for name in ("a", "b")]  # fmt: skip
+    workers = [start_worker(s) for s in both]
+    records = synthetic_events(1500, 12)
+    threads = sorted({f"bench-{t:05d}" for t in range(12)})
+    replay = Pipeline(MemorySeen())
+    replay.process([Record(0, i, r) for i, r in enumerate(records)])
+    expected = {t: replay.threads[t].state.public() for t in threads}
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # the group has settled: each worker owns some of the partitions
+            try:
+                owned = [httpx.get(f"http://127.0.0.1:{s.worker_port}/healthz", headers=auth, timeout=10).json()
+                         .get("partitions") for s in both]  # fmt: skip
+                if all(owned) and sorted(owned[0] + owned[1]) == [0, 1, 2, 3]:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and all(w.poll() is None for w in workers), [worker_log(s) for s in both]
+            time.sleep(0.5)
+        publisher = KafkaPublisher(settings=both[0])
+        publisher.publish(b"\n".join(records))
+        publisher.close()
+        bases = [f"http://127.0.0.1:{s.worker_port}" for s in both]
+        for base in bases:
+            states: dict = {}
+            deadline = time.monotonic() + 180
+            while states != expected and time.monotonic() < deadline:
+                answers = {t: httpx.get(f"{base}/threads/{t}/state", headers=auth, timeout=30) for t in threads}
+                states = {t: a.json() for t, a in answers.items() if a.status_code == 200}
+                time.sleep(0.5)
+            assert states == expected, {t: (a.status_code, a.text[:300]) for t, a in answers.items()}
+        # Each worker's own log holds only its partitions' threads: the others' states above
+        # were answered by their owner.
+        sql = {"sql": "SELECT DISTINCT thread_id FROM events"}
+        deadline = time.monotonic() + 120
+        while True:
+            logged = [{r[0] for r in httpx.post(f"{b}/sql", json=sql, headers=auth, timeout=30).json()["rows"]}
+                      for b in bases]  # fmt: skip
+            if logged[0] | logged[1] == set(threads) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert logged[0] and logged[1] and not logged[0] & logged[1] and logged[0] | logged[1] == set(threads)
+        for base, foreign in zip(bases, (min(logged[1]), min(logged[0])), strict=True):
+            context = httpx.get(f"{base}/threads/{foreign}/context", params={"budget": 4000}, headers=auth,
+                                timeout=30).json()  # fmt: skip
+            assert context["thread_id"] == foreign and context["messages"], context
+            hits = httpx.get(f"{base}/search", params={"q": "module", "thread": foreign, "limit": 50}, headers=auth,
+                             timeout=30).json()["hits"]  # fmt: skip
+            assert hits and {h["thread_id"] for h in hits} == {foreign}
+            refused = httpx.get(f"{base}/threads/{foreign}/state", timeout=30)
+            assert refused.status_code == 401  # the token is checked before any routing
+    finally:
+        for w in workers:
+            stop_worker(w)
+        drop_index(both[0])
+
+
 def test_memory_jobs_read_the_kafka_topic_and_the_worker_context_carries_the_facts(distributed) -> None:
     from tests.test_memory import fact
 

@@ -1,13 +1,19 @@
-"""Issue 12, "both deployments behave the same": the Kafka worker's own web views (faust's
-aiohttp server, built by ``create_app``) refuse the hostile corpus's bad requests as the
-embedded server does, before anything reaches Kafka, which is not running here: every
-request below is refused by the shared rules or models first."""
+"""Issue 12, "both deployments behave the same": the Kafka worker's HTTP app (built by
+``create_app``, served by uvicorn as ``agentlog run`` is) refuses the hostile corpus's bad
+requests as the embedded server does, before anything reaches Kafka, which is not running
+here: every request below is refused by the shared rules or models first."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import uvicorn
 
 from agentlog.streams.config import Settings
 from tests.conftest import free_port
@@ -23,9 +29,23 @@ def _refused_before_any_store(attack: Attack) -> bool:
 
 
 
-def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: Path) -> None:
-    from aiohttp import web  # noqa: PLC0415 - faust's web driver
+@contextmanager
+def serving(asgi_app: Any, port: int) -> Iterator[None]:
+    """``asgi_app`` on 127.0.0.1:``port`` (uvicorn in a thread), while the block runs."""
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="critical"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(30)
 
+
+def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: Path) -> None:
     from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
 
     settings = Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1", api_token=TOKEN,
@@ -35,29 +55,18 @@ def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: P
     assert len(attacks) >= 80
     port = free_port()
 
-    async def scenario() -> list[tuple[Attack, int, bytes]]:
-        runner = web.AppRunner(app.web.web_app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
-            answers = []
+    answered = []
+    try:
+        with serving(app.conf.agentlog_http, port):
             for attack in attacks:
                 try:
-                    answers.append((attack, *(await asyncio.to_thread(send, port, attack.request()))))
+                    answered.append((attack, *send(port, attack.request())))
                 except OSError as error:
-                    answers.append((attack, 0, str(error).encode()))
-            return answers
-        finally:
-            await runner.cleanup()
-
-    try:
-        answered = asyncio.run(scenario())
+                    answered.append((attack, 0, str(error).encode()))
     finally:
         app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
     wrong = []
     for attack, status, body in answered:
-        if len(attack.target) > 8190 and status == 400:
-            continue  # aiohttp's parser refuses request lines over 8 KiB itself, in plain text
         try:
             error = json.loads(body).get("error")
         except ValueError:
@@ -68,3 +77,22 @@ def test_the_worker_views_refuse_the_corpus_like_the_embedded_server(tmp_path: P
         if status not in expected or not isinstance(error, str):
             wrong.append((attack.name, status, body[:200]))
     assert wrong == [], "\n".join(map(str, wrong))
+
+
+def test_the_worker_answers_the_routes_it_cannot_serve_with_a_501_that_says_what_to_run(tmp_path: Path) -> None:
+    import httpx  # noqa: PLC0415
+
+    from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
+
+    app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1"))
+    port = free_port()
+    json_headers = {"Content-Type": "application/json"}
+    try:
+        with serving(app.conf.agentlog_http, port), httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            answers = {"rebuild": http.post("/rebuild", headers=json_headers), "memory": http.get("/memory"),
+                       "extract": http.post("/memory/extract", headers=json_headers)}  # fmt: skip
+    finally:
+        app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
+    assert {name: a.status_code for name, a in answers.items()} == {"rebuild": 501, "memory": 501, "extract": 501}
+    assert "agentlog rebuild" in answers["rebuild"].json()["error"]
+    assert all("agentlog memory" in answers[name].json()["error"] for name in ("memory", "extract"))

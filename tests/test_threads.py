@@ -24,7 +24,7 @@ from agentlog.schemas.events import epoch_ms_of
 from agentlog.schemas.requests import thread_list_query
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
-from agentlog.streams.kafka.service import Unlogged, WorkerService
+from agentlog.streams.kafka.service import StoreQueries, Unlogged
 from tests.helpers import T0, call, ev, result
 
 T0_MS = T0.timestamp() * 1000.0
@@ -203,8 +203,8 @@ def test_a_kafka_worker_lists_its_own_threads_in_full_and_others_from_the_log(
     service.publish(workload())
     service.catch_up()  # the log holds every event now, as a worker's sink would
     owned = [service.states.load("busy").model_dump_json().encode()]  # type: ignore[union-attr]
-    worker = WorkerService(service.settings, lambda _t: None, service.log, service.index, Unlogged())
-    answer = worker.thread_list(owned)
+    worker = StoreQueries(service.settings, lambda _t: None, service.log, service.index, Unlogged(), lambda: owned)
+    answer = worker.thread_list()
     embedded = {r["thread_id"]: r for r in service.thread_list()["threads"]}
     assert ids(answer) == ["busy", "asking", "old"] and answer["partial"] is True
     assert answer["threads"][0] == embedded["busy"]
@@ -213,8 +213,8 @@ def test_a_kafka_worker_lists_its_own_threads_in_full_and_others_from_the_log(
         assert (row["project"], row["event_count"]) == (mine["project"], mine["event_count"])
         assert epoch_ms_of(row["last_activity"]) == pytest.approx(epoch_ms_of(mine["last_activity"]), abs=1)
         assert row["open_calls"] is None and row["status"] is None
-    assert ids(worker.thread_list(owned, status="active")) == ["busy"]  # a status is known for owned only
-    assert worker.thread_list(owned, project="b")["threads"][0]["thread_id"] == "old"
+    assert ids(worker.thread_list(status="active")) == ["busy"]  # a status is known for owned only
+    assert worker.thread_list(project="b")["threads"][0]["thread_id"] == "old"
 
 
 def test_the_offline_service_lists_the_same_rows_by_replaying_the_log(settings: Settings) -> None:
@@ -285,29 +285,15 @@ def test_agentlog_threads_works_without_a_server_and_explains_itself_in_help(cli
 
 
 def test_the_kafka_workers_threads_route_refuses_bad_parameters_before_any_kafka(tmp_path: Path) -> None:
-    import asyncio  # noqa: PLC0415
-
-    from aiohttp import web  # noqa: PLC0415 - faust's web driver
-
     from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
     from tests.conftest import free_port  # noqa: PLC0415
+    from tests.test_http_worker import serving  # noqa: PLC0415
 
     app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1"))
     port = free_port()
-
-    async def scenario() -> list[httpx.Response]:
-        runner = web.AppRunner(app.web.web_app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
-            async with httpx.AsyncClient() as client:
-                return [await client.get(f"http://127.0.0.1:{port}/threads?{q}")
-                        for q in ("limit=0", "status=busy", "nope=1")]  # fmt: skip
-        finally:
-            await runner.cleanup()
-
     try:
-        answers = asyncio.run(scenario())
+        with serving(app.conf.agentlog_http, port):
+            answers = [httpx.get(f"http://127.0.0.1:{port}/threads?{q}") for q in ("limit=0", "status=busy", "nope=1")]
     finally:
         app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
     assert [(a.status_code, isinstance(a.json().get("error"), str)) for a in answers] == [(400, True)] * 3

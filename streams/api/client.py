@@ -13,7 +13,7 @@ import httpx
 
 from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
-from agentlog.streams.api.service import NotFound
+from agentlog.streams.api.service import NotFound, Unavailable
 from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.client")
@@ -86,15 +86,16 @@ class RemoteService:
     """The ``Service`` of a server elsewhere (``agentlog run`` or a Kafka worker), through its
     HTTP API: every answer is the server's, every refusal the same exception."""
 
-    def __init__(self, url: str, token: str | None = None) -> None:
+    def __init__(self, url: str, token: str | None = None, busy_seconds: float = BUSY_RETRY_SECONDS) -> None:
         self.url = url
+        self.busy_seconds = busy_seconds  # how long a 503 is retried (0: a worker asking another passes it on)
         self.http = httpx.Client(base_url=url, timeout=120.0, follow_redirects=True, headers=_auth(token))
 
     def _get(self, path: str, **params: Any) -> Any:
         return self._check(lambda: self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
 
     def _check(self, send: Any) -> Any:
-        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        deadline = time.monotonic() + self.busy_seconds
         while True:
             try:
                 response = send()
@@ -105,6 +106,8 @@ class RemoteService:
             time.sleep(0.5)
         if response.status_code == 404:
             raise NotFound(_reason(response))
+        if response.status_code == 503:
+            raise Unavailable(_reason(response))
         if response.status_code >= 400:
             raise StoreError(_reason(response))
         return response.json()

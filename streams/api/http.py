@@ -32,7 +32,7 @@ from agentlog.schemas.responses import (
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
 from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
-from agentlog.streams.api.service import NotFound, Service, Unavailable
+from agentlog.streams.api.service import NotFound, NotServedHere, Service, Unavailable
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
 
@@ -56,6 +56,8 @@ def failure(request: Request, error: Exception) -> OrjsonResponse:
         return _error(404, str(error))
     if isinstance(error, (Unavailable, SqlBusy)):
         return _error(503, str(error), {"Retry-After": "2"})
+    if isinstance(error, NotServedHere):
+        return _error(501, str(error))
     if isinstance(error, (ValueError, StoreError)):  # BudgetTooSmall is a ValueError
         return _error(400, str(error))
     log.error("%s %s failed", request.method, request.url.path, exc_info=error)

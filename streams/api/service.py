@@ -31,6 +31,11 @@ class Unavailable(RuntimeError):
     up, a store busy); the same request later will be answered: HTTP 503."""
 
 
+class NotServedHere(RuntimeError):
+    """This service does not do that operation (a Kafka worker does not rebuild while it
+    runs, for one); the message says which command does: HTTP 501."""
+
+
 @runtime_checkable
 class Service(Protocol):
     """Publish, query and maintain one deployment's threads."""
@@ -94,4 +99,4 @@ class Service(Protocol):
         """Release what the service holds (stores, connections)."""
 
 
-__all__ = ["NotFound", "Progress", "Service", "Unavailable"]
+__all__ = ["NotFound", "NotServedHere", "Progress", "Service", "Unavailable"]

@@ -13,7 +13,7 @@ import sys
 
 from agentlog.processors.context import BudgetTooSmall
 from agentlog.sinks.base import StaleToken, StoreError
-from agentlog.streams.api.service import NotFound
+from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
 from agentlog.streams.cli.commands import UsageError
 from agentlog.streams.cli.parser import build_parser
 from agentlog.streams.config import Settings
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except sqlite3.DatabaseError as error:  # a store went bad while in use
         print(f"agentlog: error: {diagnose(settings, error) if settings else error}", file=sys.stderr)
         return 1
-    except (StoreError, UsageError, OSError, ValueError) as error:
+    except (StoreError, Unavailable, NotServedHere, UsageError, OSError, ValueError) as error:
         print(f"agentlog: error: {error}", file=sys.stderr)
         return 1
 

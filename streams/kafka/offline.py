@@ -18,14 +18,19 @@ from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, thread_list_query
-from agentlog.sinks.base import QueryResult
+from agentlog.streams.api.service import NotServedHere, Progress
 from agentlog.streams.config import Settings
+from agentlog.streams.memory.jobs import MemoryOperations
 from agentlog.streams.rebuild import REPLAY_BATCH
 from agentlog.streams.wiring import open_log_store, open_search_index
-from agentlog.streams.kafka.service import Unlogged, WorkerService
+from agentlog.streams.kafka.service import StoreQueries, Unlogged
 
 
-class OfflineService(WorkerService):
+class OfflineService(StoreQueries, MemoryOperations):
+    """The ``Service`` of a Kafka deployment with no worker answering. Nothing is processed
+    here, so ``catch_up`` and ``rebuild`` say which command does it; the memory jobs run
+    here as ``agentlog memory`` runs them (they read the events topic themselves)."""
+
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings, self._replayed, open_log_store(settings), open_search_index(settings), Unlogged())
         self._snapshots: dict[str, ThreadSnapshot | None] = {}
@@ -54,12 +59,16 @@ class OfflineService(WorkerService):
         rows = (thread_row(tp.state, now_ms, self.settings.redact) for tp in pipeline.threads.values())
         return {**select_rows(rows, q.project, q.status, q.limit), "partial": False, "warnings": []}
 
-    def sql(self, statement: str) -> QueryResult:
-        return self.log.query(statement)
+    def catch_up(self, on_progress: Progress | None = None) -> dict[str, Any]:
+        raise NotServedHere("no worker is running to process pending events: `agentlog run --until-idle` "
+                            "starts one, drains the topic, and stops it")  # fmt: skip
 
-    def close(self) -> None:
-        self.index.close()
-        self.log.close()
+    def rebuild(self, on_progress: Progress | None = None) -> dict[str, Any]:
+        raise NotServedHere("`agentlog rebuild` rebuilds a Kafka deployment's state (with the workers stopped)")
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "failing": {}, "deployment": "kafka", "worker": None,
+                "log": self.log.description}  # fmt: skip
 
 
 __all__ = ["OfflineService"]

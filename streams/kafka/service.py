@@ -2,14 +2,20 @@
 read-your-writes, and context. The same operations as ``agentlog.streams.embedded.service`` over the
 worker's stores: the faust state table, the log (which trails the processor by the
 sink's lag), the search index (which trails the log by a refresh), and the events the
-processor has applied that the sink has not logged yet (``Unlogged``)."""
+processor has applied that the sink has not logged yet (``Unlogged``).
+
+``StoreQueries`` answers from the stores as they stand (also the offline service's base);
+``WorkerService``, the ``Service`` of a running worker, first waits until the processor
+has applied what the broker holds (read-your-writes), and hands a thread's queries to the
+worker that owns the thread's partition."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -23,11 +29,17 @@ from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
-from agentlog.sinks.base import LogStore, LoggedEvent, MemoryStore, SearchIndex, StoreError
+from agentlog.sinks.base import LogStore, LoggedEvent, MemoryStore, QueryResult, SearchIndex, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
 from agentlog.streams.api.context import context_for
-from agentlog.streams.api.service import NotFound
+from agentlog.streams.api.client import RemoteService
+from agentlog.streams.api.service import NotFound, NotServedHere, Progress
+
+if TYPE_CHECKING:
+    from agentlog.streams.kafka.processor import KafkaProcessor
+
+T = TypeVar("T")
 
 RECENT = 1000
 """How many of a thread's newest logged events are checked against the index for
@@ -67,12 +79,13 @@ class Unlogged:
         self.by_thread.clear()
 
 
-class WorkerService:
-    """``agentlog.streams.api.context.ContextSource`` and the query routes, on a worker."""
+class StoreQueries:
+    """``agentlog.streams.api.context.ContextSource``: the queries, from a worker's stores."""
 
     def __init__(self, settings: Settings, load: Callable[[str], ThreadSnapshot | None], log: LogStore,
-                 index: SearchIndex, unlogged: Unlogged) -> None:  # fmt: skip
+                 index: SearchIndex, unlogged: Unlogged, owned: Callable[[], Iterable[bytes]] = tuple) -> None:  # fmt: skip
         self.settings = settings
+        self.owned = owned  # the snapshots (table values) of the threads this worker holds
         self.load = load
         self.log = log
         self.index = index
@@ -173,16 +186,16 @@ class WorkerService:
             visible = set()
         return [h for h in matches if h.event_id not in visible]
 
-    def thread_list(self, owned: Iterable[bytes], project: str | None = None, status: str | None = None,
+    def thread_list(self, project: str | None = None, status: str | None = None,
                     limit: int = DEFAULT_THREAD_LIMIT) -> dict[str, Any]:  # fmt: skip
         """The listing on a worker: full rows for the threads whose snapshots it holds
-        (``owned``, its table's values), and for every other logged thread a row from the
+        (``owned()``, its table's values), and for every other logged thread a row from the
         log alone (project, events, last activity; the rest ``None``), since its state
         lives on the worker that owns it. Such an answer says ``partial``; a ``status``
         filter matches owned threads only."""
         q = thread_list_query(project, status, limit)
         now_ms = time.time() * 1000.0
-        states = (ThreadSnapshot.model_validate_json(raw).state for raw in owned if raw is not None)
+        states = (ThreadSnapshot.model_validate_json(raw).state for raw in self.owned() if raw is not None)
         rows = {s.thread_id: thread_row(s, now_ms, self.settings.redact) for s in states}
         warnings: list[str] = []
         logged: Sequence[tuple[Any, ...]] = []
@@ -214,5 +227,131 @@ class WorkerService:
             self._publisher = KafkaPublisher(self.settings)
         return self._publisher.publish(data)
 
+    def sql(self, statement: str) -> QueryResult:
+        return self.log.query(statement)
 
-__all__ = ["RECENT", "Unlogged", "WorkerService"]
+    def close(self) -> None:
+        if self._publisher is not None:
+            self._publisher.close()
+        self.index.close()
+        self.log.close()
+
+
+MEMORY_ELSEWHERE = ("a Kafka worker does not run the memory jobs: run `agentlog memory ...` with the same "
+                    "settings (it reads the events topic)")
+
+
+class WorkerService:
+    """The ``Service`` of a running worker (``agentlog run`` on Kafka), over its processor.
+
+    Its methods are called from the HTTP server's threads; what must run on the faust
+    event loop (the read-your-writes wait, asking faust who owns a thread) goes there
+    through ``worker.run``. A thread's queries are answered by the worker owning the
+    thread's partition: asked over HTTP with the API token when that is another worker."""
+
+    def __init__(self, settings: Settings, worker: KafkaProcessor) -> None:
+        self.settings = settings
+        self.worker = worker
+        self.stores = StoreQueries(settings, worker.load, worker.log_store, worker.index, worker.unlogged,
+                                   owned=lambda: worker.run(worker.owned_snapshots()))  # fmt: skip
+        # Threads of their own, so queued analyst queries never starve the worker's.
+        self.sql_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="analyst-sql")
+
+    def catch_up(self, on_progress: Progress | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        """Wait until this worker has applied every event the broker held when called:
+        ``Unavailable`` while it restores its tables, or when still behind after ``timeout``."""
+        self.worker.run(self.worker.caught_up(timeout, busy_when_behind=True), timeout + 30)
+        return {"processed": self.worker.written["processed"]}
+
+    def _wait(self) -> None:
+        """Read-your-writes before answering; answers anyway when still behind after a while."""
+        self.worker.run(self.worker.caught_up(), 60)
+
+    def _owner(self, thread_id: str) -> RemoteService | None:
+        """The worker owning ``thread_id``'s partition, if that is not this one."""
+        url = self.worker.owner(thread_id)
+        return None if url is None else RemoteService(str(url), self.settings.api_token, busy_seconds=0)
+
+    def publish(self, data: bytes) -> Any:
+        return self.stores.publish(data)
+
+    def thread_list(self, project: str | None = None, status: str | None = None,
+                    limit: int = DEFAULT_THREAD_LIMIT) -> dict[str, Any]:  # fmt: skip
+        self._wait()
+        return self.stores.thread_list(project, status, limit)
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        if (owner := self._owner(thread_id)) is not None:
+            return _asked(owner, lambda s: s.state(thread_id))
+        self._wait()
+        if self.worker.load(thread_id) is None:
+            # Only a processor that has applied everything may say "no events": one that
+            # is still behind (under load, past the wait above) answers 503, try again.
+            self.catch_up(timeout=0.0)
+        return self.stores.state(thread_id)
+
+    def context(self, thread_id: str, budget: int, query: str | None = None,
+                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+        if (owner := self._owner(thread_id)) is not None:
+            return _asked(owner, lambda s: s.context(thread_id, budget, query, model))
+        self._wait()
+        return self.stores.context(thread_id, budget, query, model)
+
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               tool_name: str | None = None, window_id: str | None = None, project: str | None = None,
+               after: str | None = None, since_ms: int | None = None, until_ms: int | None = None,
+               limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        args = (query, thread_id, kind, tool_name, window_id, project, after, since_ms, until_ms, limit)
+        if thread_id or after:  # a thread's unindexed events live on the worker that owns it
+            self._wait()
+        if thread_id and (owner := self._owner(thread_id)) is not None:
+            return _asked(owner, lambda s: s.search(*args))
+        return self.stores.search(*args)
+
+    def read(self, event_id: str) -> dict[str, Any]:
+        try:
+            return self.stores.read(event_id)
+        except NotFound:  # just published? then it is applied once caught up
+            self._wait()
+        return self.stores.read(event_id)
+
+    def sql(self, statement: str) -> QueryResult:
+        return self.sql_threads.submit(self.stores.sql, statement).result()
+
+    def rebuild(self, on_progress: Progress | None = None) -> dict[str, Any]:
+        raise NotServedHere("a running worker does not rebuild: stop every worker, then run "
+                            "`agentlog rebuild` (it replays the log into the state changelog)")  # fmt: skip
+
+    # The memory jobs run beside the workers (`agentlog memory ...`, same settings: they
+    # read the events topic and share the data directory's memory store), never inside one.
+    def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        raise NotServedHere(MEMORY_ELSEWHERE)
+
+    def memory_status(self) -> dict[str, Any]:
+        raise NotServedHere(MEMORY_ELSEWHERE)
+
+    def memory_extract(self, lease_seconds: float = 60.0) -> dict[str, Any]:
+        raise NotServedHere(MEMORY_ELSEWHERE)
+
+    def memory_consolidate(self, lease_seconds: float = 60.0, high_risk: list[str] | None = None) -> dict[str, Any]:
+        raise NotServedHere(MEMORY_ELSEWHERE)
+
+    def memory_revoke(self, event_id: str, reason: str | None = None) -> dict[str, Any]:
+        raise NotServedHere(MEMORY_ELSEWHERE)
+
+    def health(self) -> dict[str, Any]:
+        return self.worker.health()  # counters and the assignment: safe from any thread, the loop's too
+
+    def close(self) -> None:
+        self.sql_threads.shutdown(wait=False, cancel_futures=True)
+        self.stores.close()
+
+
+def _asked(owner: RemoteService, ask: Callable[[RemoteService], T]) -> T:
+    try:
+        return ask(owner)
+    finally:
+        owner.close()
+
+
+__all__ = ["RECENT", "StoreQueries", "Unlogged", "WorkerService"]

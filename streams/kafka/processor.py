@@ -1,0 +1,382 @@
+"""The distributed processor: one worker's state and steps, as a class the faust app wires.
+
+- ``process`` reads ``agent.events`` in batches (``agentlog.streams.kafka.event_feed``, on the
+  partitions faust assigned this worker): dedup, pairing and reduction with the threads'
+  snapshots from the ``agentlog-state`` table, rejects to ``agent.events.dlq``, and every
+  applied event with its pair rows to ``agentlog.accepted``;
+- ``run_sink("log" | "index")`` reads ``agentlog.accepted`` in batches through its own plain
+  consumer (``agentlog.streams.kafka.sink_feed``), on the partitions this worker processes, and
+  writes the log (ClickHouse or chDB) with the pairs, or the search index; each commits a
+  batch's offsets only after writing it. The writes are idempotent (events already logged
+  are skipped by id, documents are upserted, pair rows are versioned), so at-least-once
+  delivery gives one row per event. An unreachable index is retried with back-off while
+  the log, the state and the queries carry on.
+
+A batch's outputs are written in three steps, each delivered before the next starts:
+the accepted records, then the thread snapshots (which carry the source offset they
+reflect), then the dedup ids. Whatever prefix of that a crash leaves behind, the
+batch read again repairs it: a thread skips the records its snapshot already holds
+(``agentlog.processors.pipeline``), ids whose snapshot was lost are applied again, and the sink
+drops what it already logged. Reading resumes after the last batch the dedup table
+holds, so only a batch whose three steps all landed counts as done.
+
+From a revocation until the tables are restored nothing is applied, and queries answer
+503 (try again), never a wrong "no events for thread". A batch is applied whole under
+``applying``, so a revocation waits for the one in hand; each assignment is a new
+``generation``, and a batch fetched under an older one is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any, TypeVar
+
+import faust
+import orjson
+from faust.streams import _current_event
+from kafka.partitioner.default import murmur2
+from yarl import URL
+
+from agentlog.processors.duplicates import conflicts
+from agentlog.processors.pipeline import Pipeline, Record
+from agentlog.schemas.snapshot import ThreadSnapshot
+from agentlog.processors.validation import bounded_letter
+from agentlog.sinks.base import LoggedEvent
+from agentlog.schemas.tables import rejected_row
+from agentlog.streams.api.service import Unavailable
+from agentlog.streams.config import Settings
+from agentlog.streams.kafka.accepted import by_partition, chunks, index_guarded, read_messages, write_log_guarded
+from agentlog.streams.kafka.batch_producer import BatchProducer
+from agentlog.streams.kafka.batch_seen import BatchSeen
+from agentlog.streams.kafka.event_feed import EventFeed
+from agentlog.streams.kafka.offset_guard import Checked, OffsetGuard
+from agentlog.streams.kafka.service import Unlogged
+from agentlog.streams.kafka.sink_feed import SinkFeed
+from agentlog.streams.kafka.topics import EVENTS, processor_group, topic
+from agentlog.streams.metrics import METRICS
+from agentlog.streams.wiring import open_log_store, open_search_index
+
+log = logging.getLogger("agentlog.faust")
+T = TypeVar("T")
+RESTORING = "this worker is restoring its state tables (after a start or a rebalance); try again in a few seconds"
+BEHIND = "this worker has not applied every published event yet; try again in a few seconds"
+
+
+@contextmanager
+def _writing_partition(partition: int) -> Iterator[None]:
+    """Table writes in this block go to ``partition``'s store: faust's partitioned stores
+    take it from the current event, which a batch read outside faust does not have."""
+    mark = _PartitionMark(partition)
+    token = _current_event.set(weakref.ref(mark))  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+class _PartitionMark:
+    """What a store asks of the current event: ``event.message.partition``."""
+
+    def __init__(self, partition: int) -> None:
+        self.message = SimpleNamespace(partition=partition)
+
+
+def changelog_key(app: faust.App, table: Any, key: str) -> bytes:
+    """A table key as faust encodes it in the changelog (its recovery reads them back)."""
+    changelog = table.changelog_topic
+    return app.serializers.dumps_key(changelog.key_type, key, serializer=changelog.key_serializer)
+
+
+async def delivered(sends: list[Awaitable[Any]]) -> None:
+    """Hand every message to the producer at once, then wait until all are acked."""
+    await asyncio.gather(*await asyncio.gather(*sends))
+
+
+class KafkaProcessor:
+    """One worker: the processor, the two sinks and the dead-letter writer, with the state
+    they share; the faust app calls its methods (``agentlog.streams.kafka.app``)."""
+
+    def __init__(self, app: faust.App, settings: Settings, states: Any, seen_table: Any, *,
+                 ownership: Any, dlq: Any, accepted: Any) -> None:  # fmt: skip
+        self.app, self.settings = app, settings
+        self.states, self.seen_table = states, seen_table
+        self.ownership, self.dlq, self.accepted = ownership, dlq, accepted
+        ns, bootstrap = settings.kafka_namespace, settings.kafka_bootstrap or ""
+        self.event_feed = EventFeed(bootstrap, topic(EVENTS, ns), processor_group(ns), settings.kafka_security)
+        self.changelogs = BatchProducer(bootstrap, settings.kafka_security)
+        # Two sinks on the accepted topic, each with its own committed offsets, so an index
+        # outage does not hold up the log; their groups are named after faust's own.
+        self.feeds = {name: SinkFeed(bootstrap, accepted.get_topic_name(), f"{app.conf.id}-{name}-sink",
+                                     security=settings.kafka_security)
+                      for name in ("log", "index")}  # fmt: skip
+        self.log_store = open_log_store(settings)
+        self.index = open_search_index(settings)
+        # Parsed thread processors stay in memory between batches (the table holds the
+        # durable copy); a rebalance may hand a thread to another worker, so it empties them.
+        self.seen = BatchSeen(seen_table.data, settings.dedup_horizon)
+        self.pipeline = Pipeline(self.seen, self.load, settings.pairing, settings.max_event_bytes)
+        self.unlogged = Unlogged()  # applied, not logged yet: read-your-writes looks here first
+        self.ready = asyncio.Event()  # set from restored tables until the next revocation
+        self.applying = asyncio.Lock()
+        self.generation = 0
+        self.guard = OffsetGuard()  # source partition -> next offset to apply
+        self.processed: dict[int, int] = {}  # source partition -> next offset applied here
+        self.written = {"processed": 0, "events": 0, "rejected": 0, "indexed": 0}
+
+    # -- state the queries read -----------------------------------------------------
+
+    def load(self, thread_id: str) -> ThreadSnapshot | None:
+        raw = self.states.get(thread_id)
+        return None if raw is None else ThreadSnapshot.model_validate_json(raw)
+
+    def owned_partitions(self) -> list[int]:
+        name = self.ownership.get_topic_name()
+        return sorted(tp.partition for tp in self.app.consumer.assignment() if tp.topic == name)
+
+    def health(self) -> dict[str, Any]:
+        counts = {**self.written, "index_retries": self.feeds["index"].retries}
+        failing = {name: feed.last_error for name, feed in self.feeds.items() if feed.last_error}
+        return {"status": "degraded" if failing else "ok", "failing": failing, "deployment": "kafka",
+                "written": counts, "partitions": self.owned_partitions(), "dedup_ids": len(self.seen)}  # fmt: skip
+
+    def run(self, work: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        """``work`` on the worker's event loop, from a request's thread (never the loop's own)."""
+        try:
+            on_loop = asyncio.get_running_loop() is self.app.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:  # waiting here for the loop would block it for good
+            work.close()
+            raise RuntimeError("a WorkerService query blocks: call it from a thread (run_in_threadpool)")
+        return asyncio.run_coroutine_threadsafe(work, self.app.loop).result(timeout)
+
+    async def owned_snapshots(self) -> list[bytes]:
+        return list(self.states.data.values())  # this worker's partitions of the table, as applied
+
+    async def caught_up(self, timeout: float = 10.0, busy_when_behind: bool = False) -> None:
+        """Read-your-writes: wait until every event the broker held when this was called
+        has been applied here (cheap when the processor is not behind). ``Unavailable``
+        while the tables are still being restored, and when still behind after
+        ``timeout`` if ``busy_when_behind`` (else the answer goes out as it is)."""
+        if not self.ready.is_set() or self.app.in_recovery:
+            raise Unavailable(RESTORING)
+        owned = self.owned_partitions()
+        if not owned:
+            return
+        ends = await self.event_feed.end_offsets(owned)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(self.processed.get(p, 0) < end for p, end in ends.items() if end):
+            if loop.time() > deadline:
+                if busy_when_behind:
+                    raise Unavailable(BEHIND)
+                log.warning("answering before the processor caught up: %s behind %s", self.processed, ends)
+                return
+            await asyncio.sleep(0.01)
+
+    def owner(self, thread_id: str) -> URL | None:
+        """The URL of the worker owning ``thread_id``'s partition, ``None`` if it is this
+        one. The partition is the publisher's (murmur2 of the raw thread id), which the
+        tables share; faust's own router hashes the JSON-encoded table key instead, and
+        so sent some threads' queries to a worker that did not hold them."""
+        partition = (murmur2(thread_id.encode()) & 0x7FFFFFFF) % self.settings.partitions
+        changelog = self.states.changelog_topic.get_topic_name()
+        for url, topics in self.app.router.table_metadata(self.states.name).items():
+            if partition in topics.get(changelog, ()):
+                there, here = URL(url), self.app.conf.canonical_url
+                return None if (there.host, there.port) == (here.host, here.port) else there
+        raise Unavailable(RESTORING)  # no assignment known yet
+
+    # -- rebalances -----------------------------------------------------------------
+
+    async def on_revoked(self, _app: Any, revoked: Any, **_kwargs: Any) -> None:
+        self.ready.clear()
+        async with self.applying:
+            await self.event_feed.follow({})
+            self.pipeline.threads.clear()
+            self.seen.forget()
+            self.unlogged.clear()
+            self.guard.reset({})
+            self.processed.clear()
+
+    async def on_assigned(self, _app: Any, assigned: Any, **_kwargs: Any) -> None:
+        for feed in self.feeds.values():
+            feed.follow(self.owned_partitions())
+
+    async def on_restored(self, _app: Any, **_kwargs: Any) -> None:
+        async with self.applying:
+            self.seen.forget()  # indexed before recovery ended (a health check)? read the whole table again
+            positions = {}
+            for p in self.owned_partitions():
+                last = self.seen.last_offset(p)
+                positions[p] = None if last is None else last + 1
+            await self.event_feed.follow(positions)
+            self.guard.reset(positions)
+            self.processed.clear()
+            self.processed.update({p: o or 0 for p, o in positions.items()})
+            await self.event_feed.commit({p: o for p, o in positions.items() if o is not None})  # watchers: nothing pending
+            self.generation += 1
+            self.ready.set()
+
+    # -- the processor --------------------------------------------------------------
+
+    async def process(self) -> None:
+        await self.event_feed.start()
+        try:
+            while True:
+                await self.ready.wait()
+                fetched_in = self.generation
+                records, positions = await self.event_feed.take(4000, timeout_ms=200)
+                if not records:
+                    continue
+                async with self.applying:
+                    if self.ready.is_set() and self.generation == fetched_in:  # else read again where the table says
+                        await self.apply_batch(records, positions)
+        finally:
+            await self.event_feed.stop()
+
+    def in_order(self, records: list[Record]) -> Checked:
+        """The batch up to any gap in its partitions' offsets; the feed reads again from
+        the gap (agentlog.streams.kafka.offset_guard). One consumer seeking where the table says should
+        leave none: checked because a skipped record would be taken for a replay later."""
+        checked = self.guard.check(records)
+        name = self.event_feed.topic
+        for p, start in checked.reread.items():  # a transactional producer's markers look like this too
+            log.info("offsets of %s[%d] from %d are missing; reading again from there", name, p, start)
+            self.event_feed.rewind(p, start)
+        for p, start in checked.recovered:
+            log.error("the event feed had skipped %s[%d] from offset %d; read again", name, p, start)
+        for p, start, end in checked.absent:
+            log.info("%s[%d] offsets %d..%d are not in the topic (transaction markers, or deleted by retention); "
+                     "going on from %d", name, p, start, end - 1, end)  # fmt: skip
+        return checked
+
+    def first_copy(self, result: Any) -> Callable[[str], bytes | None]:
+        """Where a duplicate's first copy is: this batch, accepted but not yet logged, or the log."""
+        applied = {a.event.event_id: a.record.value for a in result.applied}
+
+        def find(event_id: str) -> bytes | None:
+            if event_id in applied:
+                return applied[event_id]
+            pending = self.unlogged.find(event_id)
+            logged = pending if pending is not None else self.log_store.get(event_id)
+            return None if logged is None else logged.raw
+
+        return find
+
+    async def apply_batch(self, records: list[Record], positions: dict[int, int]) -> None:
+        started = time.perf_counter()
+        checked = self.in_order(records)
+        records = checked.records
+        if not records:
+            return
+        result = self.pipeline.process(records)
+        last_offset: dict[int, int] = {}
+        for r in records:
+            last_offset[r.partition] = max(last_offset.get(r.partition, -1), r.offset)
+        groups = by_partition(result)
+        await self.send_outputs(result, groups)
+        await self.write_snapshots(groups)
+        await self.write_seen(groups, last_offset)
+        for p, offset in last_offset.items():  # markers after the last record count as applied
+            self.processed[p] = max(self.processed.get(p, 0), offset + 1,
+                                    positions.get(p, 0) if p not in checked.reread else 0)  # fmt: skip
+        await self.event_feed.commit({p: self.processed[p] for p in last_offset})
+        self.written["processed"] += len(result.applied)
+        METRICS.processed(result)
+        METRICS.dedup_ids.set(len(self.seen))
+        METRICS.batch_seconds.observe(time.perf_counter() - started)
+
+    async def send_outputs(self, result: Any, groups: dict[int, Any]) -> None:
+        """Step one: the rejects to the dead-letter topic, the applied events to the sinks."""
+        letters = [(bad, why.reason) for bad, why in result.rejected]
+        if result.duplicates:  # the same id with other content: seen, not silently dropped
+            letters += await asyncio.to_thread(conflicts, result.duplicates, self.first_copy(result))
+        sends = [self.dlq.send(value=bad.value, headers=[("reason", why.encode()),
+                                                         ("source", f"{bad.partition}:{bad.offset}".encode())])
+                 for bad, why in letters]  # fmt: skip
+        for p, group in groups.items():
+            for i, chunk in enumerate(chunks(group["items"])):
+                body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
+                sends.append(self.accepted.send(value=orjson.dumps(body), partition=p))
+        await delivered(sends)
+        self.unlogged.add(LoggedEvent(a.event.event_id, a.event.thread_id, a.record.value, a.record.partition,
+                                      a.record.offset) for a in result.applied)  # fmt: skip
+
+    async def write_snapshots(self, groups: dict[int, Any]) -> None:
+        """Step two. The table stores are partitioned like the source: each partition's keys
+        are written as from one of its events (what a faust table write inside stream
+        iteration would use); the changelog gets them as one batch per partition."""
+        futures = []
+        for p, group in groups.items():
+            with _writing_partition(p):
+                messages = []
+                for thread_id in group["threads"]:
+                    value = self.pipeline.threads[thread_id].snapshot().model_dump_json().encode()
+                    self.states.data[thread_id] = value
+                    messages.append((changelog_key(self.app, self.states, thread_id), value))
+            futures += await self.changelogs.send(self.states.changelog_topic.get_topic_name(), p, messages)
+        await asyncio.gather(*futures)
+
+    async def write_seen(self, groups: dict[int, Any], last_offset: dict[int, int]) -> None:
+        """Step three: the dedup ids, for every partition, so its last offset is known durably."""
+        futures = []
+        for p, offset in last_offset.items():
+            with _writing_partition(p):
+                entries = self.seen.batch_written(p, offset, groups[p]["ids"] if p in groups else [])
+            futures += await self.changelogs.send(self.seen_table.changelog_topic.get_topic_name(), p,
+                                                  [(changelog_key(self.app, self.seen_table, k), v) for k, v in entries])  # fmt: skip
+        await asyncio.gather(*futures)
+
+    # -- the sinks and the dead letters ---------------------------------------------
+
+    async def run_sink(self, name: str) -> None:
+        write = {"log": self.write_log_batch, "index": self.write_index_batch}[name]
+        feed = self.feeds[name]
+        await feed.start()
+        feed.follow(self.owned_partitions())
+        try:
+            await feed.run(write)
+        finally:
+            await feed.stop()
+
+    async def write_log_batch(self, batch: list[bytes]) -> None:
+        items, pairs = await asyncio.to_thread(read_messages, batch)
+        count, refused = await asyncio.to_thread(write_log_guarded, self.log_store, items, pairs)
+        await self.dead_letter(refused)
+        self.unlogged.logged(item["event_id"] for item in items)
+        self.written["events"] += count
+
+    async def write_index_batch(self, batch: list[bytes]) -> None:
+        # An unreachable index raises StoreUnavailable; the feed retries the batch with
+        # back-off (counted in its retries) while the log and the state carry on.
+        items, _pairs = await asyncio.to_thread(read_messages, batch)
+        refused = await asyncio.to_thread(index_guarded, self.index, items)
+        await self.dead_letter(refused)
+        self.written["indexed"] += len(items) - len(refused)
+
+    async def dead_letter(self, letters: list[tuple[bytes, str]]) -> None:
+        """Records a sink refused (retrying cannot help): to the dead-letter topic."""
+        if letters:
+            await delivered([self.dlq.send(value=raw, headers=[("reason", why.encode())]) for raw, why in letters])
+
+    async def log_dead_letters(self, stream: faust.StreamT) -> None:
+        """Every dead letter into the log's ``rejected_events`` (bounded, never whole)."""
+        async for event in stream.events():
+            headers = dict(event.headers or {})
+            reason = headers.get("reason", b"unknown").decode()
+            m = event.message
+            partition, offset = (int(x) for x in headers.get("source", f"{m.partition}:{m.offset}".encode()).split(b":"))
+            value, reason = bounded_letter(event.value, reason, self.settings.max_event_bytes)
+            self.log_store.append_rejected([rejected_row(value, reason, partition, offset, m.timestamp or 0)])
+            self.written["rejected"] += 1
+            METRICS.rejected.inc()
+
+
+__all__ = ["KafkaProcessor", "changelog_key", "delivered"]
