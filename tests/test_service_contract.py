@@ -131,6 +131,9 @@ def ask(svc: Any) -> dict[str, Any]:
         "thread_list": capture(lambda: svc.thread_list(project=PROJECT)),
         "context": capture(lambda: svc.context(MAIN, BUDGET)),
         "search_thread": capture(lambda: svc.search("session_ttl", thread_id=MAIN, limit=50)),
+        "search_tool": capture(
+            lambda: svc.search("session_ttl", thread_id=MAIN, tool_name="pytest", limit=50)
+        ),
         "search_after": capture(lambda: svc.search("zanzibar", after=LATE, limit=50)),
         "read": capture(lambda: svc.read("cm-result-1")),
         "read_missing": capture(lambda: svc.read("cm-never-published")),
@@ -183,7 +186,8 @@ def normalise(op: str, answer: Any) -> Any:
 
 
 COMPARED = ("publish", "publish_late", "search_read_your_writes", "state", "state_child", "state_missing",
-            "thread_list", "context", "search_thread", "search_after", "read", "read_missing",
+            "thread_list", "context", "search_thread", "search_tool",
+            "search_after", "read", "read_missing",
             *(f"sql_{n}" for n in range(len(SQL))))  # fmt: skip
 """Compared field by field. Not compared: ``catch_up`` (how much was pending when it ran
 is timing: the server's loop may have drained it already) and ``health`` (each
@@ -242,6 +246,8 @@ def absolute_facts(answers: dict[str, Any], fed: bool) -> list[str]:
         check(not listed.get("warnings") and listed.get("partial") is False, f"listing complete: {listed}")
         hits = {h["event_id"] for h in answers["search_thread"].get("hits", [])}
         check("cm-result-1" in hits and not hits & {"cc-user", "cc-result"}, f"search in {MAIN} only: {hits}")
+        tool_hits = {h["event_id"] for h in answers["search_tool"].get("hits", [])}
+        check(tool_hits == {"cm-result-1"}, f"a result is found by its call's tool: {tool_hits}")
         check(not answers["search_thread"].get("warnings"), f"search warnings: {answers['search_thread']}")
         messages = " ".join(str(m.get("content")) for m in answers["context"].get("messages", []))
         check("a result nobody asked for" not in messages, "the orphan is never shown to a model")
