@@ -6,8 +6,11 @@ service's, the reference.
 The scenario is two threads of one family (a parent that spawns a helper with its own
 thread) covering a user message, a goal, a plan, tool calls with results (one failing),
 a call left without a result (``missing`` at its turn's end), a result with no call (an
-orphan), an approval request and its decision, a file change, a duplicate delivery and
-an invalid record; then a late event searched for at once (read-your-writes).
+orphan), an approval request and its decision, a file change, a window switch, a
+duplicate delivery and an invalid record; then a late event searched for at once
+(read-your-writes). The HTTP server's index refreshes every 30 s and the Kafka worker's
+never on its own, so their searches are answered by read-your-writes, which must agree
+with what the index says once it has the events (the in-process reference, offline).
 
 Only fields that legitimately differ by deployment are normalised away (``normalise``,
 each with its reason); everything else must be equal. ``absolute_facts`` pins what the
@@ -90,6 +93,9 @@ def scenario() -> list[bytes]:
         event("cc-call", "tool_call", {"call_id": "r1", "tool_name": "read", "arguments": {"path": "ttl.md"}}, 14,
               thread=CHILD),
         event("cc-result", "tool_result", {"call_id": "r1", "output": "session_ttl is in minutes"}, 15, thread=CHILD),
+        # The helper's context fills up: a new window, and the hits keep each event's own.
+        event("cc-switch", "window_switch", {"new_window_id": "cw1", "reason": "context full"}, 16, thread=CHILD),
+        event("cc-note", "message", {"role": "assistant", "text": "session_ttl noted, in minutes"}, 17, thread=CHILD),
         event("cm-turn-end", "turn_end", {}, 50, **turn),
     ]
     # fmt: on
@@ -131,6 +137,7 @@ def ask(svc: Any) -> dict[str, Any]:
         "thread_list": capture(lambda: svc.thread_list(project=PROJECT)),
         "context": capture(lambda: svc.context(MAIN, BUDGET)),
         "search_thread": capture(lambda: svc.search("session_ttl", thread_id=MAIN, limit=50)),
+        "search_child": capture(lambda: svc.search("session_ttl", thread_id=CHILD, limit=50)),
         "search_tool": capture(
             lambda: svc.search("session_ttl", thread_id=MAIN, tool_name="pytest", limit=50)
         ),
@@ -186,7 +193,7 @@ def normalise(op: str, answer: Any) -> Any:
 
 
 COMPARED = ("publish", "publish_late", "search_read_your_writes", "state", "state_child", "state_missing",
-            "thread_list", "context", "search_thread", "search_tool",
+            "thread_list", "context", "search_thread", "search_child", "search_tool",
             "search_after", "read", "read_missing",
             *(f"sql_{n}" for n in range(len(SQL))))  # fmt: skip
 """Compared field by field. Not compared: ``catch_up`` (how much was pending when it ran
@@ -205,8 +212,8 @@ def absolute_facts(answers: dict[str, Any], fed: bool) -> list[str]:
     try:
         if fed:
             publish = answers["publish"]
-            check(publish.get("accepted") == 18 and publish.get("rejected") == 1,
-                  f"publish: 18 accepted (a duplicate too) and 1 rejected, got {publish}")  # fmt: skip
+            check(publish.get("accepted") == 20 and publish.get("rejected") == 1,
+                  f"publish: 20 accepted (a duplicate too) and 1 rejected, got {publish}")  # fmt: skip
             ryw = answers["search_read_your_writes"]
             check(
                 LATE in {h["event_id"] for h in ryw.get("hits", [])}, f"read-your-writes missed {LATE}: {ryw}"
@@ -246,6 +253,11 @@ def absolute_facts(answers: dict[str, Any], fed: bool) -> list[str]:
         check(not listed.get("warnings") and listed.get("partial") is False, f"listing complete: {listed}")
         hits = {h["event_id"] for h in answers["search_thread"].get("hits", [])}
         check("cm-result-1" in hits and not hits & {"cc-user", "cc-result"}, f"search in {MAIN} only: {hits}")
+        windows = {h["event_id"]: h["window_id"] for h in answers["search_child"].get("hits", [])}
+        check(
+            windows == {"cc-user": "w0", "cc-call": "w0", "cc-result": "w0", "cc-note": "cw1"},
+            f"each hit in its window: {windows}",
+        )
         tool_hits = {h["event_id"] for h in answers["search_tool"].get("hits", [])}
         check(tool_hits == {"cm-result-1"}, f"a result is found by its call's tool: {tool_hits}")
         check(not answers["search_thread"].get("warnings"), f"search warnings: {answers['search_thread']}")
@@ -298,6 +310,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, opense
     settings = Settings(data_dir=tmp_path_factory.mktemp("kafka"), kafka_bootstrap=kafka_bootstrap,
                         opensearch_url=opensearch_url, opensearch_index=f"agentlog-{ns}", kafka_namespace=ns,
                         worker_port=free_port(), partitions=2)  # fmt: skip
+    # The index never refreshes on its own while the worker runs (as the HTTP case's
+    # 30 s): every search must find the scenario through the worker's read-your-writes.
+    OpenSearchIndex(opensearch_url, settings.opensearch_index, refresh_interval="-1").close()
     worker = start_worker(settings)
     remote = RemoteService(f"http://127.0.0.1:{settings.worker_port}")
     try:
@@ -337,7 +352,7 @@ def wait_written(settings: Settings, quiet_s: float = 3.0, timeout: float = 120)
         written = httpx.get(url, timeout=5).json().get("written")
         if written != last:
             last, since = written, time.monotonic()
-        elif time.monotonic() - since >= quiet_s and written and written.get("events", 0) >= 18:
+        elif time.monotonic() - since >= quiet_s and written and written.get("events", 0) >= 20:
             return
         time.sleep(0.3)
     raise AssertionError(f"the worker's sinks did not settle: {last}")
@@ -393,6 +408,10 @@ def offline(request: pytest.FixtureRequest, _tmp_path: Path) -> Iterator[Deploym
     if deployment.worker.poll() is None:
         wait_written(deployment.settings)
         stop_worker(deployment.worker)
+        # What ``run --until-idle`` leaves: an index searchable without waiting for a refresh.
+        index = OpenSearchIndex(str(deployment.settings.opensearch_url), deployment.settings.opensearch_index)
+        index.refresh()
+        index.close()
     svc = OfflineService(deployment.settings)
     try:
         yield Deployment("offline", svc)
