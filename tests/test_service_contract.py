@@ -135,7 +135,9 @@ def ask(svc: Any) -> dict[str, Any]:
         "state_child": capture(lambda: svc.state(CHILD)),
         "state_missing": capture(lambda: svc.state("contract-nobody")),
         "thread_list": capture(lambda: svc.thread_list(project=PROJECT)),
+        "thread_list_newest": capture(lambda: svc.thread_list(project=PROJECT, limit=1)),
         "context": capture(lambda: svc.context(MAIN, BUDGET)),
+        "context_query": capture(lambda: svc.context(MAIN, BUDGET, query="session_ttl")),
         "search_thread": capture(lambda: svc.search("session_ttl", thread_id=MAIN, limit=50)),
         "search_child": capture(lambda: svc.search("session_ttl", thread_id=CHILD, limit=50)),
         "search_tool": capture(
@@ -186,14 +188,14 @@ def normalise(op: str, answer: Any) -> Any:
         # offset: a topic offset, per partition on Kafka.
         answer.pop("source", None)
         answer.pop("offset", None)
-    if op == "thread_list":
+    if op.startswith("thread_list"):
         # Warnings are a degraded store's notes, asserted empty in ``absolute_facts``.
         answer.pop("warnings", None)
     return answer
 
 
 COMPARED = ("publish", "publish_late", "search_read_your_writes", "state", "state_child", "state_missing",
-            "thread_list", "context", "search_thread", "search_child", "search_tool",
+            "thread_list", "thread_list_newest", "context", "context_query", "search_thread", "search_child", "search_tool",
             "search_after", "read", "read_missing",
             *(f"sql_{n}" for n in range(len(SQL))))  # fmt: skip
 """Compared field by field. Not compared: ``catch_up`` (how much was pending when it ran
