@@ -15,7 +15,7 @@ from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_
 from agentlog.processors.pipeline import Applied
 from agentlog.processors.textsearch import active_hit
 from agentlog.processors.truncation import WORD_SLACK, clip_at_word
-from agentlog.schemas.events import Envelope
+from agentlog.schemas.events import Envelope, ToolCallPayload
 from agentlog.schemas.search import Hit, SearchFilters
 
 MAX_INDEXED_CHARS = 32_000
@@ -146,14 +146,23 @@ def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filter
                 current_window: str, known: set[str]) -> list[Hit]:  # fmt: skip
     """Read-your-writes: hits among a thread's recent ``(event, offset)`` that are not in
     ``known`` (what the index returned), each event once."""
-    seen = set(known)
     out: list[Hit] = []
+    # A result names its call's tool, as the pipeline indexes it: the open call's, which
+    # the first result closes (later ones, and results before their call, name none).
+    calls: dict[str, str] = {}
+    delivered: set[str] = set()
     for event, offset in events:
-        if event.event_id in seen:
+        if event.event_id in delivered:
+            continue  # a redelivery, which the pipeline dropped
+        delivered.add(event.event_id)
+        call_id = str(getattr(event.payload, "call_id", ""))
+        if isinstance(event.payload, ToolCallPayload):
+            calls.setdefault(call_id, event.payload.tool_name)
+        tool_name = calls.pop(call_id, None) if event.kind == "tool_result" else calls.get(call_id)
+        if event.event_id in known:
             continue
-        hit = active_hit(search_doc(event, offset, event.window_id or current_window), terms, filters)
+        hit = active_hit(search_doc(event, offset, event.window_id or current_window, tool_name), terms, filters)
         if hit is not None:
-            seen.add(event.event_id)
             out.append(hit)
     return out
 

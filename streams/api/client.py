@@ -144,6 +144,9 @@ class RemoteService:
             project=project, after=after, since_ms=since_ms, until_ms=until_ms, limit=limit,
         )  # fmt: skip
 
+    def health(self) -> dict[str, Any]:
+        return self._get("/healthz")
+
     def sql(self, statement: str) -> QueryResult:
         body = self._post("/sql", {"sql": statement})
         return QueryResult(body["columns"], [tuple(r) for r in body["rows"]])
