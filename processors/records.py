@@ -6,7 +6,7 @@ embedded index and OpenSearch get the same documents.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -142,29 +142,43 @@ def search_docs(applied: Iterable[Applied]) -> list[dict[str, Any]]:
     return [search_doc(a.event, a.record.offset, a.window_id, a.tool_name) for a in applied]
 
 
+def windows_of(events: Sequence[Envelope], current_window: str, closed_windows: Mapping[str, str]) -> list[str]:
+    """The window each of a thread's newest ``events`` (in order, each once) was applied
+    in, as the pipeline decided it: the event's own ``window_id``, else the thread's window
+    then. Read backwards from the current window: before a switch, the window it closed."""
+    windows: list[str] = []
+    window = current_window
+    for event in reversed(events):
+        if event.kind == "window_switch" and event.event_id in closed_windows:
+            window = closed_windows[event.event_id]  # the switch itself belongs to the window it closed
+        windows.append(event.window_id or window)
+    return windows[::-1]
+
+
 def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filters: SearchFilters,
-                current_window: str, known: set[str]) -> list[Hit]:  # fmt: skip
+                current_window: str, known: set[str], closed_windows: Mapping[str, str]) -> list[Hit]:  # fmt: skip
     """Read-your-writes: hits among a thread's recent ``(event, offset)`` that are not in
     ``known`` (what the index returned), each event once."""
+    unique: dict[str, tuple[Envelope, int]] = {}
+    for event, offset in events:
+        unique.setdefault(event.event_id, (event, offset))  # a redelivery, which the pipeline dropped
+    ordered = list(unique.values())
+    windows = windows_of([e for e, _ in ordered], current_window, closed_windows)
     out: list[Hit] = []
     # A result names its call's tool, as the pipeline indexes it: the open call's, which
     # the first result closes (later ones, and results before their call, name none).
     calls: dict[str, str] = {}
-    delivered: set[str] = set()
-    for event, offset in events:
-        if event.event_id in delivered:
-            continue  # a redelivery, which the pipeline dropped
-        delivered.add(event.event_id)
+    for (event, offset), window in zip(ordered, windows):
         call_id = str(getattr(event.payload, "call_id", ""))
         if isinstance(event.payload, ToolCallPayload):
             calls.setdefault(call_id, event.payload.tool_name)
         tool_name = calls.pop(call_id, None) if event.kind == "tool_result" else calls.get(call_id)
         if event.event_id in known:
             continue
-        hit = active_hit(search_doc(event, offset, event.window_id or current_window, tool_name), terms, filters)
+        hit = active_hit(search_doc(event, offset, window, tool_name), terms, filters)
         if hit is not None:
             out.append(hit)
     return out
 
 
-__all__ = ["MAX_INDEXED_CHARS", "active_hits", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]
+__all__ = ["MAX_INDEXED_CHARS", "active_hits", "windows_of", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]

@@ -142,6 +142,7 @@ def _agent_exit(s: WorkingState, e: Envelope) -> None:
 
 
 def _window_switch(s: WorkingState, e: Envelope) -> None:
+    s.closed_windows[e.event_id] = s.window_id
     s.window_id = e.payload.new_window_id  # type: ignore[attr-defined]
     s.window_started_by = e.event_id
 

@@ -113,6 +113,9 @@ class WorkingState:
     window_id: str = DEFAULT_WINDOW
     window_started_by: str | None = None
     """The ``window_switch`` event that opened the current window."""
+    closed_windows: dict[str, str] = field(default_factory=dict)
+    """Each ``window_switch`` event id with the window it closed: which window an event
+    belongs to, for events read back from a topic or log that does not record it."""
     goal: Pinned | None = None
     constraints: dict[str, ConstraintItem] = field(default_factory=dict)
     plan: dict[str, StepItem] = field(default_factory=dict)

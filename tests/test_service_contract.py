@@ -40,6 +40,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
 from agentlog.streams.kafka.offline import OfflineService
 from agentlog.streams.kafka.worker_process import free_port, start_worker, stop_worker, worker_log
+from agentlog.streams.publish_check import PublishReport
 
 MAIN, CHILD, PROJECT = "contract-main", "contract-child", "contract"
 LATE = "cm-late"
@@ -432,12 +433,16 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deplo
 
 
 def json_shaped(answers: dict[str, Any]) -> list[str]:
-    """The protocol's answers are JSON-shaped dicts (the HTTP API's bodies): a publish
-    report that is an object instead is a problem, then made a dict for comparison."""
-    wrong = [op for op in ("publish", "publish_late") if hasattr(answers.get(op), "as_dict")]
-    for op in wrong:
-        answers[op] = answers[op].as_dict()
-    return [f"{op} answered a PublishReport, not a dict (Service.publish -> dict[str, Any])" for op in wrong]
+    """Every implementation answers a publish with the protocol's ``PublishReport`` (the
+    HTTP client rebuilds it from the body); anything else is a problem. It is then made a
+    dict for comparison."""
+    problems = []
+    for op in ("publish", "publish_late"):
+        if op in answers and not isinstance(answers[op], PublishReport):
+            problems.append(f"{op} answered a {type(answers[op]).__name__}, not a PublishReport")
+        elif isinstance(answers.get(op), PublishReport):
+            answers[op] = answers[op].as_dict()
+    return problems
 
 
 def differences(expected: Any, got: Any, where: str) -> list[str]:

@@ -310,9 +310,10 @@ class EmbeddedService(MemoryOperations):
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
             current_window = tp.state.window_id if tp is not None else DEFAULT_WINDOW
+            closed = dict(tp.state.closed_windows) if tp is not None else {}
         events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible)
                   if isinstance(e := validate(r.value), Envelope))  # fmt: skip
-        return active_hits(events, terms, filters, current_window, known)
+        return active_hits(events, terms, filters, current_window, known, closed)
 
     def sql(self, statement: str) -> QueryResult:
         self._settle()

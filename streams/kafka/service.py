@@ -179,7 +179,8 @@ class StoreQueries:
             return []
         events = ((e, logged.offset) for logged in self._tail(thread_id, -1, RECENT)
                   if isinstance(e := validate(logged.raw), Envelope))  # fmt: skip
-        matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, known)
+        matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, known,
+                              snapshot.state.closed_windows)  # fmt: skip
         try:
             visible = self.index.visible_ids([h.event_id for h in matches])
         except StoreError:
