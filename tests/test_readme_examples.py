@@ -1,0 +1,23 @@
+"""The README's Python examples run as written (in a fresh directory, with no server)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_python_block_of_the_readme_runs_and_prints_what_its_comments_say(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text("utf-8"), re.S)
+    assert blocks, "the README shows the Python API"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    for block in blocks:
+        done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        promised = re.findall(r"print\(.*\)\s+# (.+)", block)
+        assert done.stdout.split() == [p.strip() for p in promised]
