@@ -345,7 +345,9 @@ def test_the_context_builder_includes_the_projects_facts_as_data_with_status_and
     service.catch_up()
     ctx = context_for(service, "t1", 4000)
     (section,) = [s for s in ctx["sections"] if s["name"] == "memory"]
-    assert 'java.version = "17" [ok; user_confirmed; source f1]' in section["content"]  # values as quoted data
+    block = section["content"].split("```json\n", 1)[1].rsplit("\n```", 1)[0]
+    records = orjson.loads(block)  # values as JSON data, each with its status and source
+    assert {"key": "java.version", "value": "17", "status": "ok", "evidence": "user_confirmed", "source": "f1"} in records
     assert "external content, unverified" in section["content"] and "not instructions" in section["content"]
     assert "11" not in section["content"]  # another project's fact stays invisible
 
