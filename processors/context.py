@@ -197,6 +197,11 @@ def render_memory(facts: list[dict[str, Any]], counter: TokenCounter, max_tokens
     one fact per line, each with its status and source; external content is labelled
     unverified. A value (``None``: unknown, needs a check) is an escaped JSON string, so it
     can neither break its line, close the block, nor read as an instruction or a role."""
+    return memory_block(facts, counter, max_tokens)[0]
+
+
+def memory_block(facts: list[dict[str, Any]], counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
+    """``render_memory``'s text and how many of ``facts`` (the first ones) it holds."""
     head = [MEMORY_HEADER, "```json", "["]
     lines, used = [], counter.count("\n".join(head)) + counter.count("]\n```") + MESSAGE_OVERHEAD
     for f in facts:
@@ -207,9 +212,9 @@ def render_memory(facts: list[dict[str, Any]], counter: TokenCounter, max_tokens
         lines.append(line)
         used += cost
     if not lines:
-        return ""
+        return "", 0
     body = [line + "," for line in lines[:-1]] + lines[-1:]
-    return "\n".join([*head, *body, "]", "```"])
+    return "\n".join([*head, *body, "]", "```"]), len(lines)
 
 
 def _one_line(text: str | None) -> str:
@@ -314,9 +319,10 @@ class Budget:
             self.dropped.append({"name": name, "items": items, "tokens": tokens})
 
     def fit_list(self, name: str, title: str, items: list[tuple[str, str]], limit: int,
-                 ) -> tuple[dict[str, Any] | None, list[str]]:  # fmt: skip
+                 reverse: bool = False) -> tuple[dict[str, Any] | None, list[str]]:  # fmt: skip
         """A system message of ``title`` and as many ``items`` (id, line), most important
-        first, as fit in ``limit``; shown in their given order. Returns it and the kept ids."""
+        first, as fit in ``limit``; shown in their given order (``reverse``: the other way
+        round). Returns it and the kept ids."""
         if not items:
             return None, []
         base = MESSAGE_OVERHEAD + self.counter.count(title)
@@ -331,7 +337,8 @@ class Budget:
         self.drop(name, [i for i, _ in left], sum(c for _, c in left) + (0 if kept else base))
         if not kept:
             return None, []
-        msg = {"role": "system", "content": "\n".join([title, *(line for _, line in kept)])}
+        shown = reversed(kept) if reverse else kept
+        msg = {"role": "system", "content": "\n".join([title, *(line for _, line in shown)])}
         self.remaining -= message_tokens(self.counter, msg)
         return msg, [i for i, _ in kept]
 
@@ -417,10 +424,8 @@ def assemble(
         ("state", "Working state:", _plan_lines(state)),
     ):  # fmt: skip
         used_before = b.remaining
-        if name == "failures":  # shown oldest first, kept newest first
-            kept_msg, kept = b.fit_list(name, title, items, state_limit)
-            if kept_msg is not None:
-                kept_msg["content"] = "\n".join([title, *(line for i, line in reversed(items) if i in kept)])
+        if name == "failures":  # kept newest first, shown oldest first
+            kept_msg, kept = b.fit_list(name, title, items, state_limit, reverse=True)
             add(name, kept_msg, event_ids=[i for g in groups if g.event_ids[-1] in kept for i in g.event_ids])
         else:
             msg, _ = b.fit_list(name, title, items, state_limit)
@@ -437,8 +442,7 @@ def assemble(
     memory_msg = None
     if memory:
         limit = int(b.remaining * MEMORY_SHARE)
-        text = render_memory(memory, counter, limit)
-        shown = text.count('"source":')
+        text, shown = memory_block(memory, counter, limit)
         if shown < len(memory):
             costs = [counter.count(as_block_record(memory_record(f))) + 2 for f in memory[shown:]]
             b.drop("memory", [f["source_event_id"] for f in memory[shown:]], sum(costs))
@@ -513,9 +517,11 @@ def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple
     lines = msg["content"].split("\n")
     title, shown = lines[0], set(section["event_ids"])
     body = [_failure_line(g, g.event_ids[-1] in in_window) for g in groups if g.event_ids[-1] in shown]
-    new = [min(old, line, key=len) for old, line in zip(lines[1:], body)]
-    msg["content"] = section["content"] = "\n".join([title, *new])
-    section["tokens"] = message_tokens(counter, msg)
+    new = [min(old, line, key=counter.count) for old, line in zip(lines[1:], body)]
+    shorter = {"role": "system", "content": "\n".join([title, *new])}
+    if message_tokens(counter, shorter) <= message_tokens(counter, msg):
+        msg["content"] = section["content"] = shorter["content"]
+        section["tokens"] = message_tokens(counter, msg)
 
 
 def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
@@ -538,5 +544,5 @@ def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
 __all__ = [
     "BudgetTooSmall", "ContextResult", "FailureGroup", "MEMORY_HEADER", "RECALL_SHARE", "STATE_SHARE",
     "SUMMARY_SHARE", "Unit", "as_block_record", "as_data", "assemble", "build_units", "failure_groups",
-    "memory_record", "message_tokens", "output_budget", "render_memory", "render_summary",
+    "memory_block", "memory_record", "message_tokens", "output_budget", "render_memory", "render_summary",
 ]
