@@ -102,11 +102,12 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     if not filters_match(doc, filters):
         return None
     s = score(terms, doc["text"] + " " + doc["path"]) if terms else 1.0
-    if s == 0.0:
-        return None
-    # As the index: an identifier of the query held exactly by the document ranks it first.
+    # As the index: an identifier of the query held exactly by the document matches it
+    # (even with no word of the text in common) and ranks it first.
     exact = set(exact_terms) & set(doc.get("terms", ()))
     s += EXACT_BOOST * len(exact)
+    if s == 0.0:
+        return None
     return Hit(
         event_id=doc["event_id"], thread_id=doc["thread_id"], window_id=doc["window_id"],
         kind=doc["kind"], tool_name=doc["tool_name"], ts=doc["ts"], repo_commit=doc["repo_commit"],

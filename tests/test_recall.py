@@ -198,3 +198,16 @@ def test_an_index_built_before_the_terms_field_is_rebuilt_from_the_topic(tmp_pat
         assert hits[0]["event_id"] == "x" and hits[0]["source"] == "index" and len(hits) == 1 + len(LOOSE)
     finally:
         service.close()
+
+
+def test_read_your_writes_finds_a_call_by_its_exact_pair_term_alone() -> None:
+    records = [Record(0, 0, raw("c", "tool_call", {"call_id": "r1", "tool_name": "read", "arguments": {}}, 0)),
+               Record(0, 1, raw("r", "tool_result", {"call_id": "r1", "output": "nothing in common"}, 1))]  # fmt: skip
+    pipeline = Pipeline()
+    applied = pipeline.process(records).applied
+    state = pipeline.threads["t1"].state
+    query = "call:r1"  # what recall searches a hit's partner by: no word of the result's text
+    hits = active_hits([(a.event, a.record.offset) for a in applied], tokenize(query),
+                       SearchFilters("t1", kind="tool_result"), state.window_id, set(), state.closed_windows,
+                       identifiers(query))  # fmt: skip
+    assert [h.event_id for h in hits] == ["r"]
