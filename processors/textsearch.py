@@ -17,6 +17,7 @@ _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 SNIPPET_CHARS = 160
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:\-]*[A-Za-z0-9])?")
+_LETTER = re.compile(r"[A-Za-z]")
 MAX_IDENTIFIERS = 256
 """Identifiers kept per document: a huge log's first ones (its head names the command)."""
 EXACT_BOOST = 1000.0
@@ -28,10 +29,10 @@ def _is_identifier(token: str) -> bool:
     """``ERR_CACHE_MISS``, ``src/app/main.py``, ``E1234``, ``ENOENT``: a token with a
     letter and a digit, an inner ``_ / . : -``, or four or more capitals. Plain words are
     left to the analysed text."""
-    if len(token) > 128 or not any(c.isalpha() for c in token):
-        return False
-    return (any(c.isdigit() for c in token) or any(c in "_/.:-" for c in token)
-            or (len(token) >= 4 and token.isupper()))  # fmt: skip
+    if token.isalpha():  # most tokens: a plain word, or a code in capitals
+        return len(token) >= 4 and token.isupper()
+    # Not all letters: a digit or an inner separator is there; it needs a letter too.
+    return len(token) <= 128 and _LETTER.search(token) is not None
 
 
 def pair_term(call_id: str) -> str:
@@ -43,14 +44,9 @@ def pair_term(call_id: str) -> str:
 def identifiers(text: str) -> list[str]:
     """The identifiers, paths and error codes of ``text``, as written, each once: what the
     ``terms`` keyword field holds and what a query matches exactly (case included)."""
-    seen: dict[str, None] = {}
-    for m in _IDENTIFIER.finditer(text):
-        token = m.group(0)
-        if token not in seen and _is_identifier(token):
-            seen[token] = None
-            if len(seen) >= MAX_IDENTIFIERS:
-                break
-    return list(seen)
+    # Each distinct token is judged once (a log repeats its words).
+    found = [t for t in dict.fromkeys(_IDENTIFIER.findall(text)) if _is_identifier(t)]
+    return found[:MAX_IDENTIFIERS]
 
 
 def tokenize(text: str) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from agentlog.processors.recall import (
     RECALL_LIMIT, family_threads, first_partner, fresh, held_ids, partner_kind, rank, recall_query, unit_entry,
 )  # fmt: skip
-from agentlog.processors.textsearch import pair_term
+from agentlog.processors.textsearch import EXACT_BOOST, pair_term
 from agentlog.schemas.events import Envelope
 
 
@@ -40,15 +40,17 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
 def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str) -> dict[str, Any] | None:
     """The hit's entry, its tool unit completed by the partner event (searched exactly by
     the ``call:<call_id>`` term both halves are indexed with)."""
-    want = {"tool_call": "tool_result", "tool_result": "tool_call"}.get(hit["kind"])
-    if want is None:
+    if hit["kind"] not in ("tool_call", "tool_result"):
         return unit_entry(hit, None, None, query)
     event = service.read_event(hit["event_id"])
-    if event is None or partner_kind(event) is None:
+    want = partner_kind(event) if event is not None else None
+    if event is None or want is None:
         return None
     found = service.search(pair_term(str(event.payload.call_id)), thread_id=event.thread_id,  # type: ignore[attr-defined]
                            kind=want, project=project, limit=4)["hits"]  # fmt: skip
-    candidates = [(c, h["offset"]) for h in found if (c := service.read_event(h["event_id"])) is not None]
+    # Only a hit holding the term exactly can be the partner: the others are not read.
+    candidates = [(c, h["offset"]) for h in found
+                  if h["score"] >= EXACT_BOOST and (c := service.read_event(h["event_id"])) is not None]  # fmt: skip
     partner = first_partner(event, candidates)
     call, result = (event, partner) if event.kind == "tool_call" else (partner, event)
     return unit_entry(hit, call, result, query)
