@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from agentlog.processors.recall import (
@@ -33,8 +33,21 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     hits = rank(service.search(q, thread_id=t, project=project, limit=RECALL_LIMIT)["hits"]
                 for t in family_threads(state))  # fmt: skip
     held = held_ids(state, (e.event_id for e in window))
-    entries = (_unit(service, h, project, q) for h in hits if h["event_id"] not in held)
-    return fresh(entries, held, orphans)
+    return fresh(_entries(service, hits, held, project, q), held, orphans)
+
+
+def _entries(service: RecallSource, hits: list[dict[str, Any]], held: set[str], project: str,
+             query: str) -> Iterator[dict[str, Any] | None]:  # fmt: skip
+    """Each hit's entry, lazily (``fresh`` stops at its limit), skipping a hit whose unit an
+    earlier entry already brought: each unit's partner is looked up once."""
+    covered = set(held)
+    for hit in hits:
+        if hit["event_id"] in covered:
+            continue
+        entry = _unit(service, hit, project, query)
+        if entry is not None:
+            covered.update(entry["event_ids"])
+        yield entry
 
 
 def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str) -> dict[str, Any] | None:
