@@ -136,7 +136,8 @@ def exact_terms(event: Envelope, text: str, path: str, error: str) -> list[str]:
     written, and a tool event's ``call:<call_id>`` (so a call and its result find each other)."""
     call_id = getattr(event.payload, "call_id", None) if event.kind.startswith("tool_") else None
     found = identifiers(" ".join((path, text)))
-    extra = [t for t in (path, error, call_id and pair_term(call_id)) if t and t not in found]
+    # Capped as identifiers are: a keyword term has a size limit (32 KB in OpenSearch).
+    extra = [t for t in (path, error, call_id and pair_term(call_id)) if t and len(t) <= 256 and t not in found]
     return found[: MAX_IDENTIFIERS - len(extra)] + extra
 
 

@@ -133,3 +133,15 @@ def test_an_opensearch_index_created_before_the_terms_field_gains_it_and_keeps_w
     index.refresh()
     hits = [h.event_id for h in index.search("ERR_CACHE_MISS", SearchFilters())]
     assert hits[0] == "new" and set(hits) == {"new", "old", "loose"}  # the old document is still found
+
+
+def test_a_path_too_long_for_a_keyword_term_is_indexed_without_its_exact_term(os_settings: Settings) -> None:
+    service = EmbeddedService(os_settings)
+    try:
+        long_path = "src/" + "d/" * 20_000 + "f.py"  # beyond OpenSearch's 32 KB keyword term
+        service.publish(raw("c", "tool_call", {"call_id": "k", "tool_name": "read", "arguments": {"path": long_path}}, 0))
+        service.catch_up()
+        assert not service.health().get("degraded"), service.health()
+        assert [h["event_id"] for h in service.search("read", limit=5)["hits"]] == ["c"]
+    finally:
+        service.close()
