@@ -12,10 +12,10 @@ from pydantic import ValidationError
 from agentlog.processors.compaction import Summariser, compaction_event, fold_count, safe_cut, summarise
 from agentlog.processors.context import assemble, build_units, message_tokens, output_budget
 from agentlog.processors.tokens import TokenCounter, counter, encoding_for
-from agentlog.streams.api.recall import recall_for
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.handoff import HandoffRecord
 from agentlog.schemas.requests import check_budget
+from agentlog.streams.api.recall import recall_for
 from agentlog.streams.config import Settings
 
 WINDOW_RECORDS = 400
