@@ -13,7 +13,7 @@ import orjson
 
 from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from agentlog.processors.pipeline import Applied
-from agentlog.processors.textsearch import active_hit
+from agentlog.processors.textsearch import MAX_IDENTIFIERS, active_hit, identifiers, pair_term
 from agentlog.processors.truncation import WORD_SLACK, clip_at_word
 from agentlog.schemas.events import Envelope, ToolCallPayload
 from agentlog.schemas.search import Hit, SearchFilters
@@ -127,7 +127,18 @@ def search_doc(
         "offset": offset,
         "path": path,
         "text": text,
+        "terms": exact_terms(event, text, path, error),
     }
+
+
+def exact_terms(event: Envelope, text: str, path: str, error: str) -> list[str]:
+    """The ``terms`` keyword field: the identifiers, paths and error codes of the text, as
+    written, and a tool event's ``call:<call_id>`` (so a call and its result find each other)."""
+    call_id = getattr(event.payload, "call_id", None) if event.kind.startswith("tool_") else None
+    found = identifiers(" ".join((path, text)))
+    # Capped as identifiers are: a keyword term has a size limit (32 KB in OpenSearch).
+    extra = [t for t in (path, error, call_id and pair_term(call_id)) if t and len(t) <= 256 and t not in found]
+    return found[: MAX_IDENTIFIERS - len(extra)] + extra
 
 
 def log_rows(applied: Iterable[Applied], logged: Callable[[Applied], bool]) -> list[dict[str, Any]]:
@@ -156,9 +167,11 @@ def windows_of(events: Sequence[Envelope], current_window: str, closed_windows: 
 
 
 def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filters: SearchFilters,
-                current_window: str, known: set[str], closed_windows: Mapping[str, str]) -> list[Hit]:  # fmt: skip
+                current_window: str, known: set[str], closed_windows: Mapping[str, str],
+                exact: Sequence[str] = ()) -> list[Hit]:  # fmt: skip
     """Read-your-writes: hits among a thread's recent ``(event, offset)`` that are not in
-    ``known`` (what the index returned), each event once."""
+    ``known`` (what the index returned), each event once; ``exact``: the query's
+    identifiers, matched against ``terms`` as the index does."""
     unique: dict[str, tuple[Envelope, int]] = {}
     for event, offset in events:
         unique.setdefault(event.event_id, (event, offset))  # a redelivery, which the pipeline dropped
@@ -175,10 +188,10 @@ def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filter
         tool_name = calls.pop(call_id, None) if event.kind == "tool_result" else calls.get(call_id)
         if event.event_id in known:
             continue
-        hit = active_hit(search_doc(event, offset, window, tool_name), terms, filters)
+        hit = active_hit(search_doc(event, offset, window, tool_name), terms, filters, exact)
         if hit is not None:
             out.append(hit)
     return out
 
 
-__all__ = ["MAX_INDEXED_CHARS", "active_hits", "windows_of", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]
+__all__ = ["MAX_INDEXED_CHARS", "active_hits", "exact_terms", "windows_of", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]

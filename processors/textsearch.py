@@ -8,12 +8,45 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from agentlog.schemas.search import Hit, SearchFilters
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 SNIPPET_CHARS = 160
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:\-]*[A-Za-z0-9])?")
+_LETTER = re.compile(r"[A-Za-z]")
+MAX_IDENTIFIERS = 256
+"""Identifiers kept per document: a huge log's first ones (its head names the command)."""
+EXACT_BOOST = 1000.0
+"""What an exact identifier match adds to a hit's score, in every engine: far above any
+text score, so an exact match ranks ahead of loosely related hits."""
+
+
+def _is_identifier(token: str) -> bool:
+    """``ERR_CACHE_MISS``, ``src/app/main.py``, ``E1234``, ``ENOENT``: a token with a
+    letter and a digit, an inner ``_ / . : -``, or four or more capitals. Plain words are
+    left to the analysed text."""
+    if token.isalpha():  # most tokens: a plain word, or a code in capitals
+        return len(token) >= 4 and token.isupper()
+    # Not all letters: a digit or an inner separator is there; it needs a letter too.
+    return len(token) <= 128 and _LETTER.search(token) is not None
+
+
+def pair_term(call_id: str) -> str:
+    """The exact term a tool call and its results share (``call:<call_id>``): searching it
+    finds a hit's partner. The ``:`` makes it an identifier whatever the call id is."""
+    return f"call:{call_id}"
+
+
+def identifiers(text: str) -> list[str]:
+    """The identifiers, paths and error codes of ``text``, as written, each once: what the
+    ``terms`` keyword field holds and what a query matches exactly (case included)."""
+    # Each distinct token is judged once (a log repeats its words).
+    found = [t for t in dict.fromkeys(_IDENTIFIER.findall(text)) if _is_identifier(t)]
+    return found[:MAX_IDENTIFIERS]
 
 
 def tokenize(text: str) -> list[str]:
@@ -59,11 +92,16 @@ def filters_match(doc: dict[str, Any], f: SearchFilters) -> bool:
     )
 
 
-def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters) -> Hit | None:
+def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
+               exact_terms: Sequence[str] = ()) -> Hit | None:  # fmt: skip
     """A hit for a document the index cannot see yet, or ``None`` if it does not match."""
     if not filters_match(doc, filters):
         return None
     s = score(terms, doc["text"] + " " + doc["path"]) if terms else 1.0
+    # As the index: an identifier of the query held exactly by the document matches it
+    # (even with no word of the text in common) and ranks it first.
+    exact = set(exact_terms) & set(doc.get("terms", ()))
+    s += EXACT_BOOST * len(exact)
     if s == 0.0:
         return None
     return Hit(
@@ -73,4 +111,4 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters) ->
     )  # fmt: skip
 
 
-__all__ = ["SNIPPET_CHARS", "active_hit", "filters_match", "score", "snippet", "tokenize"]
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "active_hit", "identifiers", "pair_term", "filters_match", "score", "snippet", "tokenize"]

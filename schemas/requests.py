@@ -110,7 +110,7 @@ def thread_list_query(project: str | None, status: str | None, limit: int) -> Th
 
 class ContextQuery(_Strict):
     budget: int = Field(..., ge=1, le=MAX_BUDGET, description="token budget, e.g. 4000")
-    query: Text | None = Field(None, description="also recall evidence matching this query")
+    query: Text | None = Field(None, description="recall evidence matching this query (default: the latest user message and the goal)")
     model: Name | None = Field(None, description="model family, to choose the tokenizer")
 
 

@@ -157,9 +157,13 @@ SEARCH_FIELDS: tuple[IndexField, ...] = (
     IndexField("offset", "long"),
     IndexField("path", "text"),
     IndexField("text", "text"),
+    IndexField("terms", "keyword", stored=False),
 )
 """The search document. ``text`` holds the searchable body (message text, tool output,
-arguments, paths, error codes, tool names); keyword fields are exact-match filters."""
+arguments, paths, error codes, tool names); keyword fields are exact-match filters.
+``terms`` (many values) holds the text's identifiers, paths and error codes as written
+(``agentlog.processors.textsearch.identifiers``): a query naming one matches it exactly
+and ranks that hit first."""
 
 SEARCH_INDEX_NAME = "agentlog-events"
 

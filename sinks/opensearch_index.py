@@ -17,7 +17,7 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import OpenSearchException
 
-from agentlog.processors.textsearch import snippet, tokenize
+from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet, tokenize
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
 from agentlog.sinks.base import SearchIndex, StoreError, redact_url
@@ -60,6 +60,8 @@ class OpenSearchIndex(SearchIndex):
         try:
             if not self._client.indices.exists(index=index):
                 self._client.indices.create(index=index, body=index_body(refresh_interval))
+            else:
+                self._add_missing_fields()
         except OSConnectionError as error:
             raise StoreError(
                 f"cannot reach OpenSearch at {redact_url(url)}: start it (`eval \"$(infra/up)\"`) or unset "
@@ -68,6 +70,17 @@ class OpenSearchIndex(SearchIndex):
         except OpenSearchException as error:
             if "resource_already_exists" not in str(error):
                 raise StoreError(f"OpenSearch refused the index {index}: {error}") from error
+
+    def _add_missing_fields(self) -> None:
+        """An index created before a field of ``SEARCH_FIELDS`` (``terms``) gains it by a
+        put-mapping (adding a field is allowed on a live index): old documents simply lack
+        it (no exact matches until they are indexed again: ``agentlog rebuild``), new ones
+        have it, and the strict mapping accepts them."""
+        mapping = self._client.indices.get_mapping(index=self.index)
+        known = set().union(*(m["mappings"].get("properties", {}) for m in mapping.values()))
+        missing = {f.name: _TYPES[f.type] for f in SEARCH_FIELDS if f.name not in known}
+        if missing:
+            self._client.indices.put_mapping(index=self.index, body={"properties": missing})
 
     def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:  # an index op upserts anyway
         # The bulk body is built with orjson: the client's own JSON encoding of every
@@ -112,9 +125,15 @@ class OpenSearchIndex(SearchIndex):
 
     def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
         terms = tokenize(query)
+        exact = identifiers(query)
+        # A text match, or an identifier held exactly, which scores a constant far above
+        # any text score (as tantivy's query does).
+        should: list[dict[str, Any]] = [
+            {"multi_match": {"query": " ".join(terms), "fields": ["text", "path"], "operator": "or"}},
+            *({"constant_score": {"filter": {"term": {"terms": t}}, "boost": EXACT_BOOST}} for t in exact),
+        ]
         must: list[dict[str, Any]] = (
-            [{"multi_match": {"query": " ".join(terms), "fields": ["text", "path"], "operator": "or"}}]
-            if terms else [{"match_all": {}}]
+            [{"bool": {"should": should, "minimum_should_match": 1}}] if terms else [{"match_all": {}}]
         )  # fmt: skip
         flt: list[dict[str, Any]] = [
             {"term": {field: value}}

@@ -12,9 +12,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import tantivy
 
-from agentlog.processors.textsearch import snippet, tokenize
+from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet, tokenize
 from agentlog.schemas.tables import SEARCH_FIELDS
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.sinks.base import SearchIndex, StoreError
@@ -36,6 +37,22 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+def _check_schema(path: str) -> None:
+    """An index written with other fields (one built before ``terms``) cannot answer this
+    schema's queries: say so, and the data directory moves it aside and rebuilds it from
+    the topic (``agentlog.streams.embedded.datadir.open_derived``)."""
+    meta = os.path.join(path, "meta.json")
+    if not os.path.exists(meta):
+        return
+    with open(meta, "rb") as f:
+        fields = {entry["name"] for entry in orjson.loads(f.read()).get("schema", [])}
+    wanted = {f.name for f in SEARCH_FIELDS}
+    if fields != wanted:
+        missing = ", ".join(sorted(wanted - fields)) or "none"
+        raise StoreError(f"the search index in {path} was built with another schema (missing fields: {missing}); "
+                         "it is rebuilt from the topic")  # fmt: skip
+
+
 class TantivySearchIndex(SearchIndex):
     """``SearchIndex`` on a tantivy directory. One writer per process (tantivy locks it)."""
 
@@ -44,6 +61,7 @@ class TantivySearchIndex(SearchIndex):
         self.path = path
         self._schema = _schema()
         try:
+            _check_schema(path)
             self._index = tantivy.Index(self._schema, path=path, reuse=True)
             self._writer = self._index.writer(heap_size=heap_bytes, num_threads=1)
         except ValueError as error:
@@ -121,6 +139,12 @@ class TantivySearchIndex(SearchIndex):
                 for term in terms
                 for field in _TEXT_FIELDS
             ]
+            # An identifier held exactly scores a constant far above any text score.
+            should += [
+                (tantivy.Occur.Should, tantivy.Query.const_score_query(
+                    tantivy.Query.term_query(self._schema, "terms", ident), EXACT_BOOST))
+                for ident in identifiers(text)
+            ]  # fmt: skip
             clauses.append((tantivy.Occur.Must, tantivy.Query.boolean_query(should)))
         else:
             clauses.append((tantivy.Occur.Must, tantivy.Query.all_query()))

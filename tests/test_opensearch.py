@@ -88,3 +88,60 @@ def test_read_your_writes_against_the_lagging_opensearch_index(os_settings: Sett
         worker.join()
         service.close()
     assert "active" in sources  # the index really lagged, and the fallback covered it
+
+
+LOOSE = [f"the cache had a miss, err {i}: cache miss cache miss err" for i in range(12)]
+
+
+def test_an_exact_identifier_ranks_first_ahead_of_loosely_related_hits_on_opensearch(os_settings: Settings) -> None:
+    service = EmbeddedService(os_settings)
+    try:
+        lines = [raw(f"l{i}", "message", {"role": "assistant", "text": t}, i) for i, t in enumerate(LOOSE[:6])]
+        lines.append(raw("x", "tool_result", {"call_id": "k", "output": "fetch failed: ERR_CACHE_MISS",
+                                              "status": "error"}, 7))  # fmt: skip
+        lines += [raw(f"m{i}", "message", {"role": "assistant", "text": t}, 8 + i) for i, t in enumerate(LOOSE[6:])]
+        lines += [raw("p", "file_change", {"path": "src/app/main.py", "change": "modified"}, 30),
+                  *[raw(f"pl{i}", "message", {"role": "user", "text": "main app: src main py app main src"}, 31 + i)
+                    for i in range(6)]]  # fmt: skip
+        service.publish(b"\n".join(lines))
+        service.catch_up()
+        hits = service.search("ERR_CACHE_MISS", limit=20)["hits"]
+        assert len(hits) > 1 and hits[0]["event_id"] == "x" and hits[0]["source"] == "index"
+        assert service.search("src/app/main.py", limit=20)["hits"][0]["event_id"] == "p"
+    finally:
+        service.close()
+
+
+def test_an_opensearch_index_created_before_the_terms_field_gains_it_and_keeps_working(os_settings: Settings) -> None:
+    from agentlog.sinks.opensearch_index import index_body
+    from agentlog.schemas.search import SearchFilters
+
+    url, name = os_settings.opensearch_url, os_settings.opensearch_index
+    old = index_body()
+    del old["mappings"]["properties"]["terms"]  # the mapping an older version created
+    client = OpenSearchIndex(url, name)._client
+    client.indices.delete(index=name)
+    client.indices.create(index=name, body=old)
+    doc = {"event_id": "old", "thread_id": "t", "window_id": "w0", "kind": "message", "tool_name": "",
+           "project": "p", "agent_id": "main", "repo_commit": "", "error_code": "", "ts": "2026-01-01T00:00:00Z",
+           "ts_ms": 1767225600000, "offset": 1, "path": "", "text": "an old ERR_CACHE_MISS note"}  # fmt: skip
+    client.index(index=name, id="old", body=doc, refresh=True)
+    index = OpenSearchIndex(url, name)  # opening it adds the field
+    assert "terms" in client.indices.get_mapping(index=name)[name]["mappings"]["properties"]
+    index.add([{**doc, "event_id": "new", "offset": 2, "text": "a new ERR_CACHE_MISS", "terms": ["ERR_CACHE_MISS"]},
+               {**doc, "event_id": "loose", "offset": 3, "text": "err cache miss, cache miss err"}])  # fmt: skip
+    index.refresh()
+    hits = [h.event_id for h in index.search("ERR_CACHE_MISS", SearchFilters())]
+    assert hits[0] == "new" and set(hits) == {"new", "old", "loose"}  # the old document is still found
+
+
+def test_a_path_too_long_for_a_keyword_term_is_indexed_without_its_exact_term(os_settings: Settings) -> None:
+    service = EmbeddedService(os_settings)
+    try:
+        long_path = "src/" + "d/" * 20_000 + "f.py"  # beyond OpenSearch's 32 KB keyword term
+        service.publish(raw("c", "tool_call", {"call_id": "k", "tool_name": "read", "arguments": {"path": long_path}}, 0))
+        service.catch_up()
+        assert not service.health().get("degraded"), service.health()
+        assert [h["event_id"] for h in service.search("read", limit=5)["hits"]] == ["c"]
+    finally:
+        service.close()

@@ -15,6 +15,7 @@ from agentlog.processors.tokens import TokenCounter, counter, encoding_for
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.handoff import HandoffRecord
 from agentlog.schemas.requests import check_budget
+from agentlog.streams.api.recall import recall_for
 from agentlog.streams.config import Settings
 
 WINDOW_RECORDS = 400
@@ -38,7 +39,8 @@ class ContextSource(Protocol):
         ``after`` (window start, summary cover), oldest first."""
 
     def read_event(self, event_id: str) -> Envelope | None: ...
-    def search(self, query: str, thread_id: str | None = None, limit: int = 10) -> dict[str, Any]: ...
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               project: str | None = None, limit: int = 10) -> dict[str, Any]: ...  # fmt: skip
     def memory_facts(self, project: str) -> list[dict[str, Any]]: ...
     def publish(self, data: bytes) -> Any: ...
 
@@ -60,11 +62,8 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     latest_id = state.get("latest_user_message_id")
     if latest_id and all(e.event_id != latest_id for e in window):
         latest = service.read_event(latest_id)
-    recall = None
-    if query:
-        recall = service.search(query, thread_id=thread_id, limit=8)["hits"]
-        in_window = {e.event_id for e in window}
-        recall = [h for h in recall if h["event_id"] not in in_window]
+    # Recall runs on every request: the query, else the latest user message and the goal.
+    recall = recall_for(service, state, window, latest, orphans, query) or None
     facts = service.memory_facts(state["project"])
     result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts,
                       redact_secrets=service.settings.redact)

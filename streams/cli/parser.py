@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("context", cmd_context, "assemble a thread's context under a token budget")
     p.add_argument("thread", metavar="THREAD")
     p.add_argument("--budget", type=int, required=True, help="token budget (o200k_base tokens)")
-    p.add_argument("--query", help="also recall evidence matching this query")
+    p.add_argument("--query", help="recall evidence matching this query (default: the latest user message and the goal)")
     p.add_argument("--model", help="model family, to choose the tokenizer (default o200k_base)")
     p = add("search", cmd_search, "keyword search over events; hits say whether they came from the index or active state")
     p.add_argument("query", metavar="QUERY")

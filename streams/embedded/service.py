@@ -24,7 +24,7 @@ import orjson
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.records import active_hits
 from agentlog.processors.redaction import redact_if
-from agentlog.processors.textsearch import tokenize
+from agentlog.processors.textsearch import identifiers, tokenize
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
@@ -313,7 +313,7 @@ class EmbeddedService(MemoryOperations):
             closed = dict(tp.state.closed_windows) if tp is not None else {}
         events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible)
                   if isinstance(e := validate(r.value), Envelope))  # fmt: skip
-        return active_hits(events, terms, filters, current_window, known, closed)
+        return active_hits(events, terms, filters, current_window, known, closed, identifiers(query))
 
     def sql(self, statement: str) -> QueryResult:
         self._settle()

@@ -22,7 +22,7 @@ import orjson
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.records import active_hits
 from agentlog.processors.redaction import redact_if
-from agentlog.processors.textsearch import tokenize
+from agentlog.processors.textsearch import identifiers, tokenize
 from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.thread_list import log_row, log_ts, select_rows, thread_row
 from agentlog.processors.validation import validate
@@ -180,7 +180,7 @@ class StoreQueries:
         events = ((e, logged.offset) for logged in self._tail(thread_id, -1, RECENT)
                   if isinstance(e := validate(logged.raw), Envelope))  # fmt: skip
         matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, known,
-                              snapshot.state.closed_windows)  # fmt: skip
+                              snapshot.state.closed_windows, identifiers(query))  # fmt: skip
         try:
             visible = self.index.visible_ids([h.event_id for h in matches])
         except StoreError:

@@ -1,0 +1,154 @@
+"""Recall's rules (SPEC §4, issue 14): what to ask, where, and what a model is shown.
+
+- The query: the caller's, else the latest user message and the goal, stop words dropped
+  and identifiers (``ERR_CACHE_MISS``, ``src/app/main.py``, ``E1234``) kept whole, so the
+  index matches them exactly and ranks those hits first.
+- Where: the thread and its child threads (``agents[].thread_id``, from ``agent_spawn``'s
+  ``child_thread_id``), always within the thread's own project.
+- What: whole units. A hit on a tool call or result brings both, as one entry; a result
+  whose call cannot be found is never shown (an orphan); a call without a result says so.
+- Nothing twice: a unit any of whose events the context already holds (the raw window, the
+  latest user message, the summary's cited events, the pinned goal and constraints) is left
+  out, and so is an orphan.
+
+Pure: the adapter (``agentlog.streams.api.recall``) runs the searches and reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agentlog.processors.records import searchable
+from agentlog.processors.textsearch import identifiers, snippet, tokenize
+from agentlog.schemas.events import Envelope
+
+RECALL_LIMIT = 8
+"""Units recalled at most (each search asks for this many hits)."""
+MAX_CHILD_THREADS = 8
+"""Child threads searched at most (the newest spawned): recall's cost stays bounded."""
+MAX_QUERY_TERMS = 32
+
+STOP_WORDS = frozenset("""
+a about above after again all also am an and any are as at be been before being below
+between both but by can could did do does doing done down during each else few for from
+further get got had has have having he her here hers him his how i if in into is it its
+just let me more most my no nor not now of off on once only or other our out over own
+please same she should so some such than that the their them then there these they this
+those through to too under until up very was we were what when where which while who whom
+why will with would yes you your yours tell show say said says give find look see check
+again earlier before last latest happened happen output result results
+""".split())  # fmt: skip
+"""Words that would match most events: asked about, they only add noise."""
+
+
+def recall_query(state: Mapping[str, Any], latest_text: str | None, query: str | None) -> str:
+    """What recall searches for: ``query`` if given, else the latest user message and the
+    goal, without stop words, identifiers whole (an empty string: nothing to recall)."""
+    if query:
+        return query
+    goal = (state.get("goal") or {}).get("text") or ""
+    text = f"{latest_text or ''}\n{goal}"
+    words = [t for t in tokenize(text) if t not in STOP_WORDS and len(t) > 1]
+    kept = list(dict.fromkeys([*identifiers(text), *words]))
+    return " ".join(kept[:MAX_QUERY_TERMS])
+
+
+def family_threads(state: Mapping[str, Any]) -> list[str]:
+    """The thread and its child threads (newest spawned last, at most ``MAX_CHILD_THREADS``)."""
+    own = state["thread_id"]
+    named = (a.get("child_thread_id") or a.get("thread_id") for a in state.get("agents", []))
+    children = [t for t in named if t and t != own]
+    return [own, *list(dict.fromkeys(children))[-MAX_CHILD_THREADS:]]
+
+
+def held_ids(state: Mapping[str, Any], window_ids: Iterable[str]) -> set[str]:
+    """Events whose content the context already holds: the raw window, the latest user
+    message, the summary's cited events, the pinned goal and constraints."""
+    held = set(window_ids)
+    for key in ("latest_user_message_id", "window_started_by"):
+        if state.get(key):
+            held.add(state[key])
+    summary = state.get("summary") or {}
+    for section in ("observations", "hypotheses"):
+        held.update(item["source_event_id"] for item in summary.get(section, []) if item.get("source_event_id"))
+    if state.get("goal") and state["goal"].get("event_id"):
+        held.add(state["goal"]["event_id"])
+    held.update(c["event_id"] for c in state.get("constraints", []) if c.get("event_id"))
+    return held
+
+
+def rank(hit_lists: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One list from several searches' hits, each event once: highest score first (an
+    exact identifier match scores above any text match in every engine), then newest."""
+    best: dict[str, dict[str, Any]] = {}
+    for hits in hit_lists:
+        for h in hits:
+            if h["event_id"] not in best or h["score"] > best[h["event_id"]]["score"]:
+                best[h["event_id"]] = h
+    return sorted(best.values(), key=lambda h: (-h["score"], -h.get("offset", 0)))
+
+
+def partner_kind(event: Envelope) -> str | None:
+    """The kind of the event that completes ``event``'s unit, or ``None`` for a message."""
+    return {"tool_call": "tool_result", "tool_result": "tool_call"}.get(event.kind)
+
+
+def is_partner(event: Envelope, candidate: Envelope) -> bool:
+    """Whether ``candidate`` is the other half of ``event``'s tool unit (same thread and call)."""
+    return (candidate.thread_id == event.thread_id and candidate.kind == partner_kind(event)
+            and getattr(candidate.payload, "call_id", None) == getattr(event.payload, "call_id", None))  # fmt: skip
+
+
+def first_partner(event: Envelope, candidates: Iterable[tuple[Envelope, int]]) -> Envelope | None:
+    """The partner among ``(candidate, offset)``: the earliest, as the first result wins."""
+    found = sorted(((off, c.event_id, c) for c, off in candidates if is_partner(event, c)), key=lambda t: t[:2])
+    return found[0][2] if found else None
+
+
+def unit_entry(hit: Mapping[str, Any], call: Envelope | None, result: Envelope | None,
+               query: str) -> dict[str, Any] | None:  # fmt: skip
+    """One recall entry for a hit: the hit as is for anything but a tool event, else the
+    whole unit (call, then result) as one entry, so the two are kept or dropped together.
+    ``None``: a result without its call (an orphan is never shown)."""
+    if hit["kind"] not in ("tool_call", "tool_result"):
+        return {**hit, "event_ids": [hit["event_id"]]}
+    if call is None:
+        return None
+    terms = tokenize(query)
+    call_text = searchable(call)[0]
+    line = f"call {snippet(terms, call_text)}"
+    ids = [call.event_id]
+    if result is None:
+        line += " → no result yet"
+    else:
+        p: Any = result.payload
+        exit_code = "" if p.exit_code is None else f" exit_code {p.exit_code}"
+        output = snippet(terms, p.output)
+        line += f" → result {result.event_id} [{p.status}{exit_code}]: {output}"
+        ids.append(result.event_id)
+    return {**hit, "event_id": call.event_id, "kind": "tool_call", "ts": call.ts, "snippet": line, "event_ids": ids}
+
+
+def fresh(entries: Iterable[dict[str, Any] | None], held: set[str], orphans: set[str],
+          limit: int = RECALL_LIMIT) -> list[dict[str, Any]]:  # fmt: skip
+    """The entries the context does not hold yet, each unit once, at most ``limit``."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for entry in entries:
+        if entry is None:
+            continue
+        ids = set(entry["event_ids"])
+        if ids & (held | seen | orphans):
+            continue
+        seen |= ids
+        out.append(entry)
+        if len(out) == limit:
+            break
+    return out
+
+
+__all__ = [
+    "MAX_CHILD_THREADS", "RECALL_LIMIT", "STOP_WORDS", "family_threads", "first_partner", "fresh", "held_ids",
+    "is_partner", "partner_kind", "rank", "recall_query", "unit_entry",
+]  # fmt: skip

@@ -1,0 +1,72 @@
+"""Recall for ``context_for``: the searches and reads behind ``agentlog.processors.recall``'s rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from agentlog.processors.recall import (
+    RECALL_LIMIT, family_threads, first_partner, fresh, held_ids, partner_kind, rank, recall_query, unit_entry,
+)  # fmt: skip
+from agentlog.processors.textsearch import EXACT_BOOST, pair_term
+from agentlog.schemas.events import Envelope
+
+
+class RecallSource(Protocol):
+    def read_event(self, event_id: str) -> Envelope | None: ...
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               project: str | None = None, limit: int = 10) -> dict[str, Any]: ...  # fmt: skip
+
+
+def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[Envelope],
+               latest: Envelope | None, orphans: set[str], query: str | None) -> list[dict[str, Any]]:  # fmt: skip
+    """The recalled entries for a context: ``query``, else the latest user message and the
+    goal, searched in the thread and its child threads of the same project, whole units,
+    nothing the context already holds."""
+    latest_id = state.get("latest_user_message_id")
+    latest_event = latest or next((e for e in window if e.event_id == latest_id), None)
+    text = getattr(latest_event.payload, "text", None) if latest_event is not None else None
+    q = recall_query(state, text, query)
+    if not q:
+        return []
+    project = state["project"]
+    hits = rank(service.search(q, thread_id=t, project=project, limit=RECALL_LIMIT)["hits"]
+                for t in family_threads(state))  # fmt: skip
+    held = held_ids(state, (e.event_id for e in window))
+    return fresh(_entries(service, hits, held, project, q), held, orphans)
+
+
+def _entries(service: RecallSource, hits: list[dict[str, Any]], held: set[str], project: str,
+             query: str) -> Iterator[dict[str, Any] | None]:  # fmt: skip
+    """Each hit's entry, lazily (``fresh`` stops at its limit), skipping a hit whose unit an
+    earlier entry already brought: each unit's partner is looked up once."""
+    covered = set(held)
+    for hit in hits:
+        if hit["event_id"] in covered:
+            continue
+        entry = _unit(service, hit, project, query)
+        if entry is not None:
+            covered.update(entry["event_ids"])
+        yield entry
+
+
+def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str) -> dict[str, Any] | None:
+    """The hit's entry, its tool unit completed by the partner event (searched exactly by
+    the ``call:<call_id>`` term both halves are indexed with)."""
+    if hit["kind"] not in ("tool_call", "tool_result"):
+        return unit_entry(hit, None, None, query)
+    event = service.read_event(hit["event_id"])
+    want = partner_kind(event) if event is not None else None
+    if event is None or want is None:
+        return None
+    found = service.search(pair_term(str(event.payload.call_id)), thread_id=event.thread_id,  # type: ignore[attr-defined]
+                           kind=want, project=project, limit=4)["hits"]  # fmt: skip
+    # Only a hit holding the term exactly can be the partner: the others are not read.
+    candidates = [(c, h["offset"]) for h in found
+                  if h["score"] >= EXACT_BOOST and (c := service.read_event(h["event_id"])) is not None]  # fmt: skip
+    partner = first_partner(event, candidates)
+    call, result = (event, partner) if event.kind == "tool_call" else (partner, event)
+    return unit_entry(hit, call, result, query)
+
+
+__all__ = ["RecallSource", "recall_for"]

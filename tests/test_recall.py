@@ -1,0 +1,213 @@
+"""Issue 14, item 4: automatic, pair-aware recall (exact identifiers first, whole units,
+nothing twice, the thread family but never another project)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from agentlog.processors.pipeline import Pipeline, Record
+from agentlog.processors.recall import held_ids, recall_query
+from agentlog.processors.records import active_hits
+from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.schemas.search import SearchFilters
+from agentlog.streams.api.context import context_for
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+from tests.helpers import raw
+
+LOOSE = [f"the cache had a miss, err {i}: cache miss cache miss err" for i in range(12)]
+
+
+def _publish(service: EmbeddedService, lines: list[bytes]) -> None:
+    service.publish(b"\n".join(lines))
+    service.catch_up()
+
+
+def _switch_then_ask(question: str, t: float, thread: str = "t1", **extra: Any) -> list[bytes]:
+    """A window switch (what came before is out of the raw window: only recall brings it
+    back) and the user's question."""
+    return [raw(f"{thread}-ws", "window_switch", {"new_window_id": "w2"}, t, thread=thread, **extra),
+            raw(f"{thread}-ask", "message", {"role": "user", "text": question}, t + 1, thread=thread, **extra)]  # fmt: skip
+
+
+def _recall(ctx: dict[str, Any]) -> tuple[list[str], str]:
+    section = next((s for s in ctx["sections"] if s["name"] == "recall"), {"hits": []})
+    text = next((m["content"] for m in ctx["messages"] if (m.get("content") or "").startswith("Recalled")), "")
+    return section["hits"], text
+
+
+def _text(ctx: dict[str, Any]) -> str:
+    return "\n".join(m.get("content") or "" for m in ctx["messages"])
+
+
+def test_automatic_recall_uses_the_latest_user_message_as_the_query(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "ship the release"}, 0),
+             raw("m1", "message", {"role": "user", "text": "the deploy target is the eu-west cluster"}, 1),
+             raw("m2", "message", {"role": "assistant", "text": "noted, unrelated chatter"}, 2),
+             *_switch_then_ask("which deploy target did I give you?", 10)]  # fmt: skip
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 4000))  # no query given
+    assert hits and hits[0] == "m1"
+    assert "eu-west cluster" in text
+    assert "m2" not in hits  # matched nothing the user asked about
+
+
+def test_recall_is_pair_aware_a_result_is_recalled_with_its_call(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "make the build green"}, 0),
+             raw("c1", "tool_call", {"call_id": "k1", "tool_name": "pytest", "arguments": {"args": "-q"}}, 1),
+             raw("r1", "tool_result", {"call_id": "k1", "output": "3 failed, 9 passed: test_login broke"}, 2),
+             *_switch_then_ask("what did pytest say?", 10)]  # fmt: skip
+    _publish(service, lines)
+    ctx = context_for(service, "t1", 4000)
+    hits, text = _recall(ctx)
+    assert hits == ["c1"]
+    assert "pytest" in text and "r1" in text and "3 failed, 9 passed" in text  # the result, not only the call
+    # And from the other side: a query matching only the output brings the call along.
+    hits, text = _recall(context_for(service, "t1", 4000, query="test_login broke"))
+    assert hits == ["c1"] and "call pytest" in text and "3 failed" in text
+
+
+def test_a_result_whose_call_is_nowhere_is_never_recalled_alone(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "ship"}, 0),
+             raw("r9", "tool_result", {"call_id": "nobody", "output": "narwhal output nobody asked for"}, 1),
+             *_switch_then_ask("anything about the narwhal?", 40)]  # fmt: skip
+    _publish(service, lines)
+    assert "r9" in [h["event_id"] for h in service.search("narwhal")["hits"]]
+    hits, text = _recall(context_for(service, "t1", 4000))
+    assert hits == [] and "narwhal output" not in _text(context_for(service, "t1", 4000))
+
+
+def test_an_exact_identifier_ranks_first_ahead_of_loosely_related_hits_in_the_embedded_index(
+    service: EmbeddedService,
+) -> None:
+    lines = [raw(f"l{i}", "message", {"role": "assistant", "text": t}, i) for i, t in enumerate(LOOSE[:6])]
+    lines.append(raw("x", "tool_result", {"call_id": "k", "output": "fetch failed: ERR_CACHE_MISS", "status": "error"}, 7))
+    lines += [raw(f"m{i}", "message", {"role": "assistant", "text": t}, 8 + i) for i, t in enumerate(LOOSE[6:])]
+    _publish(service, lines)
+    hits = service.search("ERR_CACHE_MISS", limit=20)["hits"]
+    assert len(hits) > 1 and hits[0]["event_id"] == "x" and hits[0]["source"] == "index"
+    _publish(service, [raw("p", "file_change", {"path": "src/app/main.py", "change": "modified"}, 30),
+                       *[raw(f"pl{i}", "message", {"role": "user", "text": "main app: src main py app main src"}, 31 + i)
+                         for i in range(6)]])  # fmt: skip
+    assert service.search("src/app/main.py", limit=20)["hits"][0]["event_id"] == "p"
+
+
+def test_read_your_writes_matches_an_exact_identifier_as_the_index_does() -> None:
+    texts = [*LOOSE[:5], "fetch failed: ERR_CACHE_MISS", *LOOSE[5:]]
+    records = [Record(0, i, raw(f"e{i}", "message", {"role": "user", "text": t}, i)) for i, t in enumerate(texts)]
+    pipeline = Pipeline()
+    applied = pipeline.process(records).applied
+    state = pipeline.threads["t1"].state
+    query = "ERR_CACHE_MISS"
+    hits = active_hits([(a.event, a.record.offset) for a in applied], tokenize(query), SearchFilters("t1"),
+                       state.window_id, set(), state.closed_windows, identifiers(query))  # fmt: skip
+    assert max(hits, key=lambda h: h.score).event_id == "e5"
+
+
+def test_recall_puts_the_exact_identifier_first(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "fix the cache"}, 0)]
+    lines += [raw(f"l{i}", "message", {"role": "assistant", "text": t}, 1 + i) for i, t in enumerate(LOOSE)]
+    lines.append(raw("x", "error", {"message": "lookup failed", "code": "ERR_CACHE_MISS"}, 20))
+    lines += _switch_then_ask("why the ERR_CACHE_MISS?", 30)
+    _publish(service, lines)
+    hits, _text_ = _recall(context_for(service, "t1", 8000))
+    assert hits[0] == "x"
+
+
+def test_no_cross_project_recall(service: EmbeddedService) -> None:
+    lines = [raw("o1", "message", {"role": "user", "text": "the gizmo password rotation runbook"}, 0,
+                 thread="other", project="p2"),
+             # A child link naming a thread of another project is not followed either.
+             raw("s", "agent_spawn", {"child_agent_id": "a1", "child_thread_id": "other"}, 1, project="p1"),
+             raw("own", "message", {"role": "user", "text": "an old gizmo note"}, 2, project="p1"),
+             *_switch_then_ask("where is the gizmo runbook?", 10, project="p1")]  # fmt: skip
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 4000))
+    assert hits == ["own"]
+    assert "o1" not in _text(context_for(service, "t1", 4000, query="gizmo password rotation runbook"))
+
+
+def test_child_thread_recall_lets_the_parent_say_what_a_child_found(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "find the memory leak"}, 0),
+             raw("s", "agent_spawn", {"child_agent_id": "a1", "role": "investigator", "child_thread_id": "t1-kid"}, 1),
+             raw("kc", "tool_call", {"call_id": "q1", "tool_name": "grep", "arguments": {"pattern": "alloc"}}, 2,
+                 thread="t1-kid", agent_id="a1"),
+             raw("kr", "tool_result", {"call_id": "q1", "output": "leak found in src/pool.py: buffers never freed"}, 3,
+                 thread="t1-kid", agent_id="a1"),
+             raw("sib", "message", {"role": "user", "text": "src/pool.py leak elsewhere"}, 4, thread="stranger"),
+             *_switch_then_ask("what did the child find in src/pool.py?", 10)]  # fmt: skip
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 4000))
+    assert hits[0] == "kc" and "buffers never freed" in text and "call grep" in text
+    assert "sib" not in hits  # a thread outside the family is not searched
+
+
+def test_recall_never_repeats_what_the_window_already_holds(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "ship"}, 0),
+             raw("old", "message", {"role": "user", "text": "the pelican flag must stay off"}, 1),
+             raw("ws", "window_switch", {"new_window_id": "w2"}, 2),
+             raw("c1", "tool_call", {"call_id": "k1", "tool_name": "bash", "arguments": {"cmd": "pelican --status"}}, 3),
+             raw("r1", "tool_result", {"call_id": "k1", "output": "pelican: off"}, 4),
+             raw("ask", "message", {"role": "user", "text": "is the pelican flag still off?"}, 5)]  # fmt: skip
+    _publish(service, lines)
+    ctx = context_for(service, "t1", 8000)
+    hits, _rtext = _recall(ctx)
+    assert hits == ["old"]  # c1/r1 and the question itself are in the window already
+    assert _text(ctx).count("pelican: off") == 1
+
+
+def test_recall_does_not_repeat_what_the_summary_cites() -> None:
+    state = {"thread_id": "t1", "latest_user_message_id": "u9", "goal": {"text": "g", "event_id": "g"},
+             "constraints": [{"event_id": "k", "text": "x"}],
+             "summary": {"observations": [{"text": "pytest failed", "source_event_id": "r1"}], "hypotheses": []}}  # fmt: skip
+    assert held_ids(state, ["w1"]) == {"w1", "u9", "g", "k", "r1"}
+
+
+def test_the_automatic_query_drops_stop_words_and_keeps_identifiers_whole() -> None:
+    state = {"thread_id": "t1", "goal": {"text": "fix src/app/main.py"}}
+    q = recall_query(state, "what did pytest say about ERR_CACHE_MISS?", None)
+    assert q.split()[:2] == ["ERR_CACHE_MISS", "src/app/main.py"]
+    assert "pytest" in q.split() and "what" not in q.split() and "did" not in q.split()
+    assert recall_query(state, "anything", "my own query") == "my own query"
+
+
+def test_an_index_built_before_the_terms_field_is_rebuilt_from_the_topic(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data")
+    service = EmbeddedService(settings)
+    _publish(service, [raw("x", "message", {"role": "user", "text": "it said ERR_CACHE_MISS"}, 0),
+                       *[raw(f"l{i}", "message", {"role": "user", "text": t}, 1 + i) for i, t in enumerate(LOOSE)]])  # fmt: skip
+    service.close()
+    index_dir = settings.path("index")
+    for f in index_dir.iterdir():  # the index as an older version wrote it: no terms field
+        f.unlink() if f.is_file() else None
+    builder = tantivy.SchemaBuilder()
+    for name in ("event_id", "thread_id", "text"):
+        builder.add_text_field(name, stored=True)
+    old = tantivy.Index(builder.build(), path=str(index_dir))
+    writer = old.writer()
+    writer.add_document(tantivy.Document(event_id="x", thread_id="t1", text="it said ERR_CACHE_MISS"))
+    writer.commit()
+    writer.wait_merging_threads()
+    del writer, old
+    service = EmbeddedService(settings)
+    try:
+        hits = service.search("ERR_CACHE_MISS", limit=20)["hits"]
+        assert hits[0]["event_id"] == "x" and hits[0]["source"] == "index" and len(hits) == 1 + len(LOOSE)
+    finally:
+        service.close()
+
+
+def test_read_your_writes_finds_a_call_by_its_exact_pair_term_alone() -> None:
+    records = [Record(0, 0, raw("c", "tool_call", {"call_id": "r1", "tool_name": "read", "arguments": {}}, 0)),
+               Record(0, 1, raw("r", "tool_result", {"call_id": "r1", "output": "nothing in common"}, 1))]  # fmt: skip
+    pipeline = Pipeline()
+    applied = pipeline.process(records).applied
+    state = pipeline.threads["t1"].state
+    query = "call:r1"  # what recall searches a hit's partner by: no word of the result's text
+    hits = active_hits([(a.event, a.record.offset) for a in applied], tokenize(query),
+                       SearchFilters("t1", kind="tool_result"), state.window_id, set(), state.closed_windows,
+                       identifiers(query))  # fmt: skip
+    assert [h.event_id for h in hits] == ["r"]
