@@ -37,10 +37,12 @@ LINE_CHARS = 200
 DIGEST_CHARS = 800
 USER_CHARS = 400
 DIGEST_MIDDLE_LINES = 6
-_ERROR_WORDS = re.compile(
-    r"error|fail|exception|traceback|fatal|denied|refused|timed? ?out|not found|panic|abort|warning", re.I
+_ERROR_HINT = re.compile(
+    r"(?i:error|fail|exception|traceback|fatal|denied|refused|timed? ?out|not found|panic|abort|warning"
+    r"|exit (?:code|status))|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b[A-Z]{1,4}[0-9]{3,}\b"
 )
-_ERROR_CODES = re.compile(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b[A-Z]{1,4}[0-9]{3,}\b|\bexit (?:code|status)\b")
+SCAN_CHARS = 65536
+"""How much of an output the digest scans for error lines (its last line is always kept)."""
 _PROTECTED = frozenset({"user", "failure", "error"})
 
 
@@ -50,16 +52,22 @@ def _tokens(chars: int) -> int:
 
 def digest(text: str) -> str:
     """An output's first and last lines and the lines between that look like errors."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if not lines:
+    body = text.strip()
+    if not body:
         return ""
-    middle = [ln for ln in lines[1:-1] if _ERROR_WORDS.search(ln) or _ERROR_CODES.search(ln)]
-    picked = [lines[0], *middle[:DIGEST_MIDDLE_LINES], *lines[1:][-1:]]
-    seen: list[str] = []
-    for ln in picked:
-        if ln not in seen:
-            seen.append(ln)
-    return clip_at_word(" | ".join(clip_at_word(ln, LINE_CHARS) for ln in seen), DIGEST_CHARS)
+    first, last = body.split("\n", 1)[0].strip(), body.rsplit("\n", 1)[-1].strip()
+    picked, pos, scan, tries = [first], 0, body[:SCAN_CHARS], 4 * DIGEST_MIDDLE_LINES
+    while len(picked) <= DIGEST_MIDDLE_LINES and tries and (m := _ERROR_HINT.search(scan, pos)):
+        tries -= 1  # repeated lines cost a look each: bounded
+        start = scan.rfind("\n", 0, m.start()) + 1
+        end = scan.find("\n", m.end())
+        end = len(scan) if end < 0 else end
+        line, pos = scan[start:end].strip(), end + 1
+        if line not in picked and line != last:
+            picked.append(line)
+    if last not in picked:
+        picked.append(last)
+    return clip_at_word(" | ".join(clip_at_word(ln, LINE_CHARS) for ln in picked), DIGEST_CHARS)
 
 
 def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
@@ -104,7 +112,12 @@ def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState
     call, or the newest user message and what follows it."""
     if budget <= 0 or (window.tokens <= budget and len(window.entries) <= MAX_ENTRIES):
         return 0
-    cut = _cut(window.entries, state, pairing, budget)
+    if window.tokens < window.retry_tokens and len(window.entries) < window.retry_entries:
+        return 0  # the last try was blocked (open work, the newest turn): wait for growth
+    cut = _cut(window.entries, window.tokens, state, pairing, budget)
+    # Measured in the window itself, so a replay throttles exactly as the live run did.
+    window.retry_tokens = window.tokens - sum(e.tokens for e in window.entries[:cut]) + budget // 4
+    window.retry_entries = len(window.entries) - cut + MAX_ENTRIES // 8
     if cut == 0:
         return 0
     folded = window.entries[:cut]
@@ -116,14 +129,14 @@ def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState
     return cut
 
 
-def _cut(entries: list[WindowEntry], state: WorkingState, pairing: PairingState, budget: int) -> int:
+def _cut(entries: list[WindowEntry], tokens: int, state: WorkingState, pairing: PairingState, budget: int) -> int:
     """The longest stream prefix made of whole foldable units that brings the window to
     half its limits (or as close as the blocked units allow)."""
     last: dict[str, int] = {}
     for i, e in enumerate(entries):
         last[e.unit] = i
     latest = next((i for i, e in enumerate(entries) if e.event_id == state.latest_user_message_id), len(entries))
-    tokens, target, cut, reach = sum(e.tokens for e in entries), budget // 2, 0, -1
+    target, cut, reach = budget // 2, 0, -1
     for i, e in enumerate(entries):
         if i >= latest or e.unit in state.pending_calls or e.unit in pairing.early:
             break

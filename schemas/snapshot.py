@@ -75,6 +75,10 @@ class RawWindow:
 
     entries: list[WindowEntry] = field(default_factory=list)
     tokens: int = 0
+    retry_tokens: int = 0
+    retry_entries: int = 0
+    """After a fold that left the window over its limits (blocked by open work or the
+    newest turn), the next try waits until the window reaches these sizes."""
 
 
 class ThreadSnapshot(BaseModel):
