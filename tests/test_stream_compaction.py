@@ -173,6 +173,30 @@ def test_no_context_holds_an_unpaired_call_or_an_orphan_and_the_newest_user_mess
             service.close()
 
 
+@PROPS
+@given(sessions(), st.integers(60, 3000))
+def test_the_fold_never_splits_a_call_from_its_result_nor_folds_an_open_call_or_the_newest_user_message(
+    records: list[bytes], window_tokens: int
+) -> None:
+    tp = processed(records, window_tokens)
+    bodies = [orjson.loads(r) for r in records]
+    remaining = {e.event_id for e in tp.window.entries}
+    assert remaining <= {b["event_id"] for b in bodies}
+    units: dict[str, set[bool]] = {}
+    for b in bodies:
+        if b["kind"] in ("tool_call", "tool_result"):
+            units.setdefault(b["payload"]["call_id"], set()).add(b["event_id"] in remaining)
+    assert all(len(sides) == 1 for sides in units.values())  # a unit is all folded or all raw
+    assert {c.event_id for c in tp.state.pending_calls.values()} <= remaining
+    if tp.state.latest_user_message_id:
+        assert tp.state.latest_user_message_id in remaining
+    if tp.state.summary is not None:
+        assert tp.state.summary["goal"] == "ship the release" and "never push to main" in tp.state.summary["constraints"]
+        # The raw window is exactly what follows the cover: nothing between is lost.
+        ids = [b["event_id"] for b in bodies]
+        assert [e.event_id for e in tp.window.entries] == ids[ids.index(tp.state.summary_covers_through) + 1:]
+
+
 def test_a_601_event_thread_s_summary_covers_from_its_first_events(tmp_path: Path) -> None:
     records = [raw("e0", "message", {"role": "user", "text": "Deploy target is prod-eu-3.\nKeep the old API."}, 0),
                raw("e1", "tool_call", {"call_id": "c1", "tool_name": "curl"}, 1),
