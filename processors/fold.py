@@ -25,6 +25,8 @@ DEFAULT_WINDOW_TOKENS = 6000
 MAX_ENTRIES = 300
 """A raw window of more events than this folds too (state-only events cost no tokens but
 are still read): it stays under what context assembly reads (``WINDOW_RECORDS``)."""
+HARD_ENTRIES = 2 * MAX_ENTRIES
+"""Past this many events after the newest user message, the fold may take it too."""
 OUTPUT_CHARS = 4000
 """A tool output counts at most this many characters: what assembly shows of one at most."""
 MAX_OBSERVATIONS = 60
@@ -136,6 +138,10 @@ def _cut(entries: list[WindowEntry], tokens: int, state: WorkingState, pairing: 
     for i, e in enumerate(entries):
         last[e.unit] = i
     latest = next((i for i, e in enumerate(entries) if e.event_id == state.latest_user_message_id), len(entries))
+    if len(entries) - latest > HARD_ENTRIES:
+        # A long autonomous run after the newest user message: the snapshot stays bounded.
+        # Assembly still shows that message, read apart and placed before the window.
+        latest = len(entries)
     target, cut, reach = budget // 2, 0, -1
     for i, e in enumerate(entries):
         if i >= latest or e.unit in state.pending_calls or e.unit in pairing.early:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.processors.context import BudgetTooSmall
-from agentlog.processors.fold import digest
+from agentlog.processors.fold import HARD_ENTRIES, digest
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.thread import PairingConfig, ThreadProcessor
 from agentlog.schemas.snapshot import ThreadSnapshot
@@ -291,5 +291,24 @@ def test_a_context_read_at_a_tiny_budget_never_folds_the_newest_user_turn(tmp_pa
         again = context_for(service, "t1", 8000)
         assert again == big
         assert again["sections"][-1]["event_ids"] == ["b-011", "b-012", "c5", "r5", "m5"]
+    finally:
+        service.close()
+
+
+def test_a_long_autonomous_run_after_the_newest_user_message_keeps_the_window_bounded_and_the_message_in_context(
+    tmp_path: Path,
+) -> None:
+    records = [raw("g", "goal", {"text": "g"}, 0), raw("ask", "message", {"role": "user", "text": "refactor it all"}, 1)]
+    records += [raw(f"n{i}", "plan", {"steps": [{"step_id": f"s{i}", "text": "x", "status": "done"}]}, 2 + i)
+                for i in range(HARD_ENTRIES + 50)]  # fmt: skip
+    records.append(raw("last", "message", {"role": "assistant", "text": "done"}, 5000))
+    tp = processed(records, window_tokens=6000)
+    assert len(tp.window.entries) <= HARD_ENTRIES
+    service = service_with(records, tmp_path / "d", window_tokens=6000)
+    try:
+        ctx = context_for(service, "t1", 4000)
+        conversation = [m for m in ctx["messages"] if m["role"] != "system"]
+        assert conversation[0] == {"role": "user", "content": "refactor it all"}  # before the newer events
+        assert conversation[-1]["content"] == "done"
     finally:
         service.close()
