@@ -25,8 +25,9 @@ DEFAULT_WINDOW_TOKENS = 6000
 MAX_ENTRIES = 300
 """A raw window of more events than this folds too (state-only events cost no tokens but
 are still read): it stays under what context assembly reads (``WINDOW_RECORDS``)."""
-HARD_ENTRIES = 2 * MAX_ENTRIES
-"""Past this many events after the newest user message, the fold may take it too."""
+HARD_ENTRIES = 380
+"""Past this many events after the newest user message, the fold may take it too: under
+what assembly reads (``WINDOW_RECORDS``, 400), so every raw event is read."""
 OUTPUT_CHARS = 4000
 """A tool output counts at most this many characters: what assembly shows of one at most."""
 MAX_OBSERVATIONS = 60
