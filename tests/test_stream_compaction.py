@@ -158,6 +158,10 @@ def test_no_context_holds_an_unpaired_call_or_an_orphan_and_the_newest_user_mess
             text = orjson.dumps(messages).decode()
             assert "nobody asked for this" not in text  # not in the window, not in the summary
             assert "nobody asked" not in orjson.dumps(state["summary"]).decode()
+            order = [orjson.loads(r)["event_id"] for r in records]
+            recent = ctx["sections"][-1]["event_ids"]
+            firsts = [i for i in recent if not i.startswith(("r", "o"))]  # results follow their calls
+            assert firsts == sorted(firsts, key=order.index)  # event order within the raw window
             latest = state["latest_user_message_id"]
             conversation = [m for m in messages if m["role"] != "system"]
             if latest is not None:
@@ -165,8 +169,6 @@ def test_no_context_holds_an_unpaired_call_or_an_orphan_and_the_newest_user_mess
                 latest_text = next(orjson.loads(r)["payload"]["text"] for r in records
                                    if orjson.loads(r)["event_id"] == latest)  # fmt: skip
                 assert users and users[-1]["content"] == latest_text
-                recent = ctx["sections"][-1]["event_ids"]
-                order = [orjson.loads(r)["event_id"] for r in records]
                 after = recent[recent.index(latest) + 1:]
                 assert all(order.index(i) > order.index(latest) for i in after)
         finally:
