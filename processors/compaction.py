@@ -1,5 +1,8 @@
-"""Compaction (SPEC §5): fold the oldest safe prefix of the raw window into the rolling
-summary, a structured handoff record. Pure: the caller publishes the ``compaction`` event.
+"""Compaction helpers over events (SPEC §5): checks for a handoff record, a summariser
+interface, and the ``compaction`` event. The fold itself is a stream step
+(``agentlog.processors.fold``); these serve a summariser that runs beside the stream
+(an LLM's record, published as a ``compaction`` event) and its checks. A context read
+never calls them.
 
 Safe prefix: whole interaction units only (a tool call never leaves without its result),
 and it stops before any unit that holds a pending call, so open work stays in view.

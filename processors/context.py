@@ -140,7 +140,8 @@ def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: i
         chosen: list[str] = []
         title_cost = counter.count(title) + 1
         for item in reversed(items):
-            line = f"- {item['text']} [{item['source_event_id']}]"
+            seen = f" (x{item['count']})" if item.get("count", 1) > 1 else ""
+            line = f"- {item['text']}{seen} [{', '.join(item.get('source_event_ids') or [item['source_event_id']])}]"
             cost = counter.count(line) + 1
             if used + title_cost + cost > max_tokens:
                 break
@@ -395,7 +396,7 @@ def assemble(
         text = latest_user.payload.text  # type: ignore[attr-defined]
         content = redact(text) if redact_secrets else text
         latest_unit = Unit([latest_user.event_id], [{"role": "user", "content": content}])
-        units.append(latest_unit)
+        units.insert(0, latest_unit)  # read apart: older than every event of the window
     for u in units:
         u.tokens = sum(message_tokens(counter, m) for m in u.messages)
     needed = message_tokens(counter, pinned) + (latest_unit.tokens if latest_unit else 0)

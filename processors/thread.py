@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentlog.processors.fold import DEFAULT_WINDOW_TOKENS, drop_through, entry_of, fold_if_needed, track
 from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer
 from agentlog.processors.reducer import reduce
 from agentlog.schemas.events import Envelope
-from agentlog.schemas.snapshot import ThreadSnapshot
+from agentlog.schemas.snapshot import RawWindow, ThreadSnapshot
 from agentlog.schemas.state import ToolPair, WorkingState
 
 
@@ -16,6 +17,8 @@ from agentlog.schemas.state import ToolPair, WorkingState
 class PairingConfig:
     grace_ms: float = DEFAULT_GRACE_MS
     call_timeout_ms: float = DEFAULT_CALL_TIMEOUT_MS
+    compact_window_tokens: int = DEFAULT_WINDOW_TOKENS
+    """The raw window's token budget before its oldest units fold into the summary; 0: never."""
 
 
 @dataclass(slots=True)
@@ -28,18 +31,22 @@ class ThreadProcessor:
     state: WorkingState
     pairer: Pairer
     positions: dict[int, int] = field(default_factory=dict)
+    window: RawWindow = field(default_factory=RawWindow)
+    window_tokens: int = DEFAULT_WINDOW_TOKENS
 
     @classmethod
     def new(cls, thread_id: str, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
-        return cls(WorkingState(thread_id=thread_id), Pairer(thread_id, None, config.grace_ms, config.call_timeout_ms))
+        pairer = Pairer(thread_id, None, config.grace_ms, config.call_timeout_ms)
+        return cls(WorkingState(thread_id=thread_id), pairer, window_tokens=config.compact_window_tokens)
 
     @classmethod
     def restore(cls, snapshot: ThreadSnapshot, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
         pairer = Pairer(snapshot.state.thread_id, snapshot.pairing, config.grace_ms, config.call_timeout_ms)
-        return cls(snapshot.state, pairer, dict(snapshot.positions))
+        return cls(snapshot.state, pairer, dict(snapshot.positions), snapshot.window, config.compact_window_tokens)
 
     def snapshot(self) -> ThreadSnapshot:
-        return ThreadSnapshot(state=self.state, pairing=self.pairer.state, positions=self.positions)
+        return ThreadSnapshot(state=self.state, pairing=self.pairer.state, positions=self.positions,
+                              window=self.window)  # fmt: skip
 
     def already_applied(self, partition: int, offset: int) -> bool:
         return offset <= self.positions.get(partition, -1)
@@ -53,10 +60,28 @@ class ThreadProcessor:
         if state.event_count == 0:
             state.project = event.project
         window_id = window_id or self.window_of(event)
+        tool_name = self._call_tool_name(event)
         pairs = self.pairer.on_event(event, state.event_count + 1, window_id)
         opened = event.kind == "tool_call" and self._is_open(event)
         reduce(state, event, pairs, opened)
+        self._fold(event, tool_name)
         return pairs
+
+    def _call_tool_name(self, event: Envelope) -> str | None:
+        if event.kind != "tool_result":
+            return None
+        call = self.pairer.state.calls.get(event.payload.call_id)  # type: ignore[attr-defined]
+        return call.tool_name if call is not None else None
+
+    def _fold(self, event: Envelope, tool_name: str | None) -> None:
+        """Compaction as a stream step: the window is watched and folded here, so every
+        deployment and every replay computes the same summary."""
+        if self.window_tokens <= 0:
+            return
+        if event.kind == "compaction":  # a published record (a user's, an LLM's) wins as is
+            drop_through(self.window, event.payload.covers_through)  # type: ignore[attr-defined]
+        track(self.window, entry_of(event, tool_name))
+        fold_if_needed(self.window, self.state, self.pairer.state, self.window_tokens)
 
     def _is_open(self, event: Envelope) -> bool:
         call = self.pairer.state.calls.get(event.payload.call_id)  # type: ignore[attr-defined]

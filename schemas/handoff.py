@@ -10,6 +10,11 @@ class Sourced(BaseModel):
 
     text: str
     source_event_id: str
+    # Repeated identical observations are one entry: how many, and every source id.
+    count: int = 1
+    source_event_ids: list[str] = Field(default_factory=list)
+    kind: str | None = None
+    """What it came from (``user``, ``tool``, ``failure``, ``error``): which to keep longest."""
 
 
 class HandoffRecord(BaseModel):

@@ -35,6 +35,7 @@ _ENV = {
     "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
     "batch_size": "AGENTLOG_BATCH_SIZE",
     "auto_compact": "AGENTLOG_AUTO_COMPACT",
+    "compact_window_tokens": "AGENTLOG_COMPACT_WINDOW_TOKENS",
     "partitions": "AGENTLOG_PARTITIONS",
     "dedup_horizon": "AGENTLOG_DEDUP_HORIZON",
     "kafka_namespace": "AGENTLOG_KAFKA_NAMESPACE",
@@ -101,6 +102,8 @@ class Settings:
     # How long a silent worker keeps its partitions before the others take them over.
     session_timeout_seconds: float = 30.0
     auto_compact: bool = True
+    # A thread's raw window folds into its summary past this many tokens (a stream step).
+    compact_window_tokens: int = 6000
     summary_url: str | None = None
     summary_model: str = "gpt-4o-mini"
     # Secrets redacted from state, context and compaction records (``off`` for trusted
@@ -183,7 +186,8 @@ class Settings:
 
     @property
     def pairing(self) -> PairingConfig:
-        return PairingConfig(self.grace_seconds * 1000.0, self.call_timeout_seconds * 1000.0)
+        window = self.compact_window_tokens if self.auto_compact else 0
+        return PairingConfig(self.grace_seconds * 1000.0, self.call_timeout_seconds * 1000.0, window)
 
     def path(self, name: str) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)

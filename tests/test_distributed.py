@@ -143,9 +143,11 @@ def test_the_same_session_through_kafka_and_embedded_gives_identical_state_sql_a
         expected_states = {t: embedded.state(t) for t in threads}
         expected_sql = [embedded.sql(q).rows for q in queries]
         expected_hits = [{h["event_id"] for h in embedded.search(q, limit=50)["hits"]} for q in searches]
-        # Context with no compaction (a large budget) is a pure function of state and log.
+        # A context is a pure function of state (its stream-folded summary included) and log,
+        # at a budget that keeps everything and at one that has to choose.
         demo_threads = [t for t in threads if t.startswith("demo-")]
         expected_contexts = {t: context_for(embedded, t, 60_000) for t in demo_threads}
+        expected_tight = {t: context_for(embedded, t, 1_500) for t in demo_threads}
     finally:
         embedded.close()
 
@@ -168,6 +170,9 @@ def test_the_same_session_through_kafka_and_embedded_gives_identical_state_sql_a
     contexts = {t: json.loads(subprocess.run([*cli, "context", t, "--budget", "60000", "--json"], env=env,
                                              capture_output=True, check=True).stdout) for t in demo_threads}  # fmt: skip
     assert contexts == expected_contexts and all(c["messages"] for c in contexts.values())
+    tight = {t: json.loads(subprocess.run([*cli, "context", t, "--budget", "1500", "--json"], env=env,
+                                          capture_output=True, check=True).stdout) for t in demo_threads}  # fmt: skip
+    assert tight == expected_tight
     stop_worker(worker)
 
     dist = EmbeddedService(Settings(data_dir=settings.data_dir, opensearch_url=settings.opensearch_url,

@@ -215,6 +215,13 @@ def test_redaction_keeps_ordinary_text_whole() -> None:
 
 
 @pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """A small fold budget: the planted threads fold into handoff records, which must hold
+    no secret either."""
+    return Settings(data_dir=tmp_path / "data", compact_window_tokens=300)
+
+
+@pytest.fixture
 def planted_service(service: EmbeddedService, settings: Settings) -> Iterator[EmbeddedService]:
     report = service.publish(b"\n".join(records(PLANTED)))
     assert report.rejected == 0, report.rejections
@@ -251,8 +258,8 @@ def test_no_planted_secret_is_readable_through_search_memory_state_or_context(
     for thread in THREADS:
         own = service.search("password token secret", thread_id=thread, limit=100)["hits"]
         assert leaked(dumps(own)) == []
-    # State and context (with and without a query naming a secret; tiny budgets compact).
-    compactions = []
+    # State and context (with and without a query naming a secret; tiny budgets too).
+    folded = []
     for i, thread in enumerate(THREADS):
         assert leaked(dumps(service.state(thread))) == [], thread
         queries = [(4000, None), (4000, "password"), *((4000, p.needle) for p in PLANTED[i::len(THREADS)])]
@@ -262,13 +269,13 @@ def test_no_planted_secret_is_readable_through_search_memory_state_or_context(
             except BudgetTooSmall:
                 continue
             assert leaked(dumps(ctx)) == [], (thread, query)
-            if ctx["meta"]["compaction"]:
-                compactions.append(ctx["meta"]["compaction"]["event_id"])
-        assert leaked(dumps(service.state(thread))) == [], thread  # its rolling summary too
-    # Compaction records the pipeline wrote into the stream hold no secret either.
-    assert compactions
-    for event_id in compactions:
-        assert leaked(dumps(service.read(event_id))) == [], event_id
+        state = service.state(thread)
+        assert leaked(dumps(state)) == [], thread  # its rolling summary too
+        if state["summary"]:
+            folded.append(thread)
+    # The handoff records the processor folded (a stream step, never a read) hold no secret
+    # either: they are in the states checked above.
+    assert folded
     # The immutable log keeps every original.
     service.catch_up()
     logged = dumps(service.sql("SELECT raw, payload FROM events").rows)

@@ -1,0 +1,242 @@
+"""Compaction as a stream step (SPEC §5): the thread processor folds the oldest whole
+units of a thread's raw window into the rolling handoff record once the window outgrows
+its token budget, from where the last fold ended, so nothing is ever skipped.
+
+Pure and deterministic: event content and order only (no clock, no I/O, token counts
+estimated from lengths), so a replay or ``rebuild`` lands on the same summary.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from agentlog.processors.redaction import redact
+from agentlog.processors.truncation import clip_at_word
+from agentlog.schemas.events import Envelope
+from agentlog.schemas.handoff import HandoffRecord, Sourced
+from agentlog.schemas.snapshot import PairingState, RawWindow, WindowEntry
+from agentlog.schemas.state import WorkingState
+
+DEFAULT_WINDOW_TOKENS = 6000
+MAX_ENTRIES = 300
+"""A raw window of more events than this folds too (state-only events cost no tokens but
+are still read): it stays under what context assembly reads (``WINDOW_RECORDS``)."""
+HARD_ENTRIES = 380
+"""Past this many events after the newest user message, the fold may take it too: under
+what assembly reads (``WINDOW_RECORDS``, 400), so every raw event is read."""
+OUTPUT_CHARS = 4000
+"""A tool output counts at most this many characters: what assembly shows of one at most."""
+MAX_OBSERVATIONS = 60
+KEEP_FIRST = 10
+"""When only user statements and failures are left to drop, the first ones stay: a
+thread's opening turns carry its key facts (deploy target, first error)."""
+MAX_HYPOTHESES = 30
+MAX_IDS = 100
+LINE_CHARS = 200
+DIGEST_CHARS = 800
+USER_CHARS = 400
+DIGEST_MIDDLE_LINES = 6
+_ERROR_HINT = re.compile(
+    r"(?i:error|fail|exception|traceback|fatal|denied|refused|timed? ?out|not found|panic|abort|warning"
+    r"|exit (?:code|status))|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b[A-Z]{1,4}[0-9]{3,}\b"
+)
+SCAN_CHARS = 65536
+"""How much of an output the digest scans for error lines (its last line is always kept)."""
+_PROTECTED = frozenset({"user", "failure", "error"})
+
+
+def _tokens(chars: int) -> int:
+    return 4 + (chars + 3) // 4  # about 4 characters a token, plus the message's overhead
+
+
+def digest(text: str) -> str:
+    """An output's first and last lines and the lines between that look like errors."""
+    body = text.strip()
+    if not body:
+        return ""
+    first, last = body.split("\n", 1)[0].strip(), body.rsplit("\n", 1)[-1].strip()
+    picked, pos, scan, tries = [first], 0, body[:SCAN_CHARS], 4 * DIGEST_MIDDLE_LINES
+    while len(picked) <= DIGEST_MIDDLE_LINES and tries and (m := _ERROR_HINT.search(scan, pos)):
+        tries -= 1  # repeated lines cost a look each: bounded
+        start = scan.rfind("\n", 0, m.start()) + 1
+        end = scan.find("\n", m.end())
+        end = len(scan) if end < 0 else end
+        line, pos = scan[start:end].strip(), end + 1
+        if line not in picked and line != last:
+            picked.append(line)
+    if last not in picked:
+        picked.append(last)
+    return clip_at_word(" | ".join(clip_at_word(ln, LINE_CHARS) for ln in picked), DIGEST_CHARS)
+
+
+def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
+    """What the window keeps of one event; ``tool_name`` is its call's, if known."""
+    p: Any = event.payload
+    e = WindowEntry(event_id=event.event_id, kind=event.kind, unit=event.event_id, repo_commit=event.repo_commit)
+    if event.kind == "message":
+        e.role, e.tokens = p.role, _tokens(len(p.text))
+        e.text = clip_at_word(" / ".join(ln.strip() for ln in p.text.splitlines() if ln.strip()), USER_CHARS)
+    elif event.kind == "tool_call":
+        args = p.arguments if isinstance(p.arguments, str) else orjson.dumps(p.arguments).decode()
+        e.unit, e.tool_name, e.tokens = p.call_id, p.tool_name, _tokens(len(p.tool_name) + len(args))
+    elif event.kind == "tool_result":
+        e.unit, e.status, e.exit_code = p.call_id, p.status, p.exit_code
+        e.tool_name = p.tool_name or tool_name
+        e.tokens, e.text = _tokens(min(len(p.output), OUTPUT_CHARS)), digest(p.output)
+    elif event.kind == "error":
+        e.status = None if p.code is None else str(p.code)
+        e.text = digest(p.message)
+    e.text = redact(e.text)  # the record lives in the state and every later context
+    return e
+
+
+def track(window: RawWindow, entry: WindowEntry) -> None:
+    window.entries.append(entry)
+    window.tokens += entry.tokens
+
+
+def drop_through(window: RawWindow, event_id: str) -> None:
+    """A published ``compaction`` covers through ``event_id``: the window starts after it."""
+    ids = [e.event_id for e in window.entries]
+    if event_id in ids:
+        cut = ids.index(event_id) + 1
+        window.tokens -= sum(e.tokens for e in window.entries[:cut])
+        del window.entries[:cut]
+
+
+def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState, budget: int) -> int:
+    """Fold the window's oldest whole units into ``state.summary`` when the window is
+    over ``budget`` tokens (or ``MAX_ENTRIES`` events), down to half of both; returns how
+    many events were folded. Never folds an open call, a result still waiting for its
+    call, or the newest user message and what follows it."""
+    if budget <= 0 or (window.tokens <= budget and len(window.entries) <= MAX_ENTRIES):
+        return 0
+    if window.tokens < window.retry_tokens and len(window.entries) < window.retry_entries:
+        return 0  # the last try was blocked (open work, the newest turn): wait for growth
+    cut = _cut(window.entries, window.tokens, state, pairing, budget)
+    # Measured in the window itself, so a replay throttles exactly as the live run did.
+    window.retry_tokens = window.tokens - sum(e.tokens for e in window.entries[:cut]) + budget // 4
+    window.retry_entries = len(window.entries) - cut + MAX_ENTRIES // 8
+    if cut == 0:
+        return 0
+    folded = window.entries[:cut]
+    del window.entries[:cut]
+    window.tokens -= sum(e.tokens for e in folded)
+    state.summary = _record(state, pairing, folded).model_dump(mode="json")
+    state.summary_covers_through = folded[-1].event_id
+    state.summary_event_id = None
+    return cut
+
+
+def _cut(entries: list[WindowEntry], tokens: int, state: WorkingState, pairing: PairingState, budget: int) -> int:
+    """The longest stream prefix made of whole foldable units that brings the window to
+    half its limits (or as close as the blocked units allow)."""
+    last: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        last[e.unit] = i
+    latest = next((i for i, e in enumerate(entries) if e.event_id == state.latest_user_message_id), len(entries))
+    if len(entries) - latest > HARD_ENTRIES:
+        # A long autonomous run after the newest user message: the snapshot stays bounded.
+        # Assembly still shows that message, read apart and placed before the window.
+        latest = len(entries)
+    target, cut, reach = budget // 2, 0, -1
+    for i, e in enumerate(entries):
+        if i >= latest or e.unit in state.pending_calls or e.unit in pairing.early:
+            break
+        if last[e.unit] >= latest:
+            break  # the unit reaches past the newest user message
+        tokens -= e.tokens
+        reach = max(reach, last[e.unit])
+        if reach <= i:  # the prefix holds only whole units
+            cut = i + 1
+            if tokens <= target and len(entries) - cut <= MAX_ENTRIES // 2:
+                break
+    return cut
+
+
+def _previous(state: WorkingState) -> HandoffRecord | None:
+    if not state.summary:
+        return None
+    try:
+        return HandoffRecord.model_validate(state.summary)
+    except ValidationError:  # a user's record of another shape: start a fresh one
+        return None
+
+
+def _add(items: list[Sourced], text: str, event_id: str, kind: str) -> None:
+    """Append an observation, or count it on an identical one already there."""
+    for item in items:
+        if item.text == text:
+            item.count += 1
+            if len(item.source_event_ids) < MAX_IDS:
+                item.source_event_ids.append(event_id)
+            return
+    items.append(Sourced(text=text, source_event_id=event_id, source_event_ids=[event_id], kind=kind))
+
+
+def _observation(e: WindowEntry, tool_names: dict[str, str]) -> tuple[str, str] | None:
+    if e.kind == "tool_result":
+        name = e.tool_name or tool_names.get(e.unit) or "tool"
+        text = f"{name} -> {e.status}"
+        text += "" if e.exit_code is None else f" (exit {e.exit_code})"
+        text += "" if e.repo_commit is None else f" at commit {e.repo_commit}"
+        return text + (f": {e.text}" if e.text else ""), "tool" if e.status == "ok" else "failure"
+    if e.kind == "message" and e.role == "user":
+        return f"user said: {e.text}", "user"
+    if e.kind == "error":
+        return f"error {e.status or ''}: {e.text}".replace("error :", "error:"), "error"
+    return None
+
+
+def _trim(items: list[Sourced]) -> None:
+    while len(items) > MAX_OBSERVATIONS:
+        plain = next((i for i, o in enumerate(items) if o.kind not in _PROTECTED), None)
+        del items[plain if plain is not None else KEEP_FIRST]
+
+
+def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry]) -> HandoffRecord:
+    previous = _previous(state)
+    observations = [o.model_copy(deep=True) for o in previous.observations] if previous else []
+    hypotheses = [h.model_copy(deep=True) for h in previous.hypotheses] if previous else []
+    tool_names = {e.unit: e.tool_name for e in folded if e.kind == "tool_call" and e.tool_name}
+    for e in folded:
+        if e.kind == "tool_result" and e.event_id in pairing.orphans:
+            continue  # an orphan is never shown to a model, least of all as a fact
+        if e.kind == "message" and e.role == "assistant" and e.text:
+            _add(hypotheses, e.text, e.event_id, "assistant")
+            continue
+        found = _observation(e, tool_names)
+        if found is not None:
+            _add(observations, found[0], e.event_id, found[1])
+    _trim(observations)
+    public = state.public()
+    unknowns = list(previous.unknowns) if previous else []
+    for f in public["failures"]:
+        note = f"result of {f.get('tool_name') or 'tool'} call {f.get('call_id')} unknown (no result)"
+        if f.get("status") == "missing" and note not in unknowns:
+            unknowns.append(note)
+    plan = public["plan"]
+    step = next((s for s in plan if s["status"] == "running"), None) or next(
+        (s for s in plan if s["status"] == "pending"), None
+    )
+    pending = [f"call {c['call_id']} ({c['tool_name']})" for c in public["pending_calls"]]
+    pending += [f"task {t['task_id']}: {t.get('text') or ''}".strip() for t in public["tasks"]
+                if t["status"] in ("pending", "running")]  # fmt: skip
+    pending += [f"approval {a['approval_id']}: {a['action']}" for a in public["pending_approvals"]]
+    return HandoffRecord(
+        goal=(public.get("goal") or {}).get("text"),
+        constraints=[c["text"] for c in public["constraints"]],
+        observations=observations,
+        hypotheses=hypotheses[-MAX_HYPOTHESES:],
+        pending_jobs=pending,
+        next_action=None if step is None else (step.get("text") or step["step_id"]),
+        unknowns=unknowns[-MAX_OBSERVATIONS:],
+        modified_files=[f["path"] for f in public["files"] if f["confirmed"]],
+    )
+
+
+__all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "digest", "drop_through", "entry_of", "fold_if_needed", "track"]
