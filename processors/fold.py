@@ -58,6 +58,8 @@ def digest(text: str) -> str:
     body = text.strip()
     if not body:
         return ""
+    if "\n" not in body:  # one line is its own first and last line: nothing to pick between
+        return clip_at_word(clip_at_word(body, LINE_CHARS), DIGEST_CHARS)
     first, last = body.split("\n", 1)[0].strip(), body.rsplit("\n", 1)[-1].strip()
     picked, pos, scan, tries = [first], 0, body[:SCAN_CHARS], 4 * DIGEST_MIDDLE_LINES
     while len(picked) <= DIGEST_MIDDLE_LINES and tries and (m := _ERROR_HINT.search(scan, pos)):
@@ -90,7 +92,8 @@ def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
     elif event.kind == "error":
         e.status = None if p.code is None else str(p.code)
         e.text = digest(p.message)
-    e.text = redact(e.text)  # the record lives in the state and every later context
+    if e.text:
+        e.text = redact(e.text)  # the record lives in the state and every later context
     return e
 
 
@@ -200,8 +203,9 @@ def _trim(items: list[Sourced]) -> None:
 
 def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry]) -> HandoffRecord:
     previous = _previous(state)
-    observations = [o.model_copy(deep=True) for o in previous.observations] if previous else []
-    hypotheses = [h.model_copy(deep=True) for h in previous.hypotheses] if previous else []
+    # ``previous`` was just validated from the state's dict: its lists are ours to change.
+    observations = list(previous.observations) if previous else []
+    hypotheses = list(previous.hypotheses) if previous else []
     tool_names = {e.unit: e.tool_name for e in folded if e.kind == "tool_call" and e.tool_name}
     for e in folded:
         if e.kind == "tool_result" and e.event_id in pairing.orphans:
