@@ -279,7 +279,6 @@ class EmbeddedService(MemoryOperations):
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
         if not self.serving:
             self._drain()
-        hits = self.index.search(query, filters, limit)
         own_thread = thread_id
         if after is not None:
             named = self.bus.find(after)
@@ -287,10 +286,13 @@ class EmbeddedService(MemoryOperations):
                 event = validate(named.value)
                 if isinstance(event, Envelope):
                     own_thread = own_thread or event.thread_id
-        active: list[Hit] = []
-        if own_thread is not None:
-            active = self._active_hits(query, own_thread, filters, {h.event_id for h in hits})
-        merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
+        # The active hits first, the index after: what a refresh shows in between is then
+        # in the index's hits instead of slipping past both.
+        active = self._active_hits(query, own_thread, filters) if own_thread is not None else []
+        hits = self.index.search(query, filters, limit)
+        known = {h.event_id for h in hits}
+        merged = sorted(hits + [h for h in active if h.event_id not in known],
+                        key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
         visible = self.index.visible_offsets().get(0, 0)
         return {
             "query": query,
@@ -301,9 +303,7 @@ class EmbeddedService(MemoryOperations):
             "warnings": self.warnings(),
         }
 
-    def _active_hits(
-        self, query: str, thread_id: str, filters: SearchFilters, known: set[str]
-    ) -> list[Hit]:
+    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters) -> list[Hit]:
         """The thread's accepted events the index cannot see yet (read-your-writes)."""
         visible = self.index.visible_offsets().get(0, 0)
         terms = tokenize(query)
@@ -313,7 +313,7 @@ class EmbeddedService(MemoryOperations):
             closed = dict(tp.state.closed_windows) if tp is not None else {}
         events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible)
                   if isinstance(e := validate(r.value), Envelope))  # fmt: skip
-        return active_hits(events, terms, filters, current_window, known, closed, identifiers(query))
+        return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query))
 
     def sql(self, statement: str) -> QueryResult:
         self._settle()

@@ -156,30 +156,36 @@ class StoreQueries:
                limit: int = 10) -> dict[str, Any]:  # fmt: skip
         check_search_limit(limit)  # the index allocates for limit up front
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
+        own_thread = thread_id
+        if own_thread is None and after is not None:
+            named = self._logged(after)
+            own_thread = named[0].thread_id if named is not None else None
+        # The active hits first, the index after: an event the index shows by the time it
+        # is searched is in its hits, and one it did not show yet is among the active
+        # ones; searched the other way round, an event the index showed in between slipped
+        # past both (a read-your-writes search missed a just-published event).
+        active = self._active_hits(query, own_thread, filters) if own_thread else []
         index_error = None
         try:
             hits = self.index.search(query, filters, limit)
         except StoreError as error:  # the index is down: the thread's own events still answer
             hits, index_error = [], str(error)
-        own_thread = thread_id
-        if own_thread is None and after is not None:
-            named = self._logged(after)
-            own_thread = named[0].thread_id if named is not None else None
-        active = self._active_hits(query, own_thread, filters, {h.event_id for h in hits}) if own_thread else []
-        merged = sorted(hits + active, key=lambda h: (-h.score, -h.offset))[:limit]
+        known = {h.event_id for h in hits}
+        merged = sorted(hits + [h for h in active if h.event_id not in known],
+                        key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
         out: dict[str, Any] = {"query": query, "hits": [asdict(h) for h in merged]}
         if index_error is not None:
             out["index_error"] = index_error
         return out
 
-    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, known: set[str]) -> list[Hit]:
+    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters) -> list[Hit]:
         """The thread's matching events that the index cannot show yet (read-your-writes)."""
         snapshot = self.load(thread_id)
         if snapshot is None:
             return []
         events = ((e, logged.offset) for logged in self._tail(thread_id, -1, RECENT)
                   if isinstance(e := validate(logged.raw), Envelope))  # fmt: skip
-        matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, known,
+        matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, set(),
                               snapshot.state.closed_windows, identifiers(query))  # fmt: skip
         try:
             visible = self.index.visible_ids([h.event_id for h in matches])
