@@ -200,7 +200,7 @@ def parse_path(model: type[M], values: dict[str, str]) -> M:
 
 
 def bad_id(name: str) -> RequestError:
-    return RequestError(400, f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : - (SPEC §2)", field=name)
+    return RequestError(400, f"{name} must be 1-128 characters of A-Z a-z 0-9 . _ : - (docs/events.md)", field=name)
 
 
 def parse_body(model: type[M], body: bytes, *, empty_ok: bool = False) -> M:

@@ -141,7 +141,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
     app = FastAPI(title="agentlog", version="1", lifespan=lifespan, redirect_slashes=False, openapi_url=None,
                   docs_url=None, redoc_url=None, default_response_class=OrjsonResponse,
                   exception_handlers={HTTPException: _http_error, Exception: failure},  # type: ignore[dict-item]
-                  description="Agent events in; working state, context, search and SQL out (SPEC §7).")  # fmt: skip
+                  description="Agent events in; working state, context, search and SQL out (docs/http-api.md).")  # fmt: skip
     app.router.route_class = Route
     app.add_middleware(Guard, policy=policy)
 
