@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
@@ -150,23 +150,25 @@ def _agentlog_series(service: Service, traffic: Traffic, read: Callable[[str], A
     return series
 
 
-def _agentlog_side(service: Service, lengths: tuple[int, ...], steps: int, budget: int,
-                   tick: Tick) -> dict[int, dict[str, Any]]:  # fmt: skip
-    """Both steps at every length; each step kind on its own thread, pre-filled to the length."""
-    traffic = {(n, kind): Traffic(f"step-{n}-{kind}", seed=n) for n in lengths for kind in ("state", "context")}
-    for (n, _kind), t in traffic.items():
-        _prefill(service, t, n)
+def agentlog_length(service: Service, n: int, steps: int, budget: int, tick: Tick) -> dict[str, Any]:
+    """Both steps at one length; each step kind on its own thread, pre-filled to ``n``."""
     reads: dict[str, Callable[[str], Any]] = {
         "state": service.state, "context": lambda thread: service.context(thread, budget)}  # fmt: skip
-    return {n: {kind: _agentlog_series(service, traffic[(n, kind)], reads[kind], steps, tick).figures()
-                for kind in ("state", "context")} for n in lengths}  # fmt: skip
+    out = {}
+    for kind, read in reads.items():
+        traffic = Traffic(f"step-{n}-{kind}", seed=n)
+        _prefill(service, traffic, n)
+        out[kind] = _agentlog_series(service, traffic, read, steps, tick).figures()
+    return out
 
 
-def in_process(lengths: tuple[int, ...], steps: int, budget: int, tick: Tick) -> dict[int, dict[str, Any]]:
+@contextmanager
+def in_process() -> Iterator[EmbeddedService]:
+    """The embedded service in this process, over a data directory of its own."""
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-step-") as tmp:
         service = EmbeddedService(Settings(data_dir=Path(tmp)))
         try:
-            return _agentlog_side(service, lengths, steps, budget, tick)
+            yield service
         finally:
             service.close()
 
@@ -177,22 +179,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def over_http(lengths: tuple[int, ...], steps: int, budget: int, tick: Tick) -> tuple[dict[int, dict[str, Any]], str]:
-    """Against a real ``agentlog run`` (embedded, loopback, its own data directory); the
-    server is terminated however the run ends. Returns the figures and the server's URL."""
+@contextmanager
+def served() -> Iterator[RemoteService]:
+    """A real ``agentlog run`` (embedded, loopback, a free port, its own data directory) and
+    a client of it; the server is terminated however the run ends."""
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-step-http-") as tmp:
-        port = _free_port()
         # Only the variables that name this server: an AGENTLOG_KAFKA_BOOTSTRAP (or a store
         # URL) in the caller's environment must not turn it into another deployment.
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-        env |= {"AGENTLOG_DATA_DIR": tmp, "AGENTLOG_HTTP_PORT": str(port)}
-        url = f"http://127.0.0.1:{port}"
+        env |= {"AGENTLOG_DATA_DIR": tmp, "AGENTLOG_HTTP_PORT": str(_free_port())}
         server = _serve(env)
-        client = RemoteService(url)
         try:
-            return _agentlog_side(client, lengths, steps, budget, tick), url
+            client = RemoteService(f"http://127.0.0.1:{env['AGENTLOG_HTTP_PORT']}")
+            try:
+                yield client
+            finally:
+                client.close()
         finally:
-            client.close()
             server.terminate()
             try:
                 server.wait(timeout=60)
@@ -288,14 +291,12 @@ def _langgraph_series(saver: Any, n: int, steps: int, seconds: float, tick: Tick
     return series
 
 
-def langgraph_side(lengths: tuple[int, ...], steps: int, seconds: float, tick: Tick) -> dict[int, dict[str, Any]]:
-    """LangGraph's publish-then-state step with each saver, fresh per length."""
-    out: dict[int, dict[str, Any]] = {n: {} for n in lengths}
-    with tempfile.TemporaryDirectory(prefix="agentlog-bench-step-langgraph-") as tmp:
-        for name, make in _savers(Path(tmp)).items():
-            for n in lengths:
-                with make() as saver:
-                    out[n][name] = _langgraph_series(saver, n, steps, seconds, tick).figures()
+def langgraph_length(n: int, steps: int, seconds: float, tmp: Path, tick: Tick) -> dict[str, Any]:
+    """LangGraph's publish-then-state step at one length, with each saver, fresh."""
+    out = {}
+    for name, make in _savers(tmp).items():
+        with make() as saver:
+            out[name] = _langgraph_series(saver, n, steps, seconds, tick).figures()
     return out
 
 
@@ -303,15 +304,24 @@ def langgraph_side(lengths: tuple[int, ...], steps: int, seconds: float, tick: T
 
 
 def bench_step(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS, budget: int = BUDGET,
-               langgraph_seconds: float = LANGGRAPH_SECONDS, on_phase: Callable[[str, int], Tick] | None = None,
+               langgraph_seconds: float = LANGGRAPH_SECONDS, on_length: Callable[[int, int], Tick] | None = None,
                ) -> dict[str, Any]:  # fmt: skip
-    """Every series of the section. ``on_phase(label, total)`` gives each phase's tick."""
-    phase = on_phase or (lambda _label, _total: lambda: None)
-    result: dict[str, Any] = {"lengths": list(lengths), "steps": steps, "budget": budget}
-    result["in_process"] = in_process(lengths, steps, budget, phase("in-process", 2 * steps * len(lengths)))
-    result["http"], result["http_url"] = over_http(lengths, steps, budget, phase("over HTTP", 2 * steps * len(lengths)))
-    result["langgraph"] = langgraph_side(lengths, steps, langgraph_seconds, phase("LangGraph", 2 * steps * len(lengths))) \
-        if langgraph_available() else None  # fmt: skip
+    """Every series of the section, length by length: agentlog in-process, over HTTP, then
+    LangGraph, so each ratio compares series measured minutes apart at most (this machine's
+    load moves). ``on_length(n, total)`` gives each length's tick."""
+    start = on_length or (lambda _n, _total: lambda: None)
+    langgraph = langgraph_available()
+    result: dict[str, Any] = {"lengths": list(lengths), "steps": steps, "budget": budget,
+                              "in_process": {}, "http": {}, "langgraph": {} if langgraph else None}  # fmt: skip
+    with in_process() as local, served() as remote, \
+            tempfile.TemporaryDirectory(prefix="agentlog-bench-step-langgraph-") as tmp:  # fmt: skip
+        result["http_url"] = remote.url
+        for n in lengths:
+            tick = start(n, (6 if langgraph else 4) * steps)
+            result["in_process"][n] = agentlog_length(local, n, steps, budget, tick)
+            result["http"][n] = agentlog_length(remote, n, steps, budget, tick)
+            if langgraph:
+                result["langgraph"][n] = langgraph_length(n, steps, langgraph_seconds, Path(tmp), tick)
     return result
 
 
@@ -346,13 +356,16 @@ def report(result: dict[str, Any]) -> list[str]:
 
 
 def run(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS) -> int:
-    if not langgraph_available():
+    langgraph = langgraph_available()
+    if not langgraph:
         print(f"step: LangGraph is not installed, measuring agentlog only (`{INSTALL_HINT}` adds it)", flush=True)
-    with ExitStack() as stack:
+    total = len(lengths) * (6 if langgraph else 4) * steps
+    with progress("step: agentlog in-process, over HTTP, LangGraph") as update:
+        done, planned = [0], [0]
 
-        def phase(label: str, total: int) -> Tick:
-            update = stack.enter_context(progress(f"step: {label}"))
-            done = [0]
+        def on_length(_n: int, steps_of_length: int) -> Tick:
+            done[0] = planned[0]  # LangGraph's long threads stop early, on their time budget
+            planned[0] += steps_of_length
 
             def tick() -> None:
                 done[0] += 1
@@ -360,10 +373,11 @@ def run(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS) -> int:
 
             return tick
 
-        result = bench_step(lengths, steps, on_phase=phase)
+        result = bench_step(lengths, steps, on_length=on_length)
     for line in report(result):
         print(line, flush=True)
     return 0
 
 
-__all__ = ["Traffic", "bench_step", "langgraph_available", "report", "run", "to_message"]
+__all__ = ["Traffic", "agentlog_length", "bench_step", "in_process", "langgraph_available", "langgraph_length",
+           "report", "run", "served", "to_message"]
