@@ -129,7 +129,7 @@ class Series:
 
     def figures(self) -> dict[str, Any]:
         return {**percentiles(self.samples), "steps": len(self.samples),
-                "steps_per_s": round(len(self.samples) / max(self.seconds, 1e-9), 1)}  # fmt: skip
+                "steps_per_s": round(len(self.samples) / max(self.seconds, 1e-9), 2)}  # fmt: skip
 
 
 def _agentlog_series(service: Service, traffic: Traffic, read: Callable[[str], Any], steps: int,
@@ -326,7 +326,8 @@ def bench_step(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS, budget: i
 
 
 def _fmt(f: dict[str, Any]) -> str:
-    return f"p50 {f['p50_ms']:.3f} ms p99 {f['p99_ms']:.3f} ms ({f['steps_per_s']:,.0f} steps/s, {f['steps']} steps)"
+    rate = f"{f['steps_per_s']:,.0f}" if f["steps_per_s"] >= 10 else f"{f['steps_per_s']:.2f}"
+    return f"p50 {f['p50_ms']:.3f} ms p99 {f['p99_ms']:.3f} ms ({rate} steps/s, {f['steps']} steps)"
 
 
 def _ratio(theirs_ms: float, ours_ms: float) -> str:
