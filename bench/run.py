@@ -224,10 +224,10 @@ def run_rebuild_section(args: argparse.Namespace) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from agentlog.streams import bench_context, bench_kafka  # noqa: PLC0415
+    from agentlog.bench import context as bench_context, kafka as bench_kafka, step as bench_step  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
-                "context": lambda _args: bench_context.run(),
+                "context": lambda _args: bench_context.run(), "step": lambda a: bench_step.run(a.step_lengths, a.steps),
                 "kafka": lambda a: bench_kafka.run(a.kafka_events), "rebuild": run_rebuild_section}  # fmt: skip
     # The Kafka section needs servers; "all" runs it only when they are configured.
     chosen = [args.only] if args.only != "all" else [s for s in sections if s != "rebuild" and

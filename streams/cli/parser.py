@@ -21,6 +21,17 @@ commands send it to a running server), AGENTLOG_ALLOWED_HOSTS (extra Host names 
 answers to, comma-separated), AGENTLOG_MAX_REQUEST_BYTES (largest request body, default 64 MiB)."""
 
 
+def _lengths(text: str) -> tuple[int, ...]:
+    """``200,2000`` -> (200, 2000): positive thread lengths."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from error
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"thread lengths must be positive numbers: {text!r}")
+    return values
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentlog",
@@ -105,9 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
     p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
     p.add_argument("--kafka-events", type=int, default=100_000, help="events for the Kafka benchmark")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka", "rebuild"], default="all",
+    p.add_argument("--step-lengths", type=_lengths, default=(200, 2_000, 20_000), metavar="N,N,...",
+                   help="thread lengths of the step benchmark (default 200,2000,20000)")
+    p.add_argument("--steps", type=int, default=200, help="measured steps per series of the step benchmark")
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "step", "kafka", "rebuild"],
+                   default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
                         "context (assembly vs thread length, naive baseline, search, retention table), "
+                        "step (publish one event then state, or then context at 8,000 tokens, in-process "
+                        "and over HTTP against `agentlog run`, beside LangGraph when installed: "
+                        "pip install 'agentlog[bench]'), "
                         "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
                         "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
                         "of an --events log, without a server and through one; not part of 'all')")
