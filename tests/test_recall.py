@@ -8,10 +8,12 @@ from typing import Any
 
 import tantivy
 
+from agentlog.processors.context import assemble
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.recall import held_ids, recall_query
 from agentlog.processors.records import active_hits
 from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.processors.tokens import counter
 from agentlog.schemas.search import SearchFilters
 from agentlog.streams.api.context import context_for
 from agentlog.streams.config import Settings
@@ -160,10 +162,32 @@ def test_recall_never_repeats_what_the_window_already_holds(service: EmbeddedSer
 
 
 def test_recall_does_not_repeat_what_the_summary_cites() -> None:
-    state = {"thread_id": "t1", "latest_user_message_id": "u9", "goal": {"text": "g", "event_id": "g"},
-             "constraints": [{"event_id": "k", "text": "x"}],
+    state = {"thread_id": "t1", "project": "default", "latest_user_message_id": "u9",
+             "goal": {"text": "g", "event_id": "g"}, "constraints": [{"event_id": "k", "text": "x"}],
              "summary": {"observations": [{"text": "pytest failed", "source_event_id": "r1"}], "hypotheses": []}}  # fmt: skip
-    assert held_ids(state, ["w1"]) == {"w1", "u9", "g", "k", "r1"}
+    assert held_ids(state, ["w1"]) == {"w1", "u9", "g", "k"}
+    hit = {"event_id": "r1", "kind": "message", "ts": "2026-11-30T09:00:00Z", "snippet": "pytest failed loudly",
+           "event_ids": ["r1"]}  # fmt: skip
+    shown = assemble(state, [], counter(), 4000, recall=[hit]).as_dict()
+    assert "[r1]" in _joined(shown) and "pytest failed loudly" not in _joined(shown)
+
+
+def test_recall_brings_what_a_tight_budget_left_out_of_the_summary() -> None:
+    """The summary shows only what its share of a tight budget holds: a cited event it left
+    out is not "already held", recall brings it back."""
+    many = [{"text": f"user said: routine note {i} " + "filler " * 30, "source_event_id": f"o{i}"} for i in range(40)]
+    state = {"thread_id": "t1", "project": "default", "goal": {"text": "g", "event_id": "g"},
+             "summary": {"observations": [{"text": "user said: deploy target is eu-west-3", "source_event_id": "r1"},
+                                          *many], "hypotheses": []}}  # fmt: skip
+    hit = {"event_id": "r1", "kind": "message", "ts": "2026-11-30T09:00:00Z",
+           "snippet": "deploy target is eu-west-3", "event_ids": ["r1"]}  # fmt: skip
+    ctx = assemble(state, [], counter(), 1500, recall=[hit]).as_dict()
+    assert "[r1]" not in next(s["content"] for s in ctx["sections"] if s["name"] == "summary")
+    assert "eu-west-3" in _joined(ctx)
+
+
+def _joined(ctx: dict[str, Any]) -> str:
+    return "\n".join(m.get("content") or "" for m in ctx["messages"])
 
 
 def test_the_automatic_query_drops_stop_words_and_keeps_identifiers_whole() -> None:

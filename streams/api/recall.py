@@ -6,10 +6,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from agentlog.processors.recall import (
-    RECALL_LIMIT, family_threads, first_partner, fresh, held_ids, partner_kind, rank, recall_query, unit_entry,
+    RECALL_LIMIT, error_entry, family_threads, first_partner, fresh, held_ids, partner_kind, rank, recall_searches, unit_entry,
 )  # fmt: skip
 from agentlog.processors.textsearch import EXACT_BOOST, pair_term
 from agentlog.schemas.events import Envelope
+
+SEARCH_LIMIT = 2 * RECALL_LIMIT
+"""Hits asked of each search: orphans and what the context holds are skipped after it."""
 
 
 class RecallSource(Protocol):
@@ -26,14 +29,18 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     latest_id = state.get("latest_user_message_id")
     latest_event = latest or next((e for e in window if e.event_id == latest_id), None)
     text = getattr(latest_event.payload, "text", None) if latest_event is not None else None
-    q = recall_query(state, text, query)
-    if not q:
+    searches = recall_searches(state, text, query)
+    if not searches:
         return []
     project = state["project"]
-    hits = rank(service.search(q, thread_id=t, project=project, limit=RECALL_LIMIT)["hits"]
-                for t in family_threads(state))  # fmt: skip
+    hits: dict[str, dict[str, Any]] = {}  # the hits ranked per query, queries in their order
+    for q in dict.fromkeys(q for q, _ in searches):
+        found = rank(service.search(q, thread_id=t, kind=kind, project=project, limit=SEARCH_LIMIT)["hits"]
+                     for t in family_threads(state) for query, kind in searches if query == q)  # fmt: skip
+        for h in found:
+            hits.setdefault(h["event_id"], h)
     held = held_ids(state, (e.event_id for e in window))
-    return fresh(_entries(service, hits, held, project, q), held, orphans)
+    return fresh(_entries(service, list(hits.values()), held, project, searches[0][0]), held, orphans)
 
 
 def _entries(service: RecallSource, hits: list[dict[str, Any]], held: set[str], project: str,
@@ -53,6 +60,8 @@ def _entries(service: RecallSource, hits: list[dict[str, Any]], held: set[str], 
 def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str) -> dict[str, Any] | None:
     """The hit's entry, its tool unit completed by the partner event (searched exactly by
     the ``call:<call_id>`` term both halves are indexed with)."""
+    if hit["kind"] == "error":
+        return error_entry(hit, service.read_event(hit["event_id"]))
     if hit["kind"] not in ("tool_call", "tool_result"):
         return unit_entry(hit, None, None, query)
     event = service.read_event(hit["event_id"])
@@ -69,4 +78,4 @@ def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str) 
     return unit_entry(hit, call, result, query)
 
 
-__all__ = ["RecallSource", "recall_for"]
+__all__ = ["SEARCH_LIMIT", "RecallSource", "recall_for"]

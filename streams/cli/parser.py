@@ -105,9 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
     p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
     p.add_argument("--kafka-events", type=int, default=100_000, help="events for the Kafka benchmark")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "kafka", "rebuild"], default="all",
+    p.add_argument("--json", action="store_true", help="with --only fidelity: its figures as one JSON object")
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "kafka", "rebuild"],
+                   default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
                         "context (assembly vs thread length, naive baseline, search, retention table), "
+                        "fidelity (what the assembled messages hold of 20 long generated sessions at 1,500, "
+                        "4,000 and 8,000 tokens: retention, leakage, false recall, order, reads that change), "
                         "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
                         "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
                         "of an --events log, without a server and through one; not part of 'all')")
