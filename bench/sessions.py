@@ -209,6 +209,8 @@ class Generator:
             "Running the tests to see where we stand.", f"The {c} retry loop looks suspicious; checking.",
             "That passed. Moving on to the next step.",
         ])})  # fmt: skip
+        if rng.random() < 0.15:
+            self.near_miss()
         for _ in range(rng.randrange(1, 4)):
             self.tool_pair()
         r = rng.random()
@@ -223,6 +225,23 @@ class Generator:
         elif r < 0.17:
             self.w.emit("approval_request", {"approval_id": f"pend-{self.w.n}", "action": f"rerun {c} canary"})
         self.w.end_turn()
+
+    def near_miss(self) -> None:
+        """Talk about a fact's subject or a step's failure without the planted value: what a
+        search for the question also finds."""
+        rng = self.rng
+        subject = rng.choice(FACTS)[0]
+        step, command, _ = rng.choice(STEPS)
+        if rng.random() < 0.5:
+            self.w.emit("message", {"role": "assistant", "text": rng.choice([
+                f"I'll double-check the {subject} before the next step.", f"The {subject} is not in the config file.",
+                f"Looking for where the {subject} is read.", f"The {step} step error earlier was a flake, retrying.",
+            ])})  # fmt: skip
+        else:
+            self.tool_pair("bash", command, rng.choice([
+                f"{step}: 2 warnings, 0 errors", f"{step} failed: retry 1 of 3 ... ok",
+                long_log(rng, command, rng.randrange(20, 120), f"WARN {step} slow: {rng.randrange(2, 9)}s"),
+            ]))  # fmt: skip
 
     def plan_update(self) -> None:
         rng = self.rng

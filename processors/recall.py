@@ -81,12 +81,47 @@ def recall_searches(state: Mapping[str, Any], latest_text: str | None,
     asked = _terms(latest_text or "")
     goal = _terms((state.get("goal") or {}).get("text") or "")
     searches: list[tuple[str, str | None]] = []
-    if asked and FAILURE_WORDS.intersection(tokenize(latest_text or "")):
+    if asked and asks_about_failure(latest_text):
         # Within failures, "error" or "code" match all of them: what failed is the rest.
         what = " ".join(t for t in asked.split() if t not in FAILURE_WORDS and t not in FAILURE_NOISE) or asked
         searches += [(what, "error"), (what, "tool_result")]
     searches += [(q, None) for q in dict.fromkeys((asked, goal)) if q]
     return searches
+
+
+def asks_about_failure(text: str | None) -> bool:
+    return bool(FAILURE_WORDS.intersection(tokenize(text or "")))
+
+
+def _failed(event: Envelope) -> bool:
+    p: Any = event.payload
+    return event.kind == "error" or (event.kind == "tool_result" and (p.status != "ok" or p.exit_code not in (None, 0)))
+
+
+def evidence_class(event: Envelope | None, about_failure: bool) -> int:
+    """How directly an event answers the question, 0 first: what failed when the question
+    is about a failure; then facts (what the user said, what tools and errors reported);
+    the model's own words last (a guess is not a fact)."""
+    if event is None:  # a tool call (what its result says is not known here)
+        return 1
+    guess = event.kind == "message" and getattr(event.payload, "role", None) != "user"
+    if about_failure:
+        return 0 if _failed(event) else 2 if guess else 1
+    return 1 if guess else 0
+
+
+def hit_class(hit: Mapping[str, Any], event: Envelope | None, about_failure: bool) -> int:
+    """``evidence_class`` of a hit: an ``error`` is a failed fact by its kind alone; a
+    message's role and a result's status take its ``event``."""
+    if hit["kind"] == "error":
+        return 0
+    return evidence_class(event, about_failure)
+
+
+def prefer(hits: list[dict[str, Any]], events: Mapping[str, Envelope | None],
+           about_failure: bool) -> list[dict[str, Any]]:  # fmt: skip
+    """``hits`` (in rank order) by their class, rank order within a class."""
+    return sorted(hits, key=lambda h: hit_class(h, events.get(h["event_id"]), about_failure))
 
 
 def family_threads(state: Mapping[str, Any]) -> list[str]:
@@ -193,6 +228,6 @@ def fresh(entries: Iterable[dict[str, Any] | None], held: set[str], orphans: set
 
 
 __all__ = [
-    "FAILURE_SNIPPET_CHARS", "FAILURE_WORDS", "MAX_CHILD_THREADS", "RECALL_LIMIT", "STOP_WORDS", "error_entry", "family_threads", "first_partner", "fresh", "held_ids",
+    "FAILURE_SNIPPET_CHARS", "FAILURE_WORDS", "asks_about_failure", "evidence_class", "hit_class", "prefer", "MAX_CHILD_THREADS", "RECALL_LIMIT", "STOP_WORDS", "error_entry", "family_threads", "first_partner", "fresh", "held_ids",
     "is_partner", "partner_kind", "rank", "recall_query", "recall_searches", "unit_entry",
 ]  # fmt: skip
