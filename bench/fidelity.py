@@ -5,8 +5,8 @@ Each session is published through an embedded service; then, for each of its que
 (about a key fact or an error code its fold has long taken out of the raw window), the user
 asks it as the newest message and the context is requested at each budget, with no query:
 recall must find the answer by itself. Only the messages' text is measured, never the state.
-Every context is requested twice, the second time in another order among other budgets and
-a query-bearing request: a read that changed a later one shows as a difference.
+After each session's last question every budget is requested again, in another order and
+after a request with a query: a read that changed a later one shows as a difference.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from agentlog.streams.embedded.service import EmbeddedService
 BUDGETS = (1_500, 4_000, 8_000)
 EXTRA_BUDGETS = (2_500, 16_000)
 """Asked too, in between, to see that no request changes another."""
-CHUNK = 5_000
+CHUNK = 20_000
 
 
 def text_of(messages: list[dict[str, Any]]) -> str:
@@ -178,7 +178,9 @@ class Bench:
         t.order_violations += len(found)
         t.violations += [f"{s.thread_id}@{budget}: {v}" for v in found]
 
-    def ask(self, s: Session, q: Question, n: int, positions: Positions, rng: random.Random) -> None:
+    def ask(self, s: Session, q: Question, n: int, positions: Positions, rng: random.Random, last: bool) -> None:
+        """Publish the question, measure its contexts; after a session's ``last`` question,
+        request them all again in another order (and one with a query) and compare."""
         at = self._last_time(s) + timedelta(minutes=5 * n)
         events = []
         if n > 1:  # the agent answered the previous question and did a little work
@@ -195,9 +197,11 @@ class Bench:
         if not _folded(q.event_id, state):
             self.not_folded += 1
             return
-        first = {b: orjson.dumps(self.service.context(s.thread_id, b)) for b in (*BUDGETS, *EXTRA_BUDGETS)}
+        first = {b: orjson.dumps(self.service.context(s.thread_id, b)) for b in (*BUDGETS, *(EXTRA_BUDGETS * last))}
         for b in BUDGETS:
             self.measure(s, q, b, orjson.loads(first[b]), positions)
+        if not last:
+            return
         again = list(first)
         rng.shuffle(again)
         self.service.context(s.thread_id, 4_000, query=q.answer)  # an explicit query in between
@@ -239,14 +243,14 @@ def run_fidelity(n_sessions: int = 20, min_events: int = 300, max_events: int = 
         try:
             for i in range(0, len(data.events), CHUNK):
                 service.publish(b"\n".join(data.events[i : i + CHUNK]))
-                service.catch_up()
-                update(min(i + CHUNK, len(data.events)), total)
+                update(min(i + CHUNK, len(data.events)) // 2, total)
+            service.catch_up(lambda d, t: update(len(data.events) // 2 + d * len(data.events) // max(2 * t, 1), total))
             bench = Bench(service, data)
             done = len(data.events)
             for s in data.sessions:
                 positions = positions_of(s)
                 for n, q in enumerate(s.questions, 1):
-                    bench.ask(s, q, n, positions, rng)
+                    bench.ask(s, q, n, positions, rng, last=n == len(s.questions))
                     done += 200
                     update(done, total)
         finally:

@@ -59,7 +59,7 @@ def test_no_message_is_out_of_order_no_call_unpaired_and_the_question_comes_last
 
 
 def test_a_context_request_changes_no_later_one(figures: dict[str, Any]) -> None:
-    assert figures["reads_compared"] >= 400 and figures["changes_caused_by_reads"] == 0
+    assert figures["reads_compared"] >= 100 and figures["changes_caused_by_reads"] == 0
 
 
 # The checks themselves: each one catches what it is there to catch.
