@@ -38,9 +38,10 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     project, threads = state["project"], family_threads(state)
     held = held_ids(state, (e.event_id for e in window))
     candidates: dict[str, dict[str, Any]] = {}  # the hits ranked per query, queries in their order
-    for q in dict.fromkeys(q for q, _ in searches):
-        if len(candidates) >= RECALL_LIMIT:
-            break  # the goal's search is a fallback: the question's hits are enough
+    queries = list(dict.fromkeys(q for q, _ in searches))
+    for q in queries:
+        if len(queries) > 1 and q == queries[-1] and len(candidates) >= RECALL_LIMIT:
+            break  # the goal's search (the last) is a fallback: the question's hits are enough
         kinds = [kind for query, kind in searches if query == q]
         for h in rank(service.search(q, thread_id=t, kind=kind, project=project, limit=SEARCH_LIMIT)["hits"]
                       for t in threads for kind in kinds):  # fmt: skip
