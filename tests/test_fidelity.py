@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.bench.fidelity import BUDGETS, decision_shown, order_violations, run_fidelity, text_of, Positions
+from agentlog.bench.fidelity import BUDGETS, Positions, decision_shown, order_violations, run_fidelity, text_of
 from agentlog.processors.context import MEMORY_HEADER
 
 MAX_EVENTS = 3_000
