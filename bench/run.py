@@ -4,6 +4,8 @@
 2. the whole embedded pipeline: publish to the on-disk topic, then processors, chDB log,
    tantivy index and state checkpoints until idle;
 3. ``state`` and ``read`` latency on the resulting data.
+
+Other sections: memory, context, fidelity (``agentlog.bench.fidelity``), kafka, rebuild.
 """
 
 from __future__ import annotations
@@ -224,10 +226,11 @@ def run_rebuild_section(args: argparse.Namespace) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from agentlog.bench import context as bench_context, kafka as bench_kafka, step as bench_step  # noqa: PLC0415
+    from agentlog.bench import context as bench_context, fidelity, kafka as bench_kafka, step as bench_step  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
                 "context": lambda _args: bench_context.run(), "step": lambda a: bench_step.run(a.step_lengths, a.steps),
+                "fidelity": lambda a: fidelity.run(getattr(a, "json", False)),
                 "kafka": lambda a: bench_kafka.run(a.kafka_events), "rebuild": run_rebuild_section}  # fmt: skip
     # The Kafka section needs servers; "all" runs it only when they are configured.
     chosen = [args.only] if args.only != "all" else [s for s in sections if s != "rebuild" and

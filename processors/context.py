@@ -433,6 +433,7 @@ def assemble(
             add(name, msg)
         state_limit -= used_before - b.remaining
     shown_failures = {i for s in sections if s["name"] == "failures" for i in s["event_ids"]}
+    cited: set[str] = set()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
         text, left_out, lost = _summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE), shown_failures)
         msg = {"role": "system", "content": text} if text else None
@@ -440,6 +441,7 @@ def assemble(
             b.remaining -= message_tokens(counter, msg)
         b.drop("summary", left_out, lost)
         add("summary", msg)
+        cited = cited_ids(text)
     memory_msg = None
     if memory:
         limit = int(b.remaining * MEMORY_SHARE)
@@ -453,7 +455,8 @@ def assemble(
             sections.append({"name": "memory", "tokens": message_tokens(counter, memory_msg), "content": text})
     recall_msg, recall_section = None, None
     # Search finds orphans too (the log keeps them searchable); a model never sees one.
-    recall = [h for h in recall or [] if h["event_id"] not in (orphans or ())]
+    recall = [h for h in recall or [] if h["event_id"] not in (orphans or ())
+              and not cited.intersection(h.get("event_ids") or (h["event_id"],))]  # fmt: skip
     if recall:
         lines, used, left = [], 0, []
         for hit in recall:
@@ -525,6 +528,14 @@ def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple
         section["tokens"] = message_tokens(counter, msg)
 
 
+_CITED = re.compile(r"\[([^\[\]]+)\]$", re.MULTILINE)
+
+
+def cited_ids(summary_text: str) -> set[str]:
+    """The source event ids a rendered summary cites (each item's line ends with them)."""
+    return {i for m in _CITED.finditer(summary_text) for i in m.group(1).split(", ")}
+
+
 def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
              covered: set[str]) -> tuple[str, list[str], int]:  # fmt: skip
     """The summary text without the observations the failures section already shows, the
@@ -544,6 +555,6 @@ def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
 
 __all__ = [
     "BudgetTooSmall", "ContextResult", "FailureGroup", "MEMORY_HEADER", "RECALL_SHARE", "STATE_SHARE",
-    "SUMMARY_SHARE", "Unit", "as_block_record", "as_data", "assemble", "build_units", "failure_groups",
+    "SUMMARY_SHARE", "Unit", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
     "memory_block", "memory_record", "message_tokens", "output_budget", "render_memory", "render_summary",
 ]

@@ -8,8 +8,8 @@
 - What: whole units. A hit on a tool call or result brings both, as one entry; a result
   whose call cannot be found is never shown (an orphan); a call without a result says so.
 - Nothing twice: a unit any of whose events the context already holds (the raw window, the
-  latest user message, the summary's cited events, the pinned goal and constraints) is left
-  out, and so is an orphan.
+  latest user message, the pinned goal and constraints; the events the rendered summary
+  cites, checked at assembly) is left out, and so is an orphan.
 
 Pure: the adapter (``agentlog.streams.api.recall``) runs the searches and reads.
 """
@@ -19,10 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agentlog.processors.fold import digest
 from agentlog.processors.records import searchable
+from agentlog.processors.truncation import clip_at_word
 from agentlog.processors.textsearch import identifiers, snippet, tokenize
 from agentlog.schemas.events import Envelope
 
+FAILURE_SNIPPET_CHARS = 320
+"""What a recalled failed result shows: its first line, error lines and last line, clipped."""
 RECALL_LIMIT = 8
 """Units recalled at most (each search asks for this many hits)."""
 MAX_CHILD_THREADS = 8
@@ -54,6 +58,72 @@ def recall_query(state: Mapping[str, Any], latest_text: str | None, query: str |
     return " ".join(kept[:MAX_QUERY_TERMS])
 
 
+FAILURE_WORDS = frozenset("""
+error errors fail failed failing fails failure failures crash crashed exception broke broken
+""".split())  # fmt: skip
+"""A question with one of these asks about a failure: failures are searched for by kind too,
+so a long failing log is not outranked by every short message that shares a word."""
+FAILURE_NOISE = frozenset({"code", "codes", "status", "exit", "message", "reason", "why"})
+
+
+def _terms(text: str) -> str:
+    words = [t for t in tokenize(text) if t not in STOP_WORDS and len(t) > 1]
+    return " ".join(list(dict.fromkeys([*identifiers(text), *words]))[:MAX_QUERY_TERMS])
+
+
+def recall_searches(state: Mapping[str, Any], latest_text: str | None,
+                    query: str | None) -> list[tuple[str, str | None]]:  # fmt: skip
+    """The searches recall runs, most telling first, as ``(query, kind)``: the caller's
+    query alone; else the latest user message (first among the errors and tool results
+    when it asks about a failure), then the goal. Their hits are taken in this order."""
+    if query:
+        return [(query, None)]
+    asked = _terms(latest_text or "")
+    goal = _terms((state.get("goal") or {}).get("text") or "")
+    searches: list[tuple[str, str | None]] = []
+    if asked and asks_about_failure(latest_text):
+        # Within failures, "error" or "code" match all of them: what failed is the rest.
+        what = " ".join(t for t in asked.split() if t not in FAILURE_WORDS and t not in FAILURE_NOISE) or asked
+        searches += [(what, "error"), (what, "tool_result")]
+    searches += [(q, None) for q in dict.fromkeys((asked, goal)) if q]
+    return searches
+
+
+def asks_about_failure(text: str | None) -> bool:
+    return bool(FAILURE_WORDS.intersection(tokenize(text or "")))
+
+
+def _failed(event: Envelope) -> bool:
+    p: Any = event.payload
+    return event.kind == "error" or (event.kind == "tool_result" and (p.status != "ok" or p.exit_code not in (None, 0)))
+
+
+def evidence_class(event: Envelope | None, about_failure: bool) -> int:
+    """How directly an event answers the question, 0 first: what failed when the question
+    is about a failure; then facts (what the user said, what tools and errors reported);
+    the model's own words last (a guess is not a fact)."""
+    if event is None:  # a tool call (what its result says is not known here)
+        return 1
+    guess = event.kind == "message" and getattr(event.payload, "role", None) != "user"
+    if about_failure:
+        return 0 if _failed(event) else 2 if guess else 1
+    return 1 if guess else 0
+
+
+def hit_class(hit: Mapping[str, Any], event: Envelope | None, about_failure: bool) -> int:
+    """``evidence_class`` of a hit: an ``error`` is a failed fact by its kind alone; a
+    message's role and a result's status take its ``event``."""
+    if hit["kind"] == "error":
+        return 0
+    return evidence_class(event, about_failure)
+
+
+def prefer(hits: list[dict[str, Any]], events: Mapping[str, Envelope | None],
+           about_failure: bool) -> list[dict[str, Any]]:  # fmt: skip
+    """``hits`` (in rank order) by their class, rank order within a class."""
+    return sorted(hits, key=lambda h: hit_class(h, events.get(h["event_id"]), about_failure))
+
+
 def family_threads(state: Mapping[str, Any]) -> list[str]:
     """The thread and its child threads (newest spawned last, at most ``MAX_CHILD_THREADS``)."""
     own = state["thread_id"]
@@ -63,15 +133,14 @@ def family_threads(state: Mapping[str, Any]) -> list[str]:
 
 
 def held_ids(state: Mapping[str, Any], window_ids: Iterable[str]) -> set[str]:
-    """Events whose content the context already holds: the raw window, the latest user
-    message, the summary's cited events, the pinned goal and constraints."""
+    """Events whose content the context holds whatever its budget: the raw window, the
+    latest user message, the pinned goal and constraints. Not the summary's cited events:
+    under a tight budget the summary shows only some of them, so assembly drops a recalled
+    unit only when the summary it rendered cites it."""
     held = set(window_ids)
     for key in ("latest_user_message_id", "window_started_by"):
         if state.get(key):
             held.add(state[key])
-    summary = state.get("summary") or {}
-    for section in ("observations", "hypotheses"):
-        held.update(item["source_event_id"] for item in summary.get(section, []) if item.get("source_event_id"))
     if state.get("goal") and state["goal"].get("event_id"):
         held.add(state["goal"]["event_id"])
     held.update(c["event_id"] for c in state.get("constraints", []) if c.get("event_id"))
@@ -124,10 +193,20 @@ def unit_entry(hit: Mapping[str, Any], call: Envelope | None, result: Envelope |
     else:
         p: Any = result.payload
         exit_code = "" if p.exit_code is None else f" exit_code {p.exit_code}"
-        output = snippet(terms, p.output)
+        failed = p.status != "ok" or p.exit_code not in (None, 0)
+        # A failure's log says why in lines far from where the query's words first appear.
+        output = clip_at_word(digest(p.output), FAILURE_SNIPPET_CHARS) if failed else snippet(terms, p.output)
         line += f" → result {result.event_id} [{p.status}{exit_code}]: {output}"
         ids.append(result.event_id)
     return {**hit, "event_id": call.event_id, "kind": "tool_call", "ts": call.ts, "snippet": line, "event_ids": ids}
+
+
+def error_entry(hit: Mapping[str, Any], event: Envelope | None) -> dict[str, Any]:
+    """An ``error`` hit's entry: its message with its code (the code is a field of its own
+    that a snippet of the text leaves out)."""
+    code = getattr(event.payload, "code", None) if event is not None else None
+    line = hit["snippet"] if code is None else f"[code {code}] {hit['snippet']}"
+    return {**hit, "snippet": line, "event_ids": [hit["event_id"]]}
 
 
 def fresh(entries: Iterable[dict[str, Any] | None], held: set[str], orphans: set[str],
@@ -149,6 +228,6 @@ def fresh(entries: Iterable[dict[str, Any] | None], held: set[str], orphans: set
 
 
 __all__ = [
-    "MAX_CHILD_THREADS", "RECALL_LIMIT", "STOP_WORDS", "family_threads", "first_partner", "fresh", "held_ids",
-    "is_partner", "partner_kind", "rank", "recall_query", "unit_entry",
+    "FAILURE_SNIPPET_CHARS", "FAILURE_WORDS", "asks_about_failure", "evidence_class", "hit_class", "prefer", "MAX_CHILD_THREADS", "RECALL_LIMIT", "STOP_WORDS", "error_entry", "family_threads", "first_partner", "fresh", "held_ids",
+    "is_partner", "partner_kind", "rank", "recall_query", "recall_searches", "unit_entry",
 ]  # fmt: skip

@@ -8,10 +8,12 @@ from typing import Any
 
 import tantivy
 
+from agentlog.processors.context import assemble
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.recall import held_ids, recall_query
 from agentlog.processors.records import active_hits
 from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.processors.tokens import counter
 from agentlog.schemas.search import SearchFilters
 from agentlog.streams.api.context import context_for
 from agentlog.streams.config import Settings
@@ -160,10 +162,38 @@ def test_recall_never_repeats_what_the_window_already_holds(service: EmbeddedSer
 
 
 def test_recall_does_not_repeat_what_the_summary_cites() -> None:
-    state = {"thread_id": "t1", "latest_user_message_id": "u9", "goal": {"text": "g", "event_id": "g"},
-             "constraints": [{"event_id": "k", "text": "x"}],
+    state = {"thread_id": "t1", "project": "default", "latest_user_message_id": "u9",
+             "goal": {"text": "g", "event_id": "g"}, "constraints": [{"event_id": "k", "text": "x"}],
              "summary": {"observations": [{"text": "pytest failed", "source_event_id": "r1"}], "hypotheses": []}}  # fmt: skip
-    assert held_ids(state, ["w1"]) == {"w1", "u9", "g", "k", "r1"}
+    assert held_ids(state, ["w1"]) == {"w1", "u9", "g", "k"}
+    hit = {"event_id": "r1", "kind": "message", "ts": "2026-11-30T09:00:00Z", "snippet": "pytest failed loudly",
+           "event_ids": ["r1"]}  # fmt: skip
+    shown = assemble(state, [], counter(), 4000, recall=[hit]).as_dict()
+    assert "[r1]" in _joined(shown) and "pytest failed loudly" not in _joined(shown)
+
+
+def test_recall_brings_what_a_tight_budget_left_out_of_the_summary(service: EmbeddedService) -> None:
+    """The summary shows only what its share of a tight budget holds: an event it cites but
+    left out is not "already held", recall brings it back."""
+    notes = [{"text": f"user said: routine note {i} " + "filler " * 30, "source_event_id": f"n{i}"} for i in range(40)]
+    summary = {"observations": [{"text": "user said: the deploy target is eu-west-3", "source_event_id": "m1"},
+                                *notes]}  # fmt: skip
+    lines = [raw("g", "goal", {"text": "ship the release"}, 0),
+             raw("m1", "message", {"role": "user", "text": "the deploy target is eu-west-3"}, 1),
+             *[raw(f"n{i}", "message", {"role": "user", "text": f"routine note {i}"}, 2 + i) for i in range(40)],
+             raw("s", "compaction", {"summary": summary, "covers_through": "n39"}, 50),
+             raw("ask", "message", {"role": "user", "text": "which deploy target did I give you?"}, 51)]  # fmt: skip
+    _publish(service, lines)
+    ctx = context_for(service, "t1", 1500)
+    assert "[m1]" not in next(s["content"] for s in ctx["sections"] if s["name"] == "summary")
+    hits, text = _recall(ctx)
+    assert "m1" in hits and "eu-west-3" in text
+    roomy = context_for(service, "t1", 60_000)  # the summary shows it: recall does not repeat it
+    assert "[m1]" in _joined(roomy) and "m1" not in _recall(roomy)[0]
+
+
+def _joined(ctx: dict[str, Any]) -> str:
+    return "\n".join(m.get("content") or "" for m in ctx["messages"])
 
 
 def test_the_automatic_query_drops_stop_words_and_keeps_identifiers_whole() -> None:
@@ -211,3 +241,38 @@ def test_read_your_writes_finds_a_call_by_its_exact_pair_term_alone() -> None:
                        SearchFilters("t1", kind="tool_result"), state.window_id, set(), state.closed_windows,
                        identifiers(query))  # fmt: skip
     assert [h.event_id for h in hits] == ["r"]
+
+
+def test_what_the_user_said_is_recalled_before_the_models_own_words(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "ship the release"}, 0),
+             raw("m1", "message", {"role": "user", "text": "If anything breaks, page Aiko, she is on-call this week."}, 1),
+             *[raw(f"a{i}", "message", {"role": "assistant", "text": f"I'll check the on-call {i}."}, 2 + i)
+               for i in range(12)],
+             *_switch_then_ask("who did I say is on-call?", 30)]  # fmt: skip
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 4000))
+    assert hits[0] == "m1" and "page Aiko" in text  # the short guesses score higher in the index
+
+
+def test_a_question_about_a_failure_recalls_the_failed_log_with_its_error_line(service: EmbeddedService) -> None:
+    log = "\n".join(["$ make cache-warm", *[f"[{i:04d}] warming shard {i}" for i in range(300)]])
+    log = log.replace("[0150] warming shard 150", "ERROR cache warm failed: ERR_CACHE_MISS_7Q (key absent)")
+    lines = [raw("g", "goal", {"text": "ship the release"}, 0),
+             raw("c1", "tool_call", {"call_id": "k1", "tool_name": "bash", "arguments": {"cmd": "make cache-warm"}}, 1),
+             raw("r1", "tool_result", {"call_id": "k1", "output": log, "status": "error", "exit_code": 1}, 2),
+             raw("c2", "tool_call", {"call_id": "k2", "tool_name": "bash", "arguments": {"cmd": "make cache-warm"}}, 3),
+             raw("r2", "tool_result", {"call_id": "k2", "output": "cache warm: 0 errors"}, 4),
+             raw("m", "message", {"role": "assistant", "text": "the cache code looks fine"}, 5),
+             *_switch_then_ask("what error code did the cache step fail with?", 30)]  # fmt: skip
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 1500))
+    assert hits[0] == "c1" and "ERR_CACHE_MISS_7Q" in text
+
+
+def test_a_recalled_error_event_shows_its_code(service: EmbeddedService) -> None:
+    lines = [raw("g", "goal", {"text": "ship the release"}, 0),
+             raw("e1", "error", {"message": "migration failed: lock not acquired", "code": "E_MIGRATION_LOCK"}, 1),
+             *_switch_then_ask("which error code did the migration fail with?", 30)]  # fmt: skip
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 1500))
+    assert hits == ["e1"] and "E_MIGRATION_LOCK" in text

@@ -6,10 +6,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from agentlog.processors.recall import (
-    RECALL_LIMIT, family_threads, first_partner, fresh, held_ids, partner_kind, rank, recall_query, unit_entry,
+    RECALL_LIMIT, asks_about_failure, error_entry, family_threads, first_partner, fresh, held_ids, partner_kind,
+    prefer, rank, recall_searches, unit_entry,
 )  # fmt: skip
 from agentlog.processors.textsearch import EXACT_BOOST, pair_term
 from agentlog.schemas.events import Envelope
+
+SEARCH_LIMIT = 2 * RECALL_LIMIT
+"""Hits asked of each search: orphans and what the context holds are skipped after it."""
+RERANK_DEPTH = 16
+"""Hits read to be ordered by what they are (facts before guesses): a bounded cost."""
 
 
 class RecallSource(Protocol):
@@ -26,36 +32,55 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     latest_id = state.get("latest_user_message_id")
     latest_event = latest or next((e for e in window if e.event_id == latest_id), None)
     text = getattr(latest_event.payload, "text", None) if latest_event is not None else None
-    q = recall_query(state, text, query)
-    if not q:
+    searches = recall_searches(state, text, query)
+    if not searches:
         return []
-    project = state["project"]
-    hits = rank(service.search(q, thread_id=t, project=project, limit=RECALL_LIMIT)["hits"]
-                for t in family_threads(state))  # fmt: skip
+    project, threads = state["project"], family_threads(state)
     held = held_ids(state, (e.event_id for e in window))
-    return fresh(_entries(service, hits, held, project, q), held, orphans)
+    candidates: dict[str, dict[str, Any]] = {}  # the hits ranked per query, queries in their order
+    queries = list(dict.fromkeys(q for q, _ in searches))
+    for q in queries:
+        if len(queries) > 1 and q == queries[-1] and len(candidates) >= RECALL_LIMIT:
+            break  # the goal's search (the last) is a fallback: the question's hits are enough
+        kinds = [kind for query, kind in searches if query == q]
+        for h in rank(service.search(q, thread_id=t, kind=kind, project=project, limit=SEARCH_LIMIT)["hits"]
+                      for t in threads for kind in kinds):  # fmt: skip
+            if h["event_id"] not in held and h["event_id"] not in orphans:
+                candidates.setdefault(h["event_id"], h)
+    if query:  # the caller's own query: its ranking as the engine gives it
+        return fresh(_entries(service, list(candidates.values()), held, project, query, {}), held, orphans)
+    # Facts before guesses, failures first when asked about one: a message's role and a
+    # result's status take a read (a call and an error are what their kind says).
+    ranked = list(candidates.values())[:RERANK_DEPTH]
+    events = {h["event_id"]: service.read_event(h["event_id"]) for h in ranked
+              if h["kind"] in ("message", "tool_result")}  # fmt: skip
+    ranked = prefer(ranked, events, asks_about_failure(text))
+    return fresh(_entries(service, ranked, held, project, searches[0][0], events), held, orphans)
 
 
 def _entries(service: RecallSource, hits: list[dict[str, Any]], held: set[str], project: str,
-             query: str) -> Iterator[dict[str, Any] | None]:  # fmt: skip
+             query: str, events: dict[str, Envelope | None]) -> Iterator[dict[str, Any] | None]:  # fmt: skip
     """Each hit's entry, lazily (``fresh`` stops at its limit), skipping a hit whose unit an
     earlier entry already brought: each unit's partner is looked up once."""
     covered = set(held)
     for hit in hits:
         if hit["event_id"] in covered:
             continue
-        entry = _unit(service, hit, project, query)
+        entry = _unit(service, hit, project, query, events)
         if entry is not None:
             covered.update(entry["event_ids"])
         yield entry
 
 
-def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str) -> dict[str, Any] | None:
+def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str,
+          events: dict[str, Envelope | None]) -> dict[str, Any] | None:  # fmt: skip
     """The hit's entry, its tool unit completed by the partner event (searched exactly by
-    the ``call:<call_id>`` term both halves are indexed with)."""
-    if hit["kind"] not in ("tool_call", "tool_result"):
+    the ``call:<call_id>`` term both halves are indexed with); ``events``: those already read."""
+    if hit["kind"] not in ("tool_call", "tool_result", "error"):
         return unit_entry(hit, None, None, query)
-    event = service.read_event(hit["event_id"])
+    event = events[hit["event_id"]] if hit["event_id"] in events else service.read_event(hit["event_id"])
+    if hit["kind"] == "error":
+        return error_entry(hit, event)
     want = partner_kind(event) if event is not None else None
     if event is None or want is None:
         return None
@@ -69,4 +94,4 @@ def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str) 
     return unit_entry(hit, call, result, query)
 
 
-__all__ = ["RecallSource", "recall_for"]
+__all__ = ["RERANK_DEPTH", "SEARCH_LIMIT", "RecallSource", "recall_for"]

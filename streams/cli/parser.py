@@ -119,10 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-lengths", type=_lengths, default=(200, 2_000, 20_000), metavar="N,N,...",
                    help="thread lengths of the step benchmark (default 200,2000,20000)")
     p.add_argument("--steps", type=int, default=200, help="measured steps per series of the step benchmark")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "step", "kafka", "rebuild"],
+    p.add_argument("--json", action="store_true", help="with --only fidelity: its figures as one JSON object")
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "step", "kafka", "rebuild"],
                    default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
                         "context (assembly vs thread length, naive baseline, search, retention table), "
+                        "fidelity (what the assembled messages hold of 20 long generated sessions at 1,500, "
+                        "4,000 and 8,000 tokens: retention, leakage, false recall, order, reads that change), "
                         "step (publish one event then state, or then context at 8,000 tokens, in-process "
                         "and over HTTP against `agentlog run`, beside LangGraph when installed: "
                         "pip install 'agentlog[bench]'), "

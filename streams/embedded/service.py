@@ -239,6 +239,11 @@ class EmbeddedService(MemoryOperations):
         return list(window.values())
 
     def read_event(self, event_id: str) -> Envelope | None:
+        record = self.bus.find(event_id)  # the common case, parsed once (recall reads many)
+        if record is not None:
+            event = validate(record.value, self.settings.max_event_bytes)
+            if isinstance(event, Envelope):
+                return event
         try:
             found = self.read(event_id)["event"]
         except NotFound:
