@@ -44,6 +44,15 @@ _ERROR_HINT = re.compile(
     r"(?i:error|fail|exception|traceback|fatal|denied|refused|timed? ?out|not found|panic|abort|warning"
     r"|exit (?:code|status))|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b[A-Z]{1,4}[0-9]{3,}\b"
 )
+_GUESS = re.compile(
+    r"(?i)\b(?:maybe|probably|i think|i believe|i suspect|suspect(?:s|ed)?|might|could be|may be|hypothes[ie]s"
+    r"|guess(?:ing)?|(?:un)?likely|perhaps|possibly|presumably|my theory|not sure)\b"
+)
+"""Words that mark a sentence as the model's guess rather than a report of what happened."""
+_SENTENCE = re.compile(r"(?<=[.!?])\s+| / ")
+_FINISHED = frozenset({"done", "ok", "success", "succeeded", "completed", "complete", "finished", "exited"})
+"""``agent_exit`` statuses that say the sub-agent's job got done (no status counts too)."""
+MAX_DONE = 60
 SCAN_CHARS = 65536
 """How much of an output the digest scans for error lines (its last line is always kept)."""
 _PROTECTED = frozenset({"user", "failure", "error"})
@@ -75,6 +84,14 @@ def digest(text: str) -> str:
     return clip_at_word(" | ".join(clip_at_word(ln, LINE_CHARS) for ln in picked), DIGEST_CHARS)
 
 
+def guesses(text: str) -> str:
+    """The sentences of ``text`` phrased as a guess ("probably", "I think", "might"...),
+    joined; empty when it states none. Only these become hypotheses."""
+    if not _GUESS.search(text):
+        return ""
+    return " ".join(s for s in _SENTENCE.split(text) if _GUESS.search(s))
+
+
 def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
     """What the window keeps of one event; ``tool_name`` is its call's, if known."""
     p: Any = event.payload
@@ -92,6 +109,12 @@ def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
     elif event.kind == "error":
         e.status = None if p.code is None else str(p.code)
         e.text = digest(p.message)
+    elif event.kind == "agent_exit":  # a sub-agent that finished: maybe a job done
+        e.status, e.tool_name = p.status, p.child_agent_id
+        e.text = clip_at_word(" / ".join(ln.strip() for ln in (p.summary or "").splitlines() if ln.strip()), USER_CHARS)
+    elif event.kind == "fact" and p.evidence_type == "model_inferred":  # marked as the model's inference
+        value = p.value if isinstance(p.value, str) else orjson.dumps(p.value).decode()
+        e.text = clip_at_word(f"{p.key} = {value}", USER_CHARS)
     if e.text:
         e.text = redact(e.text)  # the record lives in the state and every later context
     return e
@@ -206,41 +229,70 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
     # ``previous`` was just validated from the state's dict: its lists are ours to change.
     observations = list(previous.observations) if previous else []
     hypotheses = list(previous.hypotheses) if previous else []
+    done = list(previous.done) if previous else []
+    was_pending = set(previous.pending_jobs) if previous else set()
     tool_names = {e.unit: e.tool_name for e in folded if e.kind == "tool_call" and e.tool_name}
     for e in folded:
         if e.kind == "tool_result" and e.event_id in pairing.orphans:
             continue  # an orphan is never shown to a model, least of all as a fact
-        if e.kind == "message" and e.role == "assistant" and e.text:
-            _add(hypotheses, e.text, e.event_id, "assistant")
+        if e.kind == "message" and e.role == "assistant":
+            # The model's own words are no fact: only what it phrased as a guess is kept,
+            # as a hypothesis; the rest is in the log (and searchable).
+            if guess := guesses(e.text):
+                _add(hypotheses, guess, e.event_id, "guess")
+            continue
+        if e.kind == "fact":
+            if e.text:  # a fact the producer marked as the model's inference
+                _add(hypotheses, e.text, e.event_id, "inferred")
+            continue
+        if e.kind == "agent_exit":
+            if e.status is None or e.status.lower() in _FINISHED:
+                _add(done, f"agent {e.tool_name} finished" + (f": {e.text}" if e.text else ""), e.event_id, "agent")
             continue
         found = _observation(e, tool_names)
         if found is not None:
             _add(observations, found[0], e.event_id, found[1])
+            name = e.tool_name or tool_names.get(e.unit) or "tool"
+            if e.kind == "tool_result" and e.status == "ok" and f"call {e.unit} ({name})" in was_pending:
+                _add(done, f"call {e.unit} ({name}) finished ok", e.event_id, "call")
     _trim(observations)
-    public = state.public()
+    _finished_work(state, {e.event_id for e in folded if e.kind in ("plan", "task")}, done)
     unknowns = list(previous.unknowns) if previous else []
-    for f in public["failures"]:
-        note = f"result of {f.get('tool_name') or 'tool'} call {f.get('call_id')} unknown (no result)"
-        if f.get("status") == "missing" and note not in unknowns:
+    for f in state.failures:
+        note = f"result of {f.tool_name or 'tool'} call {f.call_id} unknown (no result)"
+        if f.status == "missing" and note not in unknowns:
             unknowns.append(note)
-    plan = public["plan"]
-    step = next((s for s in plan if s["status"] == "running"), None) or next(
-        (s for s in plan if s["status"] == "pending"), None
-    )
-    pending = [f"call {c['call_id']} ({c['tool_name']})" for c in public["pending_calls"]]
-    pending += [f"task {t['task_id']}: {t.get('text') or ''}".strip() for t in public["tasks"]
-                if t["status"] in ("pending", "running")]  # fmt: skip
-    pending += [f"approval {a['approval_id']}: {a['action']}" for a in public["pending_approvals"]]
+    plan = state.plan.values()
+    step = next((s for s in plan if s.status == "running"), None) or next((s for s in plan if s.status == "pending"), None)
+    pending = [f"call {c.call_id} ({c.tool_name})" for c in state.pending_calls.values()]
+    pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in state.tasks.values()
+                if t.status in ("pending", "running")]  # fmt: skip
+    pending += [f"approval {a.approval_id}: {a.action}" for a in state.approvals.values()
+                if a.decision is None and a.action is not None]  # fmt: skip
     return HandoffRecord(
-        goal=(public.get("goal") or {}).get("text"),
-        constraints=[c["text"] for c in public["constraints"]],
+        goal=None if state.goal is None else state.goal.text,
+        constraints=[c.text for c in state.constraints.values()],
         observations=observations,
         hypotheses=hypotheses[-MAX_HYPOTHESES:],
+        done=done[-MAX_DONE:],
         pending_jobs=pending,
-        next_action=None if step is None else (step.get("text") or step["step_id"]),
+        next_action=None if step is None else (step.text or step.step_id),
         unknowns=unknowns[-MAX_OBSERVATIONS:],
-        modified_files=[f["path"] for f in public["files"] if f["confirmed"]],
+        modified_files=[f.path for f in state.files.values() if f.confirmed],
     )
 
 
-__all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "digest", "drop_through", "entry_of", "fold_if_needed", "track"]
+def _finished_work(state: WorkingState, folded_ids: set[str], done: list[Sourced]) -> None:
+    """Plan steps and tasks whose ``done`` came with a folded event (a terminal status is
+    final, so each is added once: when the event that finished it is folded)."""
+    if not folded_ids:
+        return
+    for s in state.plan.values():
+        if s.status == "done" and s.event_id in folded_ids:
+            _add(done, f"step {s.step_id}" + (f": {s.text}" if s.text else ""), s.event_id, "step")
+    for t in state.tasks.values():
+        if t.status == "done" and t.event_id in folded_ids:
+            _add(done, f"task {t.task_id}" + (f": {t.text}" if t.text else ""), t.event_id, "task")
+
+
+__all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "digest", "drop_through", "entry_of", "fold_if_needed", "guesses", "track"]

@@ -135,7 +135,8 @@ def test_the_deterministic_summary_keeps_observations_with_sources_apart_from_hy
              "failures": [{"status": "missing", "call_id": "c9", "tool_name": "build"}],
              "pending_calls": [], "tasks": [], "pending_approvals": [{"approval_id": "ap", "action": "deploy"}]}  # fmt: skip
     folded = [ev("r1", "tool_result", {"call_id": "c1", "output": "3 tests failed\nmore", "tool_name": "pytest", "status": "error"}, 0),
-              ev("a1", "message", {"role": "assistant", "text": "Probably the cache is stale."}, 1)]  # fmt: skip
+              ev("a1", "message", {"role": "assistant", "text": "Probably the cache is stale."}, 1),
+              ev("a2", "message", {"role": "assistant", "text": "The build is green."}, 2)]  # fmt: skip
     record = deterministic_summary(state, folded, None)
     assert record.observations[0].model_dump(include={"text", "source_event_id"}) == {
         "text": "pytest -> error: 3 tests failed", "source_event_id": "r1"}
