@@ -150,7 +150,7 @@ def _kind(e: Envelope, orphans: Collection[str]) -> str:
     if e.kind == "tool_result":
         return "an orphan tool result" if e.event_id in orphans else "fact"
     if e.kind == "message":
-        return "fact" if p.role == "user" else f"a {p.role} message"
+        return "fact" if p.role == "user" else f"{'an' if p.role == 'assistant' else 'a'} {p.role} message"
     return "fact" if e.kind == "error" else f"a {e.kind} event"
 
 

@@ -134,6 +134,16 @@ def drop_through(window: RawWindow, event_id: str) -> None:
         del window.entries[:cut]
 
 
+def is_stale(window: RawWindow, state: WorkingState, covers_through: str) -> bool:
+    """Whether a published ``compaction`` covers less than the summary already does: its
+    cover is neither the summary's nor in the raw window, so the fold went past it (an LLM
+    record computed while the stream moved on). Applying it would lose what the fold
+    took in since; the thread keeps its summary instead (a replay decides the same)."""
+    if state.summary is None or covers_through == state.summary_covers_through:
+        return False
+    return all(e.event_id != covers_through for e in window.entries)
+
+
 def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState, budget: int) -> int:
     """Fold the window's oldest whole units into ``state.summary`` when the window is
     over ``budget`` tokens (or ``MAX_ENTRIES`` events), down to half of both; returns how
@@ -295,4 +305,4 @@ def _finished_work(state: WorkingState, folded_ids: set[str], done: list[Sourced
             _add(done, f"task {t.task_id}" + (f": {t.text}" if t.text else ""), t.event_id, "task")
 
 
-__all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "digest", "drop_through", "entry_of", "fold_if_needed", "guesses", "track"]
+__all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "digest", "drop_through", "entry_of", "fold_if_needed", "guesses", "is_stale", "track"]

@@ -159,7 +159,7 @@ def test_no_context_holds_an_unpaired_call_or_an_orphan_and_the_newest_user_mess
             assert "nobody asked for this" not in text  # not in the window, not in the summary
             assert "nobody asked" not in orjson.dumps(state["summary"]).decode()
             order = [orjson.loads(r)["event_id"] for r in records]
-            recent = ctx["sections"][-1]["event_ids"]
+            recent = next(s for s in ctx["sections"] if s["name"] == "recent")["event_ids"]  # recall may follow it
             firsts = [i for i in recent if not i.startswith(("r", "o"))]  # results follow their calls
             assert firsts == sorted(firsts, key=order.index)  # event order within the raw window
             latest = state["latest_user_message_id"]
@@ -358,3 +358,17 @@ def test_hypotheses_come_only_from_what_is_phrased_or_marked_as_a_guess_and_othe
     cited = {i for o in summary["observations"] for i in o["source_event_ids"]}
     assert cited.isdisjoint({"a1", "a2", "a3", "f1", "f2"})
     assert "40 tests pass" not in orjson.dumps(summary).decode()
+
+
+def test_a_compaction_for_a_cover_the_fold_has_since_passed_is_not_applied_so_nothing_folded_since_is_lost() -> None:
+    records = [raw(f"u{i}", "message", {"role": "user", "text": f"fact number {i} " + "w " * 60}, i) for i in range(8)]
+    tp = processed(records, window_tokens=100)
+    cover = tp.state.summary_covers_through
+    assert cover is not None and cover != "u0"
+    llm = {"goal": None, "observations": [{"text": "user said fact 0", "source_event_id": "u0"}]}
+    stale = processed([*records, raw("cx", "compaction", {"summary": llm, "covers_through": "u0"}, 9)], window_tokens=100)
+    assert stale.state.summary == tp.state.summary and stale.state.summary_covers_through == cover
+    assert stale.state.summary_event_id is None
+    # The same record for the cover the fold holds now (what the summary job sends) is applied as is.
+    fresh = processed([*records, raw("cy", "compaction", {"summary": llm, "covers_through": cover}, 9)], window_tokens=100)
+    assert fresh.state.summary == llm and fresh.state.summary_event_id == "cy"
