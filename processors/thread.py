@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentlog.processors.fold import DEFAULT_WINDOW_TOKENS, drop_through, entry_of, fold_if_needed, is_stale, track
+from agentlog.processors.fold import DEFAULT_WINDOW_TOKENS, Memo, drop_through, entry_of, fold_if_needed, is_stale, track
 from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer
 from agentlog.processors.reducer import reduce
 from agentlog.schemas.events import Envelope
@@ -34,6 +34,8 @@ class ThreadProcessor:
     positions: dict[int, int] = field(default_factory=dict)
     window: RawWindow = field(default_factory=RawWindow)
     window_tokens: int = DEFAULT_WINDOW_TOKENS
+    memo: Memo = field(default_factory=Memo, repr=False, compare=False)
+    """The last fold's parsed record (a cache, not persisted)."""
 
     @classmethod
     def new(cls, thread_id: str, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
@@ -94,7 +96,7 @@ class ThreadProcessor:
         if event.kind == "compaction":  # a published record (a user's, an LLM's) wins as is
             drop_through(self.window, event.payload.covers_through)  # type: ignore[attr-defined]
         track(self.window, entry_of(event, tool_name))
-        fold_if_needed(self.window, self.state, self.pairer.state, self.window_tokens)
+        fold_if_needed(self.window, self.state, self.pairer.state, self.window_tokens, self.memo)
 
     def _is_open(self, event: Envelope) -> bool:
         call = self.pairer.state.calls.get(event.payload.call_id)  # type: ignore[attr-defined]
