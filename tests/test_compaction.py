@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.compaction import acceptable, deterministic_summary, fold_count, safe_cut
+from agentlog.processors.compaction import acceptable, deterministic_summary, fold_count, safe_cut, verdict
 from agentlog.processors.context import BudgetTooSmall, assemble, build_units, message_tokens
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.tokens import counter
@@ -25,6 +25,7 @@ from agentlog.schemas.handoff import HandoffRecord
 from agentlog.streams.config import Settings
 from agentlog.streams.api.context import context_for
 from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.metrics import METRICS
 from agentlog.streams.summary_job import SummaryJob
 from tests.helpers import ev, raw
 
@@ -157,6 +158,20 @@ def test_a_summary_that_loses_a_pinned_constraint_or_confirmed_file_is_rejected(
     assert acceptable({**good, "constraints": []}, state) is None
     assert acceptable({**good, "modified_files": []}, state) is None
     assert acceptable({**good, "observations": [{"text": "no source"}]}, state) is None
+
+
+def test_an_llm_record_that_observes_an_orphan_or_a_plan_event_is_rejected_but_may_keep_what_the_last_record_observed() -> None:
+    state = {"goal": None, "constraints": [], "files": []}
+    folded = [ev("o1", "tool_result", {"call_id": "ghost", "output": "nobody asked for this"}, 0),
+              ev("p1", "plan", {"steps": [{"step_id": "s1", "status": "done"}]}, 1),
+              ev("e1", "error", {"message": "disk full", "code": "ENOSPC"}, 2)]  # fmt: skip
+    previous = HandoffRecord(observations=[{"text": "user said: deploy to eu", "source_event_id": "u0"}])
+    cite = lambda *ids: {"observations": [{"text": "x", "source_event_id": i} for i in ids]}  # noqa: E731
+    assert verdict(cite("e1", "u0"), state, folded, previous, {"o1"}) == (HandoffRecord.model_validate(cite("e1", "u0")), "")
+    assert verdict(cite("o1"), state, folded, previous, {"o1"})[1] == (
+        "an observation cites 'o1', an orphan tool result, not a tool result, a user message or an error")
+    assert verdict(cite("p1"), state, folded, previous, {"o1"})[1].startswith("an observation cites 'p1', a plan event")
+    assert verdict({"done": [{"text": "s1", "source_event_id": "p1"}]}, state, folded, previous)[0] is not None
 
 
 def long_session(n: int = 60) -> list[bytes]:
@@ -332,9 +347,11 @@ def test_an_llm_record_that_cites_a_guess_as_an_observation_or_an_unknown_id_or_
     try:
         before = service.state("t1")
         FakeLLM.answer = bad(good_record(before))
+        counted = METRICS.registry.get_sample_value("agentlog_llm_summaries_total", {"outcome": "rejected"}) or 0
         with caplog.at_level(logging.WARNING, logger="agentlog.summary"):
             assert SummaryJob(service, service.summariser).run_once() == {"t1": f"rejected: {reason}"}
         assert f"thread t1: LLM summary rejected: {reason}" in caplog.text
+        assert METRICS.registry.get_sample_value("agentlog_llm_summaries_total", {"outcome": "rejected"}) == counted + 1
         service.catch_up()
         assert service.state("t1") == before  # the deterministic summary stays
         assert service.sql("SELECT count() FROM events WHERE kind = 'compaction'").rows[0][0] == 0
