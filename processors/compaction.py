@@ -10,12 +10,13 @@ and it stops before any unit that holds a pending call, so open work stays in vi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from agentlog.processors.context import Unit
+from agentlog.processors.fold import guesses
 from agentlog.processors.redaction import redact_value
 from agentlog.processors.truncation import clip_at_word
 from agentlog.schemas.events import Envelope
@@ -69,8 +70,9 @@ def deterministic_summary(
         elif e.kind == "message" and p.role == "user":
             observations.append(Sourced(text=f"user said: {_first_line(p.text)}", source_event_id=e.event_id))
         elif e.kind == "message" and p.role == "assistant":
-            # What the model said is its reading of the situation: a hypothesis, not a fact.
-            hypotheses.append(Sourced(text=_first_line(p.text), source_event_id=e.event_id))
+            # Only what the model phrased as a guess is a hypothesis; the rest is no fact either.
+            if guess := guesses(" / ".join(p.text.splitlines())):
+                hypotheses.append(Sourced(text=clip_at_word(guess, FIRST_LINE_CHARS), source_event_id=e.event_id))
         elif e.kind == "error":
             observations.append(Sourced(text=f"error {p.code or ''}: {_first_line(p.message)}".strip(),
                                         source_event_id=e.event_id))  # fmt: skip
@@ -99,21 +101,63 @@ def deterministic_summary(
     )
 
 
-def acceptable(record: Any, state: dict[str, Any]) -> HandoffRecord | None:
-    """A summary that validates as a handoff record and loses no pinned constraint and no
-    confirmed file; ``None`` otherwise (the caller then uses the deterministic one)."""
+FACTUAL = "a tool result, a user message or an error"
+
+
+def _cited(item: Sourced) -> list[str]:
+    return [item.source_event_id, *item.source_event_ids]
+
+
+def verdict(record: Any, state: dict[str, Any], folded: Sequence[Envelope] = (),
+            previous: HandoffRecord | None = None, orphans: Collection[str] = ()) -> tuple[HandoffRecord | None, str]:  # fmt: skip
+    """(the record, "") when a summariser's ``record`` may replace the deterministic one;
+    (None, why not) otherwise. Pure. Every observation cites a folded event of a factual
+    kind (a tool result that is no orphan, a user message, an error) or one the previous
+    record observed; nothing cites an id that is neither folded nor in the previous
+    record; the goal, every constraint and every confirmed modified file survive."""
     try:
         parsed = record if isinstance(record, HandoffRecord) else HandoffRecord.model_validate(record)
-    except ValidationError:
-        return None
-    if any(c["text"] not in parsed.constraints for c in state.get("constraints", [])):
-        return None
-    if any(f["path"] not in parsed.modified_files for f in state.get("files", []) if f["confirmed"]):
-        return None
+    except ValidationError as err:
+        return None, f"not a handoff record: {str(err).splitlines()[0]}"
     goal = (state.get("goal") or {}).get("text")
     if goal is not None and parsed.goal != goal:
-        return None
-    return parsed
+        return None, f"changes the goal to {parsed.goal!r}"
+    lost = next((c["text"] for c in state.get("constraints", []) if c["text"] not in parsed.constraints), None)
+    if lost is not None:
+        return None, f"drops the constraint {lost!r}"
+    gone = next((f["path"] for f in state.get("files", []) if f["confirmed"] and f["path"] not in parsed.modified_files), None)
+    if gone is not None:
+        return None, f"drops the confirmed modified file {gone!r}"
+    kinds = {e.event_id: _kind(e, orphans) for e in folded}
+    before = previous or HandoffRecord()
+    observed = {i for o in before.observations for i in _cited(o)}
+    known = set(kinds) | observed | {i for k in (before.hypotheses, before.done) for item in k for i in _cited(item)}
+    for name in ("observations", "hypotheses", "done"):
+        for item in getattr(parsed, name):
+            unknown = next((i for i in _cited(item) if i not in known), None)
+            if unknown is not None:
+                return None, f"{name} cite an unknown event {unknown!r}"
+    for item in parsed.observations:
+        for i in _cited(item):
+            if i not in observed and kinds.get(i) != "fact":
+                return None, f"an observation cites {i!r}, {kinds[i]}, not {FACTUAL}"
+    return parsed, ""
+
+
+def _kind(e: Envelope, orphans: Collection[str]) -> str:
+    """``fact`` for what an observation may cite, else what the event is."""
+    p: Any = e.payload
+    if e.kind == "tool_result":
+        return "an orphan tool result" if e.event_id in orphans else "fact"
+    if e.kind == "message":
+        return "fact" if p.role == "user" else f"{'an' if p.role == 'assistant' else 'a'} {p.role} message"
+    return "fact" if e.kind == "error" else f"a {e.kind} event"
+
+
+def acceptable(record: Any, state: dict[str, Any], folded: Sequence[Envelope] = (),
+               previous: HandoffRecord | None = None, orphans: Collection[str] = ()) -> HandoffRecord | None:  # fmt: skip
+    """``verdict``'s record, or ``None`` when it is rejected (the reason is dropped)."""
+    return verdict(record, state, folded, previous, orphans)[0]
 
 
 def summarise(
@@ -130,7 +174,7 @@ def summarise(
     record, name = None, "deterministic"
     if summariser is not None:
         try:
-            record = acceptable(summariser(state, folded, previous), state)
+            record = acceptable(summariser(state, folded, previous), state, folded, previous)
         except Exception:  # noqa: BLE001 - a remote summariser may fail in any way
             record = None
         name = "deterministic" if record is None else "custom"
@@ -177,5 +221,5 @@ def safe_cut(events: Sequence[Envelope], units: Sequence[Unit], n: int) -> int:
 
 __all__ = [
     "Summariser", "acceptable", "compaction_event", "deterministic_summary", "fold_count", "safe_cut",
-    "summarise",
+    "summarise", "verdict",
 ]  # fmt: skip

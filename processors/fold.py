@@ -9,6 +9,7 @@ estimated from lengths), so a replay or ``rebuild`` lands on the same summary.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -44,6 +45,21 @@ _ERROR_HINT = re.compile(
     r"(?i:error|fail|exception|traceback|fatal|denied|refused|timed? ?out|not found|panic|abort|warning"
     r"|exit (?:code|status))|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b[A-Z]{1,4}[0-9]{3,}\b"
 )
+_GUESS = re.compile(
+    r"(?i)\b(?:maybe|probably|i think|i believe|i suspect|suspect(?:s|ed)?|might|could be|may be|hypothes[ie]s"
+    r"|guess(?:ing)?|(?:un)?likely|perhaps|possibly|presumably|my theory|not sure)\b"
+)
+"""Words that mark a sentence as the model's guess rather than a report of what happened."""
+_GUESS_HINT = re.compile(
+    r"maybe|probabl|think|believe|suspect|might|could be|may be|hypothes|guess|likely|perhaps|possibl|presumabl"
+    r"|theory|not sure"
+)
+"""A cheap first look, on the lower-cased text (``_GUESS``'s case-insensitive word
+boundaries cost several times more): most assistant text holds none of these."""
+_SENTENCE = re.compile(r"(?<=[.!?])\s+| / ")
+_FINISHED = frozenset({"done", "ok", "success", "succeeded", "completed", "complete", "finished", "exited"})
+"""``agent_exit`` statuses that say the sub-agent's job got done (no status counts too)."""
+MAX_DONE = 60
 SCAN_CHARS = 65536
 """How much of an output the digest scans for error lines (its last line is always kept)."""
 _PROTECTED = frozenset({"user", "failure", "error"})
@@ -75,16 +91,25 @@ def digest(text: str) -> str:
     return clip_at_word(" | ".join(clip_at_word(ln, LINE_CHARS) for ln in picked), DIGEST_CHARS)
 
 
+def guesses(text: str) -> str:
+    """The sentences of ``text`` phrased as a guess ("probably", "I think", "might"...),
+    joined; empty when it states none. Only these become hypotheses."""
+    if not _GUESS_HINT.search(text.lower()) or not _GUESS.search(text):
+        return ""
+    return " ".join(s for s in _SENTENCE.split(text) if _GUESS.search(s))
+
+
 def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
     """What the window keeps of one event; ``tool_name`` is its call's, if known."""
     p: Any = event.payload
     e = WindowEntry(event_id=event.event_id, kind=event.kind, unit=event.event_id, repo_commit=event.repo_commit)
     if event.kind == "message":
         e.role, e.tokens = p.role, _tokens(len(p.text))
-        e.text = clip_at_word(" / ".join(ln.strip() for ln in p.text.splitlines() if ln.strip()), USER_CHARS)
+        e.text = _one_line(p.text)
+        if p.role == "assistant":  # only a guess of the model's reaches the record
+            e.text = guesses(e.text)
     elif event.kind == "tool_call":
-        args = p.arguments if isinstance(p.arguments, str) else orjson.dumps(p.arguments).decode()
-        e.unit, e.tool_name, e.tokens = p.call_id, p.tool_name, _tokens(len(p.tool_name) + len(args))
+        e.unit, e.tool_name, e.tokens = p.call_id, p.tool_name, _tokens(len(p.tool_name) + _json_chars(p.arguments))
     elif event.kind == "tool_result":
         e.unit, e.status, e.exit_code = p.call_id, p.status, p.exit_code
         e.tool_name = p.tool_name or tool_name
@@ -92,9 +117,34 @@ def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
     elif event.kind == "error":
         e.status = None if p.code is None else str(p.code)
         e.text = digest(p.message)
+    elif event.kind == "agent_exit":  # a sub-agent that finished: maybe a job done
+        e.status, e.tool_name = p.status, p.child_agent_id
+        e.text = clip_at_word(" / ".join(ln.strip() for ln in (p.summary or "").splitlines() if ln.strip()), USER_CHARS)
+    elif event.kind == "fact" and p.evidence_type == "model_inferred":  # marked as the model's inference
+        value = p.value if isinstance(p.value, str) else orjson.dumps(p.value).decode()
+        e.text = clip_at_word(f"{p.key} = {value}", USER_CHARS)
     if e.text:
         e.text = redact(e.text)  # the record lives in the state and every later context
     return e
+
+
+def _one_line(text: str) -> str:
+    """The text's non-blank lines joined by `` / ``, at most ``USER_CHARS``."""
+    if "\n" not in text:  # most messages: no lines to join
+        return clip_at_word(text.strip(), USER_CHARS)
+    text = text[: 4 * USER_CHARS]  # what is cut anyway is not split into lines first
+    return clip_at_word(" / ".join(ln.strip() for ln in text.splitlines() if ln.strip()), USER_CHARS)
+
+
+def _json_chars(args: dict[str, Any] | str) -> int:
+    """About the length of the arguments as JSON: a string value counts by its length,
+    without serialising it (a file's content, a patch: the large arguments)."""
+    if isinstance(args, str):
+        return len(args)
+    n = 2
+    for key, value in args.items():
+        n += len(key) + 4 + (len(value) + 2 if type(value) is str else len(orjson.dumps(value)))
+    return n
 
 
 def track(window: RawWindow, entry: WindowEntry) -> None:
@@ -111,7 +161,28 @@ def drop_through(window: RawWindow, event_id: str) -> None:
         del window.entries[:cut]
 
 
-def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState, budget: int) -> int:
+def is_stale(window: RawWindow, state: WorkingState, covers_through: str) -> bool:
+    """Whether a published ``compaction`` covers less than the summary already does: its
+    cover is neither the summary's nor in the raw window, so the fold went past it (an LLM
+    record computed while the stream moved on). Applying it would lose what the fold
+    took in since; the thread keeps its summary instead (a replay decides the same)."""
+    if state.summary is None or covers_through == state.summary_covers_through:
+        return False
+    return all(e.event_id != covers_through for e in window.entries)
+
+
+@dataclass(slots=True)
+class Memo:
+    """The record the last fold built, with the dict it was dumped to: while
+    ``state.summary`` is that very dict, the next fold starts from the record instead of
+    validating the dict again (a cache only: the result is the same either way)."""
+
+    summary: dict[str, Any] | None = None
+    record: HandoffRecord | None = None
+
+
+def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState, budget: int,
+                   memo: Memo | None = None) -> int:  # fmt: skip
     """Fold the window's oldest whole units into ``state.summary`` when the window is
     over ``budget`` tokens (or ``MAX_ENTRIES`` events), down to half of both; returns how
     many events were folded. Never folds an open call, a result still waiting for its
@@ -129,7 +200,11 @@ def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState
     folded = window.entries[:cut]
     del window.entries[:cut]
     window.tokens -= sum(e.tokens for e in folded)
-    state.summary = _record(state, pairing, folded).model_dump(mode="json")
+    cached = memo.record if memo is not None and memo.summary is state.summary and state.summary else None
+    record = _record(state, pairing, folded, cached)
+    state.summary = record.model_dump(mode="json")
+    if memo is not None:
+        memo.summary, memo.record = state.summary, record
     state.summary_covers_through = folded[-1].event_id
     state.summary_event_id = None
     return cut
@@ -170,15 +245,28 @@ def _previous(state: WorkingState) -> HandoffRecord | None:
         return None
 
 
-def _add(items: list[Sourced], text: str, event_id: str, kind: str) -> None:
-    """Append an observation, or count it on an identical one already there."""
-    for item in items:
-        if item.text == text:
+class _Items:
+    """A record's list, with its entries by text: an identical one is found at once."""
+
+    __slots__ = ("items", "by_text")
+
+    def __init__(self, items: list[Sourced]) -> None:
+        self.items = list(items)
+        self.by_text: dict[str, Sourced] = {}
+        for item in self.items:
+            self.by_text.setdefault(item.text, item)
+
+    def add(self, text: str, event_id: str, kind: str) -> None:
+        """Append an entry, or count it on an identical one already there."""
+        item = self.by_text.get(text)
+        if item is not None:
             item.count += 1
             if len(item.source_event_ids) < MAX_IDS:
                 item.source_event_ids.append(event_id)
             return
-    items.append(Sourced(text=text, source_event_id=event_id, source_event_ids=[event_id], kind=kind))
+        item = Sourced(text=text, source_event_id=event_id, source_event_ids=[event_id], kind=kind)
+        self.items.append(item)
+        self.by_text[text] = item
 
 
 def _observation(e: WindowEntry, tool_names: dict[str, str]) -> tuple[str, str] | None:
@@ -195,52 +283,89 @@ def _observation(e: WindowEntry, tool_names: dict[str, str]) -> tuple[str, str] 
     return None
 
 
-def _trim(items: list[Sourced]) -> None:
-    while len(items) > MAX_OBSERVATIONS:
-        plain = next((i for i, o in enumerate(items) if o.kind not in _PROTECTED), None)
-        del items[plain if plain is not None else KEEP_FIRST]
+def _trim(items: list[Sourced]) -> list[Sourced]:
+    """At most ``MAX_OBSERVATIONS``: the oldest plain ones go first, then the oldest
+    protected ones after the first ``KEEP_FIRST``."""
+    excess = len(items) - MAX_OBSERVATIONS
+    if excess <= 0:
+        return items
+    plain = [i for i, o in enumerate(items) if o.kind not in _PROTECTED][:excess]
+    gone = set(plain)
+    kept = [o for i, o in enumerate(items) if i not in gone]
+    rest = excess - len(plain)
+    return kept[:KEEP_FIRST] + kept[KEEP_FIRST + rest:] if rest else kept
 
 
-def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry]) -> HandoffRecord:
-    previous = _previous(state)
-    # ``previous`` was just validated from the state's dict: its lists are ours to change.
-    observations = list(previous.observations) if previous else []
-    hypotheses = list(previous.hypotheses) if previous else []
+def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry],
+            cached: HandoffRecord | None = None) -> HandoffRecord:  # fmt: skip
+    previous = cached or _previous(state)
+    # ``previous`` is the last fold's own record or was just validated from the state's
+    # dict (never shared with the state): its entries are ours to change.
+    observations = _Items(previous.observations if previous else [])
+    hypotheses = _Items(previous.hypotheses if previous else [])
+    done = _Items(previous.done if previous else [])
+    was_pending = set(previous.pending_jobs) if previous else set()
     tool_names = {e.unit: e.tool_name for e in folded if e.kind == "tool_call" and e.tool_name}
     for e in folded:
         if e.kind == "tool_result" and e.event_id in pairing.orphans:
             continue  # an orphan is never shown to a model, least of all as a fact
-        if e.kind == "message" and e.role == "assistant" and e.text:
-            _add(hypotheses, e.text, e.event_id, "assistant")
+        if e.kind == "message" and e.role == "assistant":
+            # The model's own words are no fact: only what it phrased as a guess is kept,
+            # as a hypothesis; the rest is in the log (and searchable).
+            if guess := guesses(e.text):  # already only the guesses, unless an older snapshot's
+                hypotheses.add(guess, e.event_id, "guess")
+            continue
+        if e.kind == "fact":
+            if e.text:  # a fact the producer marked as the model's inference
+                hypotheses.add(e.text, e.event_id, "inferred")
+            continue
+        if e.kind == "agent_exit":
+            if e.status is None or e.status.lower() in _FINISHED:
+                done.add(f"agent {e.tool_name} finished" + (f": {e.text}" if e.text else ""), e.event_id, "agent")
             continue
         found = _observation(e, tool_names)
         if found is not None:
-            _add(observations, found[0], e.event_id, found[1])
-    _trim(observations)
-    public = state.public()
+            observations.add(found[0], e.event_id, found[1])
+            name = e.tool_name or tool_names.get(e.unit) or "tool"
+            if e.kind == "tool_result" and e.status == "ok" and f"call {e.unit} ({name})" in was_pending:
+                done.add(f"call {e.unit} ({name}) finished ok", e.event_id, "call")
+    _finished_work(state, {e.event_id for e in folded if e.kind in ("plan", "task")}, done)
     unknowns = list(previous.unknowns) if previous else []
-    for f in public["failures"]:
-        note = f"result of {f.get('tool_name') or 'tool'} call {f.get('call_id')} unknown (no result)"
-        if f.get("status") == "missing" and note not in unknowns:
+    for f in state.failures:
+        note = f"result of {f.tool_name or 'tool'} call {f.call_id} unknown (no result)"
+        if f.status == "missing" and note not in unknowns:
             unknowns.append(note)
-    plan = public["plan"]
-    step = next((s for s in plan if s["status"] == "running"), None) or next(
-        (s for s in plan if s["status"] == "pending"), None
-    )
-    pending = [f"call {c['call_id']} ({c['tool_name']})" for c in public["pending_calls"]]
-    pending += [f"task {t['task_id']}: {t.get('text') or ''}".strip() for t in public["tasks"]
-                if t["status"] in ("pending", "running")]  # fmt: skip
-    pending += [f"approval {a['approval_id']}: {a['action']}" for a in public["pending_approvals"]]
+    plan = state.plan.values()
+    step = next((s for s in plan if s.status == "running"), None) or next((s for s in plan if s.status == "pending"), None)
+    pending = [f"call {c.call_id} ({c.tool_name})" for c in state.pending_calls.values()]
+    pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in state.tasks.values()
+                if t.status in ("pending", "running")]  # fmt: skip
+    pending += [f"approval {a.approval_id}: {a.action}" for a in state.approvals.values()
+                if a.decision is None and a.action is not None]  # fmt: skip
     return HandoffRecord(
-        goal=(public.get("goal") or {}).get("text"),
-        constraints=[c["text"] for c in public["constraints"]],
-        observations=observations,
-        hypotheses=hypotheses[-MAX_HYPOTHESES:],
+        goal=None if state.goal is None else state.goal.text,
+        constraints=[c.text for c in state.constraints.values()],
+        observations=_trim(observations.items),
+        hypotheses=hypotheses.items[-MAX_HYPOTHESES:],
+        done=done.items[-MAX_DONE:],
         pending_jobs=pending,
-        next_action=None if step is None else (step.get("text") or step["step_id"]),
+        next_action=None if step is None else (step.text or step.step_id),
         unknowns=unknowns[-MAX_OBSERVATIONS:],
-        modified_files=[f["path"] for f in public["files"] if f["confirmed"]],
+        modified_files=[f.path for f in state.files.values() if f.confirmed],
     )
 
 
-__all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "digest", "drop_through", "entry_of", "fold_if_needed", "track"]
+def _finished_work(state: WorkingState, folded_ids: set[str], done: _Items) -> None:
+    """Plan steps and tasks whose ``done`` came with a folded event (a terminal status is
+    final, so each is added once: when the event that finished it is folded)."""
+    if not folded_ids:
+        return
+    for s in state.plan.values():
+        if s.status == "done" and s.event_id in folded_ids:
+            done.add(f"step {s.step_id}" + (f": {s.text}" if s.text else ""), s.event_id, "step")
+    for t in state.tasks.values():
+        if t.status == "done" and t.event_id in folded_ids:
+            done.add(f"task {t.task_id}" + (f": {t.text}" if t.text else ""), t.event_id, "task")
+
+
+__all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "Memo", "digest", "drop_through", "entry_of", "fold_if_needed", "guesses", "is_stale", "track"]

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from agentlog.processors.fold import DEFAULT_WINDOW_TOKENS, drop_through, entry_of, fold_if_needed, track
+from agentlog.processors.fold import DEFAULT_WINDOW_TOKENS, Memo, drop_through, entry_of, fold_if_needed, is_stale, track
 from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer
 from agentlog.processors.reducer import reduce
 from agentlog.schemas.events import Envelope
@@ -33,6 +34,8 @@ class ThreadProcessor:
     positions: dict[int, int] = field(default_factory=dict)
     window: RawWindow = field(default_factory=RawWindow)
     window_tokens: int = DEFAULT_WINDOW_TOKENS
+    memo: Memo = field(default_factory=Memo, repr=False, compare=False)
+    """The last fold's parsed record (a cache, not persisted)."""
 
     @classmethod
     def new(cls, thread_id: str, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
@@ -63,7 +66,10 @@ class ThreadProcessor:
         tool_name = self._call_tool_name(event)
         pairs = self.pairer.on_event(event, state.event_count + 1, window_id)
         opened = event.kind == "tool_call" and self._is_open(event)
+        kept = self._stale_summary(event)
         reduce(state, event, pairs, opened)
+        if kept is not None:  # a compaction the fold already went past: the summary stays
+            state.summary, state.summary_covers_through, state.summary_event_id = kept
         self._fold(event, tool_name)
         return pairs
 
@@ -73,6 +79,15 @@ class ThreadProcessor:
         call = self.pairer.state.calls.get(event.payload.call_id)  # type: ignore[attr-defined]
         return call.tool_name if call is not None else None
 
+    def _stale_summary(self, event: Envelope) -> tuple[Any, str | None, str | None] | None:
+        """The summary to keep when ``event`` is a stale ``compaction`` (``fold.is_stale``)."""
+        if event.kind != "compaction" or self.window_tokens <= 0:
+            return None
+        s = self.state
+        if not is_stale(self.window, s, event.payload.covers_through):  # type: ignore[attr-defined]
+            return None
+        return s.summary, s.summary_covers_through, s.summary_event_id
+
     def _fold(self, event: Envelope, tool_name: str | None) -> None:
         """Compaction as a stream step: the window is watched and folded here, so every
         deployment and every replay computes the same summary."""
@@ -81,7 +96,7 @@ class ThreadProcessor:
         if event.kind == "compaction":  # a published record (a user's, an LLM's) wins as is
             drop_through(self.window, event.payload.covers_through)  # type: ignore[attr-defined]
         track(self.window, entry_of(event, tool_name))
-        fold_if_needed(self.window, self.state, self.pairer.state, self.window_tokens)
+        fold_if_needed(self.window, self.state, self.pairer.state, self.window_tokens, self.memo)
 
     def _is_open(self, event: Envelope) -> bool:
         call = self.pairer.state.calls.get(event.payload.call_id)  # type: ignore[attr-defined]

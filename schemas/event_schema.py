@@ -123,7 +123,7 @@ PAYLOAD_NOTES: dict[str, dict[str, str]] = {
     },
     "compaction": {
         "summary": "The structured handoff record of what was folded away (goal, constraints, "
-        "observations, hypotheses, pending jobs, next action, unknowns, modified files).",
+        "observations, hypotheses, done, pending jobs, next action, unknowns, modified files).",
         "covers_through": "The `event_id` of the last event the summary covers.",
     },
     "fact": {

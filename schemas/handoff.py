@@ -14,12 +14,15 @@ class Sourced(BaseModel):
     count: int = 1
     source_event_ids: list[str] = Field(default_factory=list)
     kind: str | None = None
-    """What it came from (``user``, ``tool``, ``failure``, ``error``): which to keep longest."""
+    """What it came from (``user``, ``tool``, ``failure``, ``error``; in ``done``: ``step``,
+    ``task``, ``call``, ``agent``; in ``hypotheses``: ``guess``, ``inferred``): which to keep longest."""
 
 
 class HandoffRecord(BaseModel):
     """What a fresh window needs to carry on. Observations (seen in tool output, said by
-    the user) and hypotheses (the model's guesses) are separate lists, never merged."""
+    the user) and hypotheses (what the model marked or phrased as a guess) are separate
+    lists, never merged; ``done`` is the work that finished (plan steps, tasks, calls
+    that were pending jobs, sub-agents), each with the event that finished it."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -27,6 +30,7 @@ class HandoffRecord(BaseModel):
     constraints: list[str] = Field(default_factory=list)
     observations: list[Sourced] = Field(default_factory=list)
     hypotheses: list[Sourced] = Field(default_factory=list)
+    done: list[Sourced] = Field(default_factory=list)
     pending_jobs: list[str] = Field(default_factory=list)
     next_action: str | None = None
     unknowns: list[str] = Field(default_factory=list)

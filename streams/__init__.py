@@ -15,7 +15,8 @@ Where things live (and where a new one goes):
 - top level      what every deployment shares: ``config`` (settings), ``wiring`` (which store
                  adapter plays which role), ``publish_check`` (checks before a topic; ``Publisher``),
                  ``sink_guard`` (store failures), ``rebuild`` (log replay), ``metrics``,
-                 ``llm_summary`` (the optional LLM summariser), ``runtime`` (GC tuning).
+                 ``llm_summary`` (the optional LLM summariser), ``summary_job`` (which runs it
+                 beside ``agentlog run``'s loop), ``runtime`` (GC tuning).
 
 A new event kind goes in ``schemas/events.py`` and ``processors/reducer.py``; a new store
 adapter in ``sinks/`` behind an interface of ``sinks/base.py``; benchmarks in ``bench/``.

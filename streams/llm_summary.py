@@ -1,6 +1,7 @@
 """An LLM summariser behind the ``agentlog.processors.compaction.Summariser`` interface: any
 OpenAI-compatible ``/chat/completions`` endpoint. Off unless ``AGENTLOG_SUMMARY_URL``
-is set; its answer is validated (``agentlog.processors.compaction.acceptable``) before use."""
+is set; run by ``agentlog.streams.summary_job`` (off the hot path), its answer is checked
+(``agentlog.processors.compaction.verdict``) before it is published."""
 
 from __future__ import annotations
 
@@ -12,14 +13,24 @@ import httpx
 import orjson
 
 from agentlog.processors.records import searchable
+from agentlog.processors.redaction import redact_value
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.handoff import HandoffRecord
 
 PROMPT = """You write handoff records for a coding agent whose old context is being folded.
 Answer with one JSON object with exactly these keys: goal, constraints, observations,
-hypotheses, pending_jobs, next_action, unknowns, modified_files. observations and
-hypotheses are lists of {"text", "source_event_id"}; keep every constraint and every
-modified file given; put guesses in hypotheses, never in observations."""
+hypotheses, done, pending_jobs, next_action, unknowns, modified_files. observations,
+hypotheses and done (finished work) are lists of {"text", "source_event_id"}; keep every
+constraint and every modified file given; put guesses in hypotheses, never in
+observations. An observation
+cites only a tool result, a user message or an error event given (or one the previous
+summary observed); nothing cites an id not given. A record that breaks these is thrown
+away."""
+
+
+def _role(event: Envelope) -> dict[str, str]:
+    """A message's role: a user's words may be observed, an assistant's are no fact."""
+    return {"role": event.payload.role} if event.kind == "message" else {}  # type: ignore[attr-defined]
 
 
 class LlmSummariser:
@@ -37,8 +48,9 @@ class LlmSummariser:
             "state": {k: state.get(k) for k in ("goal", "constraints", "plan", "tasks", "files",
                                                  "pending_approvals", "pending_calls", "failures")},
             "previous_summary": previous.model_dump(mode="json") if previous else None,
-            "events": [{"event_id": e.event_id, "kind": e.kind, "text": searchable(e)[0][:2000]} for e in folded],
+            "events": [{"event_id": e.event_id, "kind": e.kind, **_role(e), "text": searchable(e)[0][:2000]} for e in folded],
         }  # fmt: skip
+        material = redact_value(material)  # an outside service: no secret leaves
         response = self.http.post(f"{self.url}/chat/completions", json={
             "model": self.model,
             "response_format": {"type": "json_object"},

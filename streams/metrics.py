@@ -25,6 +25,8 @@ class Metrics:
         self.requests = Histogram("agentlog_http_request_seconds", "HTTP request latency", ["route"], registry=r)
         self.dedup_ids = Gauge("agentlog_dedup_ids", "Event ids a Kafka worker remembers to drop duplicates "
                                "(bounded by AGENTLOG_DEDUP_HORIZON)", registry=r)  # fmt: skip
+        self.summaries = Counter("agentlog_llm_summaries_total", "LLM summaries by outcome (accepted, rejected, "
+                                 "failed; the log names the thread and the reason)", ["outcome"], registry=r)  # fmt: skip
 
         self.store_degraded = Gauge("agentlog_store_degraded", "1 while a store fails (label error: its last "
                                     "error); absent when every store is healthy", ["store", "error"], registry=r)

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.compaction import acceptable, deterministic_summary, fold_count, safe_cut
+from agentlog.processors.compaction import acceptable, deterministic_summary, fold_count, safe_cut, verdict
 from agentlog.processors.context import BudgetTooSmall, assemble, build_units, message_tokens
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.tokens import counter
@@ -22,6 +25,8 @@ from agentlog.schemas.handoff import HandoffRecord
 from agentlog.streams.config import Settings
 from agentlog.streams.api.context import context_for
 from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.metrics import METRICS
+from agentlog.streams.summary_job import SummaryJob
 from tests.helpers import ev, raw
 
 TOKENS = counter()
@@ -135,7 +140,8 @@ def test_the_deterministic_summary_keeps_observations_with_sources_apart_from_hy
              "failures": [{"status": "missing", "call_id": "c9", "tool_name": "build"}],
              "pending_calls": [], "tasks": [], "pending_approvals": [{"approval_id": "ap", "action": "deploy"}]}  # fmt: skip
     folded = [ev("r1", "tool_result", {"call_id": "c1", "output": "3 tests failed\nmore", "tool_name": "pytest", "status": "error"}, 0),
-              ev("a1", "message", {"role": "assistant", "text": "Probably the cache is stale."}, 1)]  # fmt: skip
+              ev("a1", "message", {"role": "assistant", "text": "Probably the cache is stale."}, 1),
+              ev("a2", "message", {"role": "assistant", "text": "The build is green."}, 2)]  # fmt: skip
     record = deterministic_summary(state, folded, None)
     assert record.observations[0].model_dump(include={"text", "source_event_id"}) == {
         "text": "pytest -> error: 3 tests failed", "source_event_id": "r1"}
@@ -152,6 +158,20 @@ def test_a_summary_that_loses_a_pinned_constraint_or_confirmed_file_is_rejected(
     assert acceptable({**good, "constraints": []}, state) is None
     assert acceptable({**good, "modified_files": []}, state) is None
     assert acceptable({**good, "observations": [{"text": "no source"}]}, state) is None
+
+
+def test_an_llm_record_that_observes_an_orphan_or_a_plan_event_is_rejected_but_may_keep_what_the_last_record_observed() -> None:
+    state = {"goal": None, "constraints": [], "files": []}
+    folded = [ev("o1", "tool_result", {"call_id": "ghost", "output": "nobody asked for this"}, 0),
+              ev("p1", "plan", {"steps": [{"step_id": "s1", "status": "done"}]}, 1),
+              ev("e1", "error", {"message": "disk full", "code": "ENOSPC"}, 2)]  # fmt: skip
+    previous = HandoffRecord(observations=[{"text": "user said: deploy to eu", "source_event_id": "u0"}])
+    cite = lambda *ids: {"observations": [{"text": "x", "source_event_id": i} for i in ids]}  # noqa: E731
+    assert verdict(cite("e1", "u0"), state, folded, previous, {"o1"}) == (HandoffRecord.model_validate(cite("e1", "u0")), "")
+    assert verdict(cite("o1"), state, folded, previous, {"o1"})[1] == (
+        "an observation cites 'o1', an orphan tool result, not a tool result, a user message or an error")
+    assert verdict(cite("p1"), state, folded, previous, {"o1"})[1].startswith("an observation cites 'p1', a plan event")
+    assert verdict({"done": [{"text": "s1", "source_event_id": "p1"}]}, state, folded, previous)[0] is not None
 
 
 def long_session(n: int = 60) -> list[bytes]:
@@ -195,10 +215,12 @@ class FakeLLM(http.server.BaseHTTPRequestHandler):
     """A local OpenAI-compatible endpoint: the real HTTP path of the summariser."""
 
     answer: dict = {}
+    asked: list[dict] = []  # every request's material (the user message's JSON)
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers["Content-Length"])
-        json.loads(self.rfile.read(length))
+        request = json.loads(self.rfile.read(length))
+        type(self).asked.append(json.loads(request["messages"][-1]["content"]))
         body = json.dumps({"choices": [{"message": {"content": json.dumps(type(self).answer)}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -212,6 +234,7 @@ class FakeLLM(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def llm_url() -> Iterator[str]:
+    FakeLLM.asked = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -234,6 +257,7 @@ def test_a_configured_llm_summariser_is_never_called_by_a_read_and_a_read_publis
         service.catch_up()
         assert service.sql("SELECT count() FROM events WHERE kind = 'compaction'").rows[0][0] == 0
         assert service.state("t1") == before and context_for(service, "t1", 2000) == first
+        assert FakeLLM.asked == []  # neither the fold nor a read called the LLM
         summary = before["summary"]
         assert summary["constraints"] == ["do not touch the payments schema"]
         assert all(o["text"] != "llm saw it" for o in summary["observations"])
@@ -255,3 +279,101 @@ def test_a_window_switch_starts_a_fresh_window_without_summary_and_the_state_car
     assert state["summary"] is None and state["window_id"] == "w1" and state["plan"][0]["status"] == "running"
     assert "old" in [h for s in ctx["sections"] if s["name"] == "recall" for h in s["hits"]]
     assert "Plan:" in orjson.dumps(ctx["messages"]).decode()
+
+
+def guessing_session() -> list[bytes]:
+    """``long_session`` with the model's guesses between the turns."""
+    lines = long_session()
+    for i in range(0, 60, 10):
+        lines.append(raw(f"a{i}", "message", {"role": "assistant", "text": f"Maybe module m{i} caches stale data."}, 13 + 4 * i))
+    return sorted(lines, key=lambda r: orjson.loads(r)["ts"])
+
+
+def llm_service(tmp_path: Path, llm_url: str) -> EmbeddedService:
+    service = EmbeddedService(Settings(data_dir=tmp_path / "d", summary_url=llm_url))
+    service.publish(b"\n".join(guessing_session()))
+    service.catch_up()
+    return service
+
+
+def good_record(state: dict) -> dict:
+    return {"goal": "fix the flaky test", "constraints": ["do not touch the payments schema"],
+            "modified_files": ["src/flaky.py"], "next_action": "rerun grep on m1",
+            "observations": [{"text": "grep found zebra0 in m0", "source_event_id": "r0"},
+                             {"text": "the user asked about m1", "source_event_id": "u1"}],
+            "hypotheses": [{"text": "m0 caches stale data", "source_event_id": "a0"}],
+            "done": [{"text": "looked at m0", "source_event_id": "r0"}]}  # fmt: skip
+
+
+def test_an_llm_record_that_validates_is_published_as_a_compaction_event_and_live_state_and_rebuild_hold_it(
+    tmp_path: Path, llm_url: str
+) -> None:
+    service = llm_service(tmp_path, llm_url)
+    try:
+        before = service.state("t1")
+        cover = before["summary_covers_through"]
+        assert cover is not None and before["summary_event_id"] is None
+        FakeLLM.answer = good_record(before)
+        job = SummaryJob(service, service.summariser)
+        assert job.run_once() == {"t1": "accepted"}
+        sent = FakeLLM.asked[-1]
+        assert [e["event_id"] for e in sent["events"]][:3] == ["g", "k", "f"] and sent["events"][-1]["event_id"] == cover
+        assert sent["previous_summary"] == before["summary"]  # the fold's record, to improve on
+        service.catch_up()
+        live = service.state("t1")
+        assert live["summary"] == HandoffRecord.model_validate(FakeLLM.answer).model_dump(mode="json")
+        assert live["summary_event_id"] == f"compaction.{cover}" and live["summary_covers_through"] == cover
+        logged = service.sql("SELECT event_id, JSONExtractString(payload, 'summariser') FROM events WHERE kind = 'compaction'")
+        assert logged.rows == [[f"compaction.{cover}", "llm"]] or logged.rows == [(f"compaction.{cover}", "llm")]
+        assert job.run_once() == {}  # nothing new folded: nothing asked
+        service.rebuild()
+        assert service.state("t1") == live
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize(("bad", "reason"), [
+    (lambda r: {**r, "observations": [{"text": "m0 caches stale data", "source_event_id": "a0"}]},
+     "an observation cites 'a0', an assistant message, not a tool result, a user message or an error"),
+    (lambda r: {**r, "hypotheses": [{"text": "it is flaky", "source_event_id": "nope-42"}]},
+     "hypotheses cite an unknown event 'nope-42'"),
+    (lambda r: {**r, "constraints": []}, "drops the constraint 'do not touch the payments schema'"),
+    (lambda r: {**r, "modified_files": []}, "drops the confirmed modified file 'src/flaky.py'"),
+])  # fmt: skip
+def test_an_llm_record_that_cites_a_guess_as_an_observation_or_an_unknown_id_or_drops_a_constraint_is_rejected_with_its_reason_logged(
+    tmp_path: Path, llm_url: str, caplog: pytest.LogCaptureFixture, bad: Callable[[dict], dict], reason: str
+) -> None:
+    service = llm_service(tmp_path, llm_url)
+    try:
+        before = service.state("t1")
+        FakeLLM.answer = bad(good_record(before))
+        counted = METRICS.registry.get_sample_value("agentlog_llm_summaries_total", {"outcome": "rejected"}) or 0
+        with caplog.at_level(logging.WARNING, logger="agentlog.summary"):
+            assert SummaryJob(service, service.summariser).run_once() == {"t1": f"rejected: {reason}"}
+        assert f"thread t1: LLM summary rejected: {reason}" in caplog.text
+        assert METRICS.registry.get_sample_value("agentlog_llm_summaries_total", {"outcome": "rejected"}) == counted + 1
+        service.catch_up()
+        assert service.state("t1") == before  # the deterministic summary stays
+        assert service.sql("SELECT count() FROM events WHERE kind = 'compaction'").rows[0][0] == 0
+    finally:
+        service.close()
+
+
+def test_agentlog_run_s_loop_runs_the_llm_summariser_beside_it_and_publishes_what_validates(
+    tmp_path: Path, llm_url: str
+) -> None:
+    service = llm_service(tmp_path, llm_url)
+    FakeLLM.answer = good_record(service.state("t1"))
+    stop = threading.Event()
+    loop = threading.Thread(target=service.run_forever, args=(stop,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 20
+        while service.state("t1")["summary_event_id"] is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert service.state("t1")["summary"]["done"] == [{"text": "looked at m0", "source_event_id": "r0", "count": 1,
+                                                           "source_event_ids": [], "kind": None}]  # fmt: skip
+    finally:
+        stop.set()
+        loop.join()
+        service.close()

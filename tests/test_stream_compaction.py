@@ -159,7 +159,7 @@ def test_no_context_holds_an_unpaired_call_or_an_orphan_and_the_newest_user_mess
             assert "nobody asked for this" not in text  # not in the window, not in the summary
             assert "nobody asked" not in orjson.dumps(state["summary"]).decode()
             order = [orjson.loads(r)["event_id"] for r in records]
-            recent = ctx["sections"][-1]["event_ids"]
+            recent = next(s for s in ctx["sections"] if s["name"] == "recent")["event_ids"]  # recall may follow it
             firsts = [i for i in recent if not i.startswith(("r", "o"))]  # results follow their calls
             assert firsts == sorted(firsts, key=order.index)  # event order within the raw window
             latest = state["latest_user_message_id"]
@@ -314,3 +314,61 @@ def test_a_long_autonomous_run_after_the_newest_user_message_keeps_the_window_bo
         assert conversation[-1]["content"] == "done"
     finally:
         service.close()
+
+
+def test_the_handoff_record_has_a_done_list_each_with_the_event_that_finished_it() -> None:
+    records = [raw("p1", "plan", {"steps": [{"step_id": "s1", "text": "reproduce the bug", "status": "running"},
+                                            {"step_id": "s2", "text": "write the fix", "status": "pending"}]}, 0),
+               raw("t1", "task", {"task_id": "lint", "text": "run the linter", "status": "running"}, 1),
+               raw("c1", "tool_call", {"call_id": "c1", "tool_name": "build"}, 2),
+               raw("pad1", "message", {"role": "user", "text": "carry on " * 120}, 3),
+               raw("pad2", "message", {"role": "user", "text": "and on"}, 4),  # a first fold: c1 is a pending job
+               raw("r1", "tool_result", {"call_id": "c1", "output": "build ok"}, 5),
+               raw("p2", "plan", {"steps": [{"step_id": "s1", "status": "done"}]}, 6),
+               raw("t2", "task", {"task_id": "lint", "status": "done"}, 7),
+               raw("sp", "agent_spawn", {"child_agent_id": "scout", "role": "explorer"}, 8),
+               raw("ex", "agent_exit", {"child_agent_id": "scout", "status": "ok", "summary": "found the flaky test"}, 9),
+               raw("x2", "agent_exit", {"child_agent_id": "broken", "status": "failed"}, 10),
+               raw("pad3", "message", {"role": "user", "text": "keep going " * 120}, 11),
+               raw("last", "message", {"role": "user", "text": "what is left?"}, 12)]  # fmt: skip
+    tp = processed(records, window_tokens=100)
+    summary = tp.state.summary
+    assert summary is not None
+    done = {d["text"]: d["source_event_id"] for d in summary["done"]}
+    assert done == {"call c1 (build) finished ok": "r1", "step s1: reproduce the bug": "p2",
+                    "task lint: run the linter": "t2", "agent scout finished: found the flaky test": "ex"}  # fmt: skip
+    assert summary["next_action"] == "write the fix"  # what is still to do is not done
+
+
+def test_hypotheses_come_only_from_what_is_phrased_or_marked_as_a_guess_and_other_assistant_text_is_never_an_observation() -> None:
+    records = [raw("a1", "message", {"role": "assistant", "text": "I ran the tests. Probably the cache is stale."}, 0),
+               raw("a2", "message", {"role": "assistant", "text": "All 40 tests pass now."}, 1),
+               raw("a3", "message", {"role": "assistant", "text": "I think the proxy drops the header"}, 2),
+               raw("f1", "fact", {"key": "db.engine", "value": "postgres", "evidence_type": "model_inferred",
+                                  "confirmed": False}, 3),
+               raw("f2", "fact", {"key": "editor", "value": "vim", "evidence_type": "user_confirmed", "confirmed": True}, 4),
+               raw("u1", "message", {"role": "user", "text": "ok " * 300}, 5),
+               raw("u2", "message", {"role": "user", "text": "next"}, 6)]  # fmt: skip
+    tp = processed(records, window_tokens=60)
+    summary = tp.state.summary
+    assert summary is not None
+    hypotheses = {h["source_event_id"]: h["text"] for h in summary["hypotheses"]}
+    assert hypotheses == {"a1": "Probably the cache is stale.", "a3": "I think the proxy drops the header",
+                          "f1": "db.engine = postgres"}  # fmt: skip
+    cited = {i for o in summary["observations"] for i in o["source_event_ids"]}
+    assert cited.isdisjoint({"a1", "a2", "a3", "f1", "f2"})
+    assert "40 tests pass" not in orjson.dumps(summary).decode()
+
+
+def test_a_compaction_for_a_cover_the_fold_has_since_passed_is_not_applied_so_nothing_folded_since_is_lost() -> None:
+    records = [raw(f"u{i}", "message", {"role": "user", "text": f"fact number {i} " + "w " * 60}, i) for i in range(8)]
+    tp = processed(records, window_tokens=100)
+    cover = tp.state.summary_covers_through
+    assert cover is not None and cover != "u0"
+    llm = {"goal": None, "observations": [{"text": "user said fact 0", "source_event_id": "u0"}]}
+    stale = processed([*records, raw("cx", "compaction", {"summary": llm, "covers_through": "u0"}, 9)], window_tokens=100)
+    assert stale.state.summary == tp.state.summary and stale.state.summary_covers_through == cover
+    assert stale.state.summary_event_id is None
+    # The same record for the cover the fold holds now (what the summary job sends) is applied as is.
+    fresh = processed([*records, raw("cy", "compaction", {"summary": llm, "covers_through": cover}, 9)], window_tokens=100)
+    assert fresh.state.summary == llm and fresh.state.summary_event_id == "cy"

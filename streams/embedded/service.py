@@ -41,6 +41,7 @@ from agentlog.streams.embedded.datadir import count_damage, derived_behind, open
 from agentlog.streams.embedded.driver import EmbeddedDriver
 from agentlog.streams.embedded.publisher import publish_to
 from agentlog.streams.memory.jobs import MemoryOperations
+from agentlog.streams import summary_job
 from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.rebuild import replay_log
 from agentlog.streams.wiring import open_log_store, open_search_index
@@ -400,6 +401,8 @@ class EmbeddedService(MemoryOperations):
     def run_forever(self, stop: threading.Event, idle_sleep: float = 0.02) -> None:
         """The live driver loop of ``agentlog run`` (a background thread of the server)."""
         self.serving = True
+        # The LLM summariser, when configured, runs beside this loop, never in it.
+        join_summaries = summary_job.start(self, self.summariser, stop)
         last_mirror = delay = 0.0
         rebuild = False
         while not stop.is_set():
@@ -435,6 +438,7 @@ class EmbeddedService(MemoryOperations):
                     self.driver.run_until_idle()
         except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
             log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
+        join_summaries()
 
     def _store_failed(self, error: Exception, delay: float) -> float:
         """Report a failing store (``/healthz``, ``/metrics``) and the next back-off."""
