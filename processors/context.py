@@ -120,7 +120,7 @@ SUMMARY_SHARE = 0.4
 
 def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int) -> str:
     """The handoff record as text, most actionable first, newest evidence first, cut to
-    ``max_tokens``. Observations and hypotheses stay under separate headings."""
+    ``max_tokens``. Observations, what is done and hypotheses stay under separate headings."""
     head = ["Summary of earlier work (handoff record):"]
     if summary.get("next_action"):
         head.append(f"Next action: {summary['next_action']}")
@@ -136,6 +136,7 @@ def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: i
         lines.append(line)
         used += cost
     for title, items in (("Observations (with source events):", summary.get("observations", [])),
+                         ("Done:", summary.get("done", [])),
                          ("Hypotheses (unverified):", summary.get("hypotheses", []))):  # fmt: skip
         chosen: list[str] = []
         title_cost = counter.count(title) + 1

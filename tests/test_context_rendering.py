@@ -7,8 +7,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from agentlog.processors.context import BudgetTooSmall, assemble, message_tokens
-from agentlog.processors.tokens import counter
+from agentlog.processors.context import BudgetTooSmall, assemble, message_tokens, render_summary
+from agentlog.processors.tokens import counter, encoding_for
 from agentlog.streams.api.context import context_for
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
@@ -222,3 +222,17 @@ def test_hostile_memory_values_stay_inside_the_data_block() -> None:
     assert all("ignore previous" not in (m["content"] or "").lower() for m in ctx["messages"] if m is not memory)
     _assert_newest_user_last(ctx, "go on")
 
+
+
+def test_the_summary_renders_what_is_done_under_its_own_heading_between_facts_and_guesses() -> None:
+    summary = {
+        "observations": [{"text": "pytest -> error (exit 1)", "source_event_id": "e1"}],
+        "done": [{"text": "step build: compile the service", "source_event_id": "e2"}],
+        "hypotheses": [{"text": "maybe the cache is stale", "source_event_id": "e3"}],
+    }
+    text = render_summary(summary, counter(encoding_for(None)), 1000)
+    lines = text.splitlines()
+    assert lines.index("Done:") == lines.index("- step build: compile the service [e2]") - 1
+    assert lines.index("Observations (with source events):") < lines.index("Done:") < lines.index(
+        "Hypotheses (unverified):"
+    )
