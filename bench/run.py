@@ -224,7 +224,7 @@ def run_rebuild_section(args: argparse.Namespace) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from agentlog.streams import bench_context, bench_kafka  # noqa: PLC0415
+    from agentlog.bench import context as bench_context, kafka as bench_kafka  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
                 "context": lambda _args: bench_context.run(),
