@@ -205,3 +205,17 @@ def test_two_sink_processes_share_the_partitions_and_write_each_event_once(roles
                (sinks[1], "sinks"), (processor, "processor"))  # fmt: skip
     assert_once(sinks, published)
     assert all(logged_ids(s) for s in sinks), "each sink process wrote its share"
+
+
+def test_a_processor_forgets_an_unlogged_event_only_once_the_log_sink_committed_past_its_record() -> None:
+    from agentlog.streams.kafka.sink_progress import AcceptedMarks  # noqa: PLC0415
+
+    marks = AcceptedMarks()
+    marks.add(0, 10, ["a", "b"])
+    marks.add(0, 11, ["c"])
+    marks.add(1, 5, ["d"])
+    assert list(marks.logged({0: 10, 1: 5})) == []  # committed offset 10: record 10 is not written yet
+    assert list(marks.logged({0: 11})) == ["a", "b"]
+    assert marks.waiting() == [0, 1]
+    assert sorted(marks.logged({0: 12, 1: 6})) == ["c", "d"]
+    assert marks.waiting() == []

@@ -51,7 +51,7 @@ from agentlog.processors.duplicates import conflicts
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.validation import bounded_letter
-from agentlog.sinks.base import LoggedEvent
+from agentlog.sinks.base import LoggedEvent, StoreError
 from agentlog.schemas.tables import rejected_row
 from agentlog.streams.api.service import Unavailable
 from agentlog.streams.config import Settings
@@ -283,7 +283,14 @@ class KafkaProcessor:
             if event_id in applied:
                 return applied[event_id]
             pending = self.unlogged.find(event_id)
-            logged = pending if pending is not None else self.log_store.get(event_id)
+            if pending is not None:
+                return pending.raw
+            try:
+                logged = self.log_store.get(event_id)
+            except StoreError as error:  # the log is out of reach (a sink process down): said, not silent
+                log.error("duplicate %r not compared with its first copy (the log did not answer: %s)",
+                          event_id, error)  # fmt: skip
+                return None
             return None if logged is None else logged.raw
 
         return find
