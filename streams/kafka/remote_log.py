@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from agentlog.sinks.base import LoggedEvent, QueryResult
+from agentlog.sinks.base import LoggedEvent, QueryResult, StoreError
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import NotServedHere
 
@@ -34,21 +34,29 @@ class RemoteLog:
     """What a processor reads of the log, asked of the sink process at ``url``."""
 
     def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url
         self.remote = RemoteService(url, token, busy_seconds=0)
 
+    def _ask(self, path: str, **params: Any) -> Any:
+        try:
+            return self.remote._get(path, **params)
+        except StoreError as error:
+            raise StoreError(f"the log is chDB in the sink process at {self.url}, which did not answer ({error}); "
+                             "start it with `agentlog run --role sinks`, or set AGENTLOG_SINKS_URL") from error
+
     def get(self, event_id: str) -> LoggedEvent | None:
-        row = self.remote._get("/sinks/log/event", id=event_id)["event"]
+        row = self._ask("/sinks/log/event", id=event_id)["event"]
         return None if row is None else logged_event(row)
 
     def thread_tail(self, thread_id: str, after: int, limit: int) -> list[LoggedEvent]:
-        rows = self.remote._get("/sinks/log/tail", thread=thread_id, after=after, limit=limit)["events"]
+        rows = self._ask("/sinks/log/tail", thread=thread_id, after=after, limit=limit)["events"]
         return [logged_event(r) for r in rows]
 
     def thread_summaries(self) -> list[tuple[str, str, int, str]]:
-        return [tuple(r) for r in self.remote._get("/sinks/log/threads")["threads"]]  # type: ignore[misc]
+        return [tuple(r) for r in self._ask("/sinks/log/threads")["threads"]]  # type: ignore[misc]
 
     def query(self, sql: str) -> QueryResult:
-        return self.remote.sql(sql)
+        return self.remote.sql(sql)  # the sink process's SQL sandbox, with its limits
 
     def replay(self, thread_id: str | None = None) -> Iterator[LoggedEvent]:
         raise NotServedHere("replaying the log runs where the log is: `agentlog rebuild` with every worker stopped")
