@@ -166,7 +166,7 @@ def test_a_just_published_event_is_found_by_search_and_read_from_the_processor_b
     assert sql["rows"] == [[1]]
 
 
-def test_killing_the_sink_process_with_kill_9_and_restarting_it_loses_and_duplicates_nothing(
+def test_killing_the_sink_process_and_the_processor_with_kill_9_and_restarting_them_loses_and_duplicates_nothing(
     roles: dict[str, Any],
 ) -> None:
     processor, sink = roles["processor"], roles["sinks"][0]
@@ -175,13 +175,16 @@ def test_killing_the_sink_process_with_kill_9_and_restarting_it_loses_and_duplic
     published = publish(processor, synthetic_events(20000, 100, seed=11))
     wait_until(lambda: (health(sink) or {}).get("written", {}).get("events", 0) > 0, "the first writes",
                [sinks, worker], (sink, "sinks"), (processor, "processor"))  # fmt: skip
-    sinks.send_signal(signal.SIGKILL)
-    sinks.wait()
-    restarted = start(roles, sink, "sinks")
-    wait_until(lambda: all_logged([sink], len(published)), "the log and the index after the restart",
-               [restarted, worker], (sink, "sinks"), (processor, "processor"))  # fmt: skip
-    assert_once([sink], published)
-    stop_worker(restarted)
+    for killed in (sinks, worker):  # mid-stream: the sinks first, then the processor
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+    more = publish(processor, synthetic_events(24000, 100, seed=11)[20000:])  # the same threads go on
+    running = [start(roles, sink, "sinks"), start(roles, processor, "processor")]
+    wait_until(lambda: all_logged([sink], len(published | more)), "the log and the index after the restarts",
+               running, (sink, "sinks"), (processor, "processor"))  # fmt: skip
+    assert_once([sink], published | more)
+    for p in running:
+        stop_worker(p)
 
 
 def test_two_sink_processes_share_the_partitions_and_write_each_event_once(roles: dict[str, Any]) -> None:
