@@ -41,6 +41,10 @@ _ENV = {
     "kafka_namespace": "AGENTLOG_KAFKA_NAMESPACE",
     "faust_store": "AGENTLOG_FAUST_STORE",
     "worker_port": "AGENTLOG_WORKER_PORT",
+    # Kafka sink processes (`agentlog run --role sinks`): where one listens, and where a
+    # processor reaches it for the log when the log is chDB.
+    "sinks_port": "AGENTLOG_SINKS_PORT",
+    "sinks_url": "AGENTLOG_SINKS_URL",
     "session_timeout_seconds": "AGENTLOG_SESSION_TIMEOUT_SECONDS",
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
@@ -99,6 +103,8 @@ class Settings:
     kafka_namespace: str = ""
     faust_store: str = "memory://"
     worker_port: int = 6066
+    sinks_port: int = 6067
+    sinks_url: str | None = None
     # How long a silent worker keeps its partitions before the others take them over.
     session_timeout_seconds: float = 30.0
     auto_compact: bool = True
@@ -168,6 +174,11 @@ class Settings:
             if value is not None:
                 out[var] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
+
+    @property
+    def sinks_address(self) -> str:
+        """Where a Kafka processor finds the sink process (for the log, when it is chDB)."""
+        return self.sinks_url or f"http://{self.http_host}:{self.sinks_port}"
 
     @property
     def distributed(self) -> bool:

@@ -37,10 +37,15 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     # The deferred imports here load what only this command needs: faust and the Kafka
     # client (a worker, a wait for the workers), Starlette and uvicorn (the server).
+    role = getattr(args, "role", "all")
+    if role != "all" and (args.until_idle or not settings.distributed):
+        print("agentlog: --role is for the Kafka deployment's workers (AGENTLOG_KAFKA_BOOTSTRAP), "
+              "without --until-idle", file=sys.stderr)  # fmt: skip
+        return 2
     if settings.distributed and not args.until_idle:
         from agentlog.streams.kafka.app import run_worker  # noqa: PLC0415
 
-        return run_worker(settings, "info" if args.verbose else "warn")
+        return run_worker(settings, "info" if args.verbose else "warn", role)
     if args.until_idle:
         with render.progress("processing") as update:
             if settings.distributed:  # waits for the workers (or one started for it)

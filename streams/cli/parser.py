@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-idle", action="store_true", help="process everything pending, flush every sink, exit")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8787)")
+    p.add_argument("--role", choices=["all", "processor", "sinks"], default="all",
+                   help="Kafka only: all (default) runs processor and sinks in one worker; processor runs the "
+                        "processor alone and sinks the log and index writers alone, as separate processes "
+                        "scaled apart (each kind shares the partitions among its processes)")
     p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected. "
             "Exit status 0 if any record was accepted (rejected ones are dead-lettered with their reason), "
             "1 if every record was rejected")

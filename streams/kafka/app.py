@@ -6,6 +6,10 @@ rebuild``); ``create_app`` adds the topics and wires the methods of
 dead-letter writer, the rebalance handlers) as faust tasks, agents and signal handlers.
 The worker serves the same HTTP app as the embedded ``agentlog run``
 (``agentlog.streams.api.http``) over ``WorkerService``, with uvicorn on faust's event loop.
+
+Roles (``agentlog run --role``): ``all`` (the default) runs the processor, both sinks and
+the dead-letter writer in this worker; ``processor`` leaves the sinks and the dead letters
+to sink processes (``--role sinks``, ``agentlog.streams.kafka.sinks_role``), scaled apart.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from typing import Any
 import faust
 from faust.contrib.asgi import AsgiService
 
-from agentlog.streams.api.guard import Policy, bind_refusal
+from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.processor import KafkaProcessor, changelog_key
 from agentlog.streams.kafka.service import WorkerService
-from agentlog.streams.kafka.topics import ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, topic, worker_group
+from agentlog.streams.kafka.topics import ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ready_to_serve, topic, worker_group
 
 def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
     """The worker's faust app and its two tables (thread snapshots, dedup ids), declared
@@ -63,9 +67,13 @@ def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
     return app, states, seen_table
 
 
-def create_app(settings: Settings) -> faust.App:
+ROLES = ("all", "processor", "sinks")
+
+
+def create_app(settings: Settings, role: str = "all") -> faust.App:
     """The worker's app, its ``KafkaProcessor`` (``app.conf.agentlog_worker``) and the HTTP
-    app it serves (``app.conf.agentlog_http``)."""
+    app it serves (``app.conf.agentlog_http``); ``role`` ``processor`` leaves out the sinks."""
+    sinks_here = role == "all"
     ns = settings.kafka_namespace
     app, states, seen_table = declare_app(settings)
     # faust assigns the ownership topic's partitions (never written to) and, co-partitioned
@@ -76,15 +84,20 @@ def create_app(settings: Settings) -> faust.App:
     dlq = app.topic(topic(DLQ, ns), key_serializer="raw", value_serializer="raw")
     accepted = app.topic(topic(ACCEPTED, ns), key_serializer="raw", value_serializer="raw",
                          partitions=settings.partitions)  # fmt: skip
-    worker = KafkaProcessor(app, settings, states, seen_table, ownership=ownership, dlq=dlq, accepted=accepted)
+    worker = KafkaProcessor(app, settings, states, seen_table, ownership=ownership, dlq=dlq, accepted=accepted,
+                            sinks_here=sinks_here)  # fmt: skip
     app.agent(ownership, name="assignment")(_subscribed)
-    app.agent(dlq, name="dead_letters")(worker.log_dead_letters)
+    if sinks_here:  # else the sink processes write the dead letters
+        app.agent(dlq, name="dead_letters")(worker.log_dead_letters)
     app.on_partitions_revoked.connect(worker.on_revoked)
     app.on_partitions_assigned.connect(worker.on_assigned)
     app.on_rebalance_complete.connect(worker.on_restored)
     app.task(worker.process)
-    for sink in ("log", "index"):
-        app.task(functools.partial(worker.run_sink, sink))
+    if sinks_here:
+        for sink in ("log", "index"):
+            app.task(functools.partial(worker.run_sink, sink))
+    else:
+        app.task(worker.follow_sinks)
     app.conf.agentlog_worker = worker  # type: ignore[attr-defined]
     app.conf.agentlog_log_store = worker.log_store  # type: ignore[attr-defined]
     app.conf.agentlog_http = build_app(WorkerService(settings, worker),  # type: ignore[attr-defined]
@@ -97,16 +110,21 @@ async def _subscribed(stream: faust.StreamT) -> None:
         pass
 
 
-def run_worker(settings: Settings, loglevel: str = "warn") -> int:
+def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") -> int:
     """``agentlog run`` in the distributed deployment: one faust worker, serving the API
-    from the start (queries answer 503 until its tables are restored)."""
-    refused = bind_refusal(settings.http_host, settings.api_token)
-    if refused:
-        print(f"agentlog: {refused}", file=sys.stderr)
+    from the start (queries answer 503 until its tables are restored); with ``role``
+    ``sinks``, a sink process instead."""
+    if role == "sinks":
+        from agentlog.streams.kafka.sinks_role import run_sinks  # noqa: PLC0415
+
+        return run_sinks(settings, loglevel)
+    if role != "all" and not settings.opensearch_url:
+        print("agentlog: a processor with its sinks elsewhere needs a shared search index: set "
+              "AGENTLOG_OPENSEARCH_URL (tantivy keeps its files in one process)", file=sys.stderr)  # fmt: skip
         return 2
-    ensure_topics(settings.kafka_bootstrap, settings.partitions, settings.kafka_namespace,  # type: ignore[arg-type]
-                  settings.kafka_security)
-    app = create_app(settings)
+    if not ready_to_serve(settings):
+        return 2
+    app = create_app(settings, role)
     # The index sink logs one line per failed attempt with the reason; the client's own
     # per-request warnings would repeat it for every retry of every connection.
     logging.getLogger("opensearch").setLevel(logging.ERROR)
@@ -119,4 +137,4 @@ def run_worker(settings: Settings, loglevel: str = "warn") -> int:
     return 0
 
 
-__all__ = ["changelog_key", "create_app", "declare_app", "run_worker"]
+__all__ = ["ROLES", "changelog_key", "create_app", "declare_app", "run_worker"]

@@ -57,7 +57,11 @@ def run_until_idle_on_kafka(settings: Settings, on_progress: Callable[[int, int]
         accepted = watch.ends(topic(ACCEPTED, ns))
         wait("the log sink", lambda: watch.behind(f"{group}-log-sink", accepted))
         wait("the index sink", lambda: watch.behind(f"{group}-index-sink", accepted))
-        wait("the dead-letter topic", lambda: watch.behind(group, watch.ends(topic(DLQ, ns))))
+        # The dead letters are written by faust's agent in all-in-one workers (the worker
+        # group), by the sink processes in a split deployment (their own group): whichever
+        # of the two went further is the one that writes them.
+        wait("the dead-letter topic", lambda: min(watch.behind(g, watch.ends(topic(DLQ, ns)))
+                                                  for g in (group, f"{group}-rejected-sink")))  # fmt: skip
         if settings.opensearch_url:  # searchable now, not at the next refresh interval
             index = open_search_index(settings)
             index.refresh()

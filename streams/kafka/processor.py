@@ -10,7 +10,11 @@
   batch's offsets only after writing it. The writes are idempotent (events already logged
   are skipped by id, documents are upserted, pair rows are versioned), so at-least-once
   delivery gives one row per event. An unreachable index is retried with back-off while
-  the log, the state and the queries carry on.
+  the log, the state and the queries carry on. With the sinks in processes of their own
+  (``sinks_here=False``: ``agentlog run --role processor`` beside ``--role sinks``) this
+  worker runs no sink: it learns how far the log got from the log sink group's committed
+  offsets (``agentlog.streams.kafka.sink_progress``), and reads the log through the sink
+  process when the log is chDB (``agentlog.streams.kafka.remote_log``).
 
 A batch's outputs are written in three steps, each delivered before the next starts:
 the accepted records, then the thread snapshots (which carry the source offset they
@@ -47,17 +51,20 @@ from agentlog.processors.duplicates import conflicts
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.validation import bounded_letter
-from agentlog.sinks.base import LoggedEvent
+from agentlog.sinks.base import LoggedEvent, StoreError
 from agentlog.schemas.tables import rejected_row
 from agentlog.streams.api.service import Unavailable
 from agentlog.streams.config import Settings
-from agentlog.streams.kafka.accepted import by_partition, chunks, index_guarded, read_messages, write_log_guarded
+from agentlog.streams.kafka.accepted import by_partition, chunks
 from agentlog.streams.kafka.batch_producer import BatchProducer
 from agentlog.streams.kafka.batch_seen import BatchSeen
 from agentlog.streams.kafka.event_feed import EventFeed
 from agentlog.streams.kafka.offset_guard import Checked, OffsetGuard
+from agentlog.streams.kafka.remote_log import RemoteLog
 from agentlog.streams.kafka.service import Unlogged
 from agentlog.streams.kafka.sink_feed import SinkFeed
+from agentlog.streams.kafka.sink_progress import AcceptedMarks, SinkProgress, follow_sinks
+from agentlog.streams.kafka.sink_writes import SinkWriters
 from agentlog.streams.kafka.topics import EVENTS, processor_group, topic
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.wiring import open_log_store, open_search_index
@@ -93,9 +100,10 @@ def changelog_key(app: faust.App, table: Any, key: str) -> bytes:
     return app.serializers.dumps_key(changelog.key_type, key, serializer=changelog.key_serializer)
 
 
-async def delivered(sends: list[Awaitable[Any]]) -> None:
-    """Hand every message to the producer at once, then wait until all are acked."""
-    await asyncio.gather(*await asyncio.gather(*sends))
+async def delivered(sends: list[Awaitable[Any]]) -> list[Any]:
+    """Hand every message to the producer at once, then wait until all are acked (their
+    metadata: partition and offset, in order)."""
+    return list(await asyncio.gather(*await asyncio.gather(*sends)))
 
 
 class KafkaProcessor:
@@ -103,8 +111,9 @@ class KafkaProcessor:
     they share; the faust app calls its methods (``agentlog.streams.kafka.app``)."""
 
     def __init__(self, app: faust.App, settings: Settings, states: Any, seen_table: Any, *,
-                 ownership: Any, dlq: Any, accepted: Any) -> None:  # fmt: skip
+                 ownership: Any, dlq: Any, accepted: Any, sinks_here: bool = True) -> None:  # fmt: skip
         self.app, self.settings = app, settings
+        self.sinks_here = sinks_here
         self.states, self.seen_table = states, seen_table
         self.ownership, self.dlq, self.accepted = ownership, dlq, accepted
         ns, bootstrap = settings.kafka_namespace, settings.kafka_bootstrap or ""
@@ -114,8 +123,14 @@ class KafkaProcessor:
         # outage does not hold up the log; their groups are named after faust's own.
         self.feeds = {name: SinkFeed(bootstrap, accepted.get_topic_name(), f"{app.conf.id}-{name}-sink",
                                      security=settings.kafka_security)
-                      for name in ("log", "index")}  # fmt: skip
-        self.log_store = open_log_store(settings)
+                      for name in ("log", "index") if sinks_here}  # fmt: skip
+        # With the sinks elsewhere: which accepted record carried which events, and where
+        # the log sink's group has committed (it commits only what the log holds).
+        self.marks = AcceptedMarks()
+        self.sink_progress = SinkProgress(bootstrap, accepted.get_topic_name(), f"{app.conf.id}-log-sink",
+                                          settings.kafka_security)  # fmt: skip
+        remote = not sinks_here and not settings.clickhouse_url  # chDB lives in the sink process
+        self.log_store = RemoteLog(settings.sinks_address, settings.api_token) if remote else open_log_store(settings)
         self.index = open_search_index(settings)
         # Parsed thread processors stay in memory between batches (the table holds the
         # durable copy); a rebalance may hand a thread to another worker, so it empties them.
@@ -140,10 +155,12 @@ class KafkaProcessor:
         return sorted(tp.partition for tp in self.app.consumer.assignment() if tp.topic == name)
 
     def health(self) -> dict[str, Any]:
-        counts = {**self.written, "index_retries": self.feeds["index"].retries}
+        counts = {**self.written, "index_retries": self.feeds["index"].retries if self.sinks_here else 0}
         failing = {name: feed.last_error for name, feed in self.feeds.items() if feed.last_error}
         return {"status": "degraded" if failing else "ok", "failing": failing, "deployment": "kafka",
-                "written": counts, "partitions": self.owned_partitions(), "dedup_ids": len(self.seen)}  # fmt: skip
+                "role": "all" if self.sinks_here else "processor", "written": counts,
+                "partitions": self.owned_partitions(), "dedup_ids": len(self.seen),
+                "unlogged": len(self.unlogged.events)}  # fmt: skip
 
     def run(self, work: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         """``work`` on the worker's event loop, from a request's thread (never the loop's own)."""
@@ -202,6 +219,7 @@ class KafkaProcessor:
             self.pipeline.threads.clear()
             self.seen.forget()
             self.unlogged.clear()
+            self.marks.clear()
             self.guard.reset({})
             self.processed.clear()
 
@@ -265,7 +283,14 @@ class KafkaProcessor:
             if event_id in applied:
                 return applied[event_id]
             pending = self.unlogged.find(event_id)
-            logged = pending if pending is not None else self.log_store.get(event_id)
+            if pending is not None:
+                return pending.raw
+            try:
+                logged = self.log_store.get(event_id)
+            except StoreError as error:  # the log is out of reach (a sink process down): said, not silent
+                log.error("duplicate %r not compared with its first copy (the log did not answer: %s)",
+                          event_id, error)  # fmt: skip
+                return None
             return None if logged is None else logged.raw
 
         return find
@@ -301,13 +326,18 @@ class KafkaProcessor:
         sends = [self.dlq.send(value=bad.value, headers=[("reason", why.encode()),
                                                          ("source", f"{bad.partition}:{bad.offset}".encode())])
                  for bad, why in letters]  # fmt: skip
+        carried = []  # the event ids of each accepted record, in the order sent
         for p, group in groups.items():
             for i, chunk in enumerate(chunks(group["items"])):
                 body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
                 sends.append(self.accepted.send(value=orjson.dumps(body), partition=p))
-        await delivered(sends)
+                carried.append([item["event_id"] for item in chunk])
+        sent = await delivered(sends)
         self.unlogged.add(LoggedEvent(a.event.event_id, a.event.thread_id, a.record.value, a.record.partition,
                                       a.record.offset) for a in result.applied)  # fmt: skip
+        if not self.sinks_here:
+            for meta, ids in zip(sent[len(letters):], carried, strict=True):
+                self.marks.add(meta.partition, meta.offset, ids)
 
     async def write_snapshots(self, groups: dict[int, Any]) -> None:
         """Step two. The table stores are partitioned like the source: each partition's keys
@@ -336,8 +366,13 @@ class KafkaProcessor:
 
     # -- the sinks and the dead letters ---------------------------------------------
 
+    async def follow_sinks(self) -> None:
+        """With the sinks elsewhere: forget the events the log sink has committed past."""
+        await follow_sinks(self.sink_progress, self.marks, self.unlogged.logged)
+
     async def run_sink(self, name: str) -> None:
-        write = {"log": self.write_log_batch, "index": self.write_index_batch}[name]
+        writers = SinkWriters(self.log_store, self.index, self.dead_letter, self.written, self.unlogged.logged)
+        write = {"log": writers.log, "index": writers.index}[name]
         feed = self.feeds[name]
         await feed.start()
         feed.follow(self.owned_partitions())
@@ -345,21 +380,6 @@ class KafkaProcessor:
             await feed.run(write)
         finally:
             await feed.stop()
-
-    async def write_log_batch(self, batch: list[bytes]) -> None:
-        items, pairs = await asyncio.to_thread(read_messages, batch)
-        count, refused = await asyncio.to_thread(write_log_guarded, self.log_store, items, pairs)
-        await self.dead_letter(refused)
-        self.unlogged.logged(item["event_id"] for item in items)
-        self.written["events"] += count
-
-    async def write_index_batch(self, batch: list[bytes]) -> None:
-        # An unreachable index raises StoreUnavailable; the feed retries the batch with
-        # back-off (counted in its retries) while the log and the state carry on.
-        items, _pairs = await asyncio.to_thread(read_messages, batch)
-        refused = await asyncio.to_thread(index_guarded, self.index, items)
-        await self.dead_letter(refused)
-        self.written["indexed"] += len(items) - len(refused)
 
     async def dead_letter(self, letters: list[tuple[bytes, str]]) -> None:
         """Records a sink refused (retrying cannot help): to the dead-letter topic."""

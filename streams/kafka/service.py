@@ -183,8 +183,11 @@ class StoreQueries:
         snapshot = self.load(thread_id)
         if snapshot is None:
             return []
-        events = ((e, logged.offset) for logged in self._tail(thread_id, -1, RECENT)
-                  if isinstance(e := validate(logged.raw), Envelope))  # fmt: skip
+        try:
+            recent = self._tail(thread_id, -1, RECENT)
+        except StoreError:  # the log is out of reach (a sink process down): the pending ones still answer
+            recent = self.unlogged.of(thread_id)[-RECENT:]
+        events = ((e, logged.offset) for logged in recent if isinstance(e := validate(logged.raw), Envelope))
         matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, set(),
                               snapshot.state.closed_windows, identifiers(query))  # fmt: skip
         try:

@@ -8,9 +8,13 @@ offset jump it never delivered to the agent is counted as acknowledged and commi
 the last record handed to the writer, so a record can be written twice (the writers are
 idempotent) but never skipped.
 
-The feed follows the processor's partitions (manual assignment, no group membership of
-its own): a thread's accepted records are written by the worker that applied them, which
-is also the one that answers for what it has not logged yet.
+In a worker that runs everything (``agentlog run``, role ``all``) the feed follows the
+processor's partitions (manual assignment, no group membership of its own): a thread's
+accepted records are written by the worker that applied them. In a sink process
+(``agentlog run --role sinks``) it is a member of its sink's consumer group instead
+(``group_managed``): the group shares the partitions among the sink processes, and a
+revocation waits for the batch in hand to be written and committed, so a partition's new
+owner starts exactly after it (records fetched before the revocation are dropped).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from agentlog.streams.kafka.topics import plain_consumer
@@ -28,7 +33,7 @@ from agentlog.streams.kafka.security import KafkaSecurity
 
 log = logging.getLogger("agentlog.sinks")
 
-Writer = Callable[[list[bytes]], Awaitable[None]]
+Writer = Callable[[list[Any]], Awaitable[None]]
 
 # The longest wait between retries of a failed write.
 RETRY_MAX_S = 5.0
@@ -36,8 +41,14 @@ RETRY_MAX_S = 5.0
 
 class SinkFeed:
     def __init__(self, bootstrap: str, topic_name: str, group_id: str, max_records: int = 64,
-                 security: KafkaSecurity = KafkaSecurity()) -> None:  # fmt: skip
+                 security: KafkaSecurity = KafkaSecurity(), group_managed: bool = False,
+                 whole_records: bool = False) -> None:  # fmt: skip
         self.topic = topic_name
+        self.whole_records = whole_records  # hand the writer the records (headers too), not their values
+        self.group_managed = group_managed
+        self.handover = asyncio.Lock()  # held while a batch is written and committed
+        self.generation = 0  # moves at every revocation: a batch fetched before it is dropped
+        self.committed: dict[int, int] = {}  # partition -> offset committed by this feed
         self.security = security
         self.max_records = max_records
         self.bootstrap = bootstrap
@@ -52,6 +63,8 @@ class SinkFeed:
         if not self._started:
             self.consumer = plain_consumer(self.bootstrap, self.security, group_id=self.group_id)
             await self.consumer.start()
+            if self.group_managed:
+                self.consumer.subscribe([self.topic], listener=_Handover(self))
             self._started = True
 
     async def stop(self) -> None:
@@ -61,6 +74,8 @@ class SinkFeed:
 
     def follow(self, partitions: Iterable[int]) -> None:
         """Read exactly these partitions from now on, each from its committed offset."""
+        if self.group_managed:
+            return  # the group assigns the partitions
         wanted = {TopicPartition(self.topic, p) for p in partitions}
         if self._started and self.consumer is not None and wanted != self.consumer.assignment():
             self.consumer.assign(sorted(wanted))
@@ -72,6 +87,7 @@ class SinkFeed:
             if not self.consumer.assignment():
                 await asyncio.sleep(0.1)
                 continue
+            fetched_in = self.generation
             try:
                 data = await self.consumer.getmany(timeout_ms=200, max_records=self.max_records)
             except IllegalStateError:  # assignment changed under the fetch
@@ -79,10 +95,28 @@ class SinkFeed:
             records = [r for rs in data.values() for r in rs]
             if not records:
                 continue
-            await self._write_until_done(write, [r.value for r in records])
-            await self._commit({tp: rs[-1].offset + 1 for tp, rs in data.items() if rs})
+            async with self.handover:
+                if self.generation != fetched_in:  # revoked meanwhile: the new owner writes them
+                    continue
+                await self._write_until_done(write, records if self.whole_records else [r.value for r in records])
+                await self._commit({tp: rs[-1].offset + 1 for tp, rs in data.items() if rs})
 
-    async def _write_until_done(self, write: Writer, values: list[bytes]) -> None:
+    def partitions(self) -> list[int]:
+        return sorted(tp.partition for tp in self.consumer.assignment()) if self.consumer is not None else []
+
+    def lag(self) -> dict[int, int]:
+        """Per assigned partition: records in the topic not yet committed by this feed (as
+        of the last fetch's high-water mark)."""
+        if self.consumer is None:
+            return {}
+        out = {}
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            if high is not None and tp.partition in self.committed:
+                out[tp.partition] = max(0, high - self.committed[tp.partition])
+        return out
+
+    async def _write_until_done(self, write: Writer, values: list[Any]) -> None:
         """A failed write is retried with back-off, never skipped: nothing after it is
         committed until it lands, and the sink keeps running."""
         delay = 0.25
@@ -115,6 +149,32 @@ class SinkFeed:
             await self.consumer.commit(offsets)
         except (CommitFailedError, IllegalStateError, KafkaError) as error:
             log.warning("sink offsets %s not committed (written again after a restart): %s", offsets, error)
+            return
+        self.committed.update({tp.partition: o for tp, o in offsets.items()})
+
+
+class _Handover(ConsumerRebalanceListener):  # type: ignore[misc]
+    """A sink group's rebalances: the batch in hand is written and committed before a
+    partition goes (its next owner starts from that commit), and whatever was fetched
+    before then is dropped."""
+
+    def __init__(self, feed: SinkFeed) -> None:
+        self.feed = feed
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        async with self.feed.handover:
+            self.feed.generation += 1
+            for tp in revoked:
+                self.feed.committed.pop(tp.partition, None)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.feed.generation += 1
+        consumer = self.feed.consumer
+        for tp in assigned:  # where this owner starts, for the lag it reports
+            try:
+                self.feed.committed[tp.partition] = (await consumer.committed(tp) if consumer else None) or 0
+            except KafkaError:
+                self.feed.committed[tp.partition] = 0
 
 
 __all__ = ["SinkFeed"]

@@ -3,12 +3,19 @@ consumer that subscribes to a missing topic ignores it until the next rebalance)
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
 from aiokafka import AIOKafkaConsumer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from agentlog.sinks.base import StoreError
+from agentlog.streams.api.guard import bind_refusal
 from agentlog.streams.kafka.security import KafkaSecurity
+
+if TYPE_CHECKING:
+    from agentlog.streams.config import Settings
 
 EVENTS = "agent.events"
 DLQ = "agent.events.dlq"
@@ -71,5 +78,17 @@ def ensure_topics(bootstrap: str, partitions: int, namespace: str = "",
         admin.close()
 
 
+def ready_to_serve(settings: Settings) -> bool:
+    """Before a worker or sink process starts: its address is allowed (a token beyond
+    loopback; else the reason on stderr and ``False``), and the topics exist."""
+    refused = bind_refusal(settings.http_host, settings.api_token)
+    if refused:
+        print(f"agentlog: {refused}", file=sys.stderr)
+        return False
+    ensure_topics(settings.kafka_bootstrap or "", settings.partitions, settings.kafka_namespace,
+                  settings.kafka_security)  # fmt: skip
+    return True
+
+
 __all__ = ["ACCEPTED", "DLQ", "EVENTS", "MAX_MESSAGE_BYTES", "OWNERSHIP", "ensure_topics", "plain_consumer",
-           "processor_group", "topic", "worker_group"]
+           "processor_group", "ready_to_serve", "topic", "worker_group"]

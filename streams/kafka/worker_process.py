@@ -24,16 +24,16 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def log_path(settings: Settings) -> Path:
-    return Path(settings.data_dir) / "worker.log"
+def log_path(settings: Settings, role: str = "all") -> Path:
+    return Path(settings.data_dir) / ("sinks.log" if role == "sinks" else "worker.log")
 
 
-def start_worker(settings: Settings) -> subprocess.Popen:
-    """``agentlog run`` for ``settings``, logging to ``log_path(settings)``: a file, not a
-    pipe, since a pipe nobody drains blocks a chatty worker mid-write."""
+def start_worker(settings: Settings, role: str = "all") -> subprocess.Popen:
+    """``agentlog run --role ROLE`` for ``settings``, logging to ``log_path(settings, role)``:
+    a file, not a pipe, since a pipe nobody drains blocks a chatty worker mid-write."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    with open(log_path(settings), "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=worker_env(settings),
+    with open(log_path(settings, role), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "agentlog", "run", "--role", role], env=worker_env(settings),
                                 stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
 
 
@@ -49,9 +49,9 @@ def stop_worker(worker: subprocess.Popen, timeout: float = 60.0) -> None:
         worker.wait()
 
 
-def worker_log(settings: Settings, tail: int = 3000) -> str:
+def worker_log(settings: Settings, tail: int = 3000, role: str = "all") -> str:
     """The end of the worker's log, for error reports."""
-    path = log_path(settings)
+    path = log_path(settings, role)
     return path.read_text(errors="replace")[-tail:] if path.exists() else "(no worker log)"
 
 
