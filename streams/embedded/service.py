@@ -38,7 +38,9 @@ from agentlog.streams.api.context import context_for
 from agentlog.streams.api.service import NotFound
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
+from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.driver import EmbeddedDriver
+from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.publisher import publish_to
 from agentlog.streams.memory.jobs import MemoryOperations
 from agentlog.streams.publish_check import PublishReport
@@ -96,16 +98,22 @@ class EmbeddedService(MemoryOperations):
         self.index = open_search_index(settings) if settings.opensearch_url else \
             open_derived(settings.path("index"), lambda _p: open_search_index(settings), notes)  # fmt: skip
         self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
+        # The processor and the sink stage each read and write the queue on a connection of their own.
+        self.queue = AcceptedQueue(str(settings.path("state.db")))
+        self.sink_queue = AcceptedQueue(str(settings.path("state.db")))
         self.driver = self._new_driver()
+        self.sinks = self._new_sinks()
+        # Serialises the processor and readers of its in-memory state (the HTTP server runs
+        # the processor in a background thread); ``sink_lock`` serialises the sink stage.
+        self.lock = threading.RLock()
+        self.sink_lock = threading.RLock()
         try:
             self._heal(notes, on_progress)
         except BaseException:
             self._close_stores()  # a damaged topic: nothing is served from this directory
             raise
-        # Serialises the driver and readers of its in-memory state (the HTTP server
-        # runs the driver in a background thread).
-        self.lock = threading.RLock()
         self.serving = False
+        self._flush_now = threading.Event()  # asks the serving sink stage to write now
         # Stores the live loop cannot write right now: name -> last error (health, metrics).
         self.failing: dict[str, str] = {}
         self.stopping = threading.Event()  # set on SIGTERM: a running rebuild ends early
@@ -121,10 +129,31 @@ class EmbeddedService(MemoryOperations):
     def _new_driver(self) -> EmbeddedDriver:
         s = self.settings
         return EmbeddedDriver(
-            self.bus, self.log, self.index, self.states, s.pairing,
-            batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, refresh_s=s.refresh_seconds,
-            max_event_bytes=s.max_event_bytes,
+            self.bus, self.queue, self.states, s.pairing,
+            batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, max_event_bytes=s.max_event_bytes,
         )  # fmt: skip
+
+    def _new_sinks(self) -> SinkStage:
+        """The sink stage from its committed positions (a restart after a failed write
+        writes the uncommitted groups again, idempotently)."""
+        s = self.settings
+        policy = FlushPolicy(s.sink_flush_rows, s.sink_flush_ms / 1000.0, s.refresh_seconds, s.max_event_bytes)
+        return SinkStage(self.sink_queue, self.bus, self.log, self.index, policy, legacy=self.states)
+
+    def _run_until_idle(self, on_progress: Callable[[int, int], None] | None = None) -> int:
+        """Apply everything pending, write it through every sink, checkpoint and commit."""
+        with self.lock, self.sink_lock:
+            total = self.driver.pending() + max(0, self.bus.end_offsets()[1] - self.sinks.dlq_pos)
+            letters = self.sinks.letters_read
+            done = 0
+            while n := self.driver.step():
+                done += n
+                self.sinks.step(force=True)  # the queue stays short on a long catch-up
+                if on_progress:
+                    on_progress(done, max(total, done))
+            self.driver.checkpoint()
+            self.sinks.drain()
+        return done + self.sinks.letters_read - letters
 
     def _heal(self, notes: list[str], on_progress: Callable[[int, int], None] | None) -> None:
         """Rebuild the derived stores from the topic when one was lost or corrupt; a topic
@@ -134,16 +163,21 @@ class EmbeddedService(MemoryOperations):
         count_damage(processed, topic_end, Path(self.bus.path))
         logged = self.log.count_events()
         indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None  # tantivy only
-        # Only an empty store can count as lost: the applied ids are counted only then.
-        applied = self.states.applied_count() if 0 in (logged, indexed) else 0
+        # Only an empty store can count as lost: the applied ids are counted only then. While
+        # the sink stage has committed nothing and the queue holds every applied batch, empty
+        # sinks are only behind (a crash before their first write), not lost.
+        behind_only = self.sink_queue.positions().get("logged", 0) == 0 and self.sink_queue.end() > 0
+        applied = self.states.applied_count() if 0 in (logged, indexed) and not behind_only else 0
         notes += derived_behind(applied, logged, indexed, processed, topic_end, notes)
         if not notes:
             return
         self.states.reset()
+        self.sink_queue.reset()
         self.index.clear()
         self.log.truncate_derived()
         self.driver = self._new_driver()
-        done = self.driver.run_until_idle(on_progress).processed
+        self.sinks = self._new_sinks()
+        done = self._run_until_idle(on_progress)
         print(f"agentlog: {'; '.join(notes)}; rebuilt from the topic ({done:,} records)", file=sys.stderr)
 
     # -- writes -----------------------------------------------------------------------
@@ -152,34 +186,49 @@ class EmbeddedService(MemoryOperations):
         return publish_to(self.bus, data, self.settings.max_event_bytes)
 
     def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-        """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint.
-        While serving, the live loop does that: wait until it has applied what the topic
-        holds (``POST /flush``; a failing store answers at once, its warnings in health)."""
+        """Drain what is pending (``run --until-idle``) through every sink, checkpoint.
+        While serving, the live loops do that: wait until the sink stage has written and
+        committed what the topic holds (``POST /flush``; a failing store answers at once,
+        its warnings in health)."""
         if self.serving:
-            self._settle()
+            self._wait_sinks(committed=True)
             return {"ok": True}
-        with self.lock:
-            progress = self.driver.run_until_idle(on_progress)
+        processed = self._run_until_idle(on_progress)
+        with self.sink_lock:
             mirrored = self.mirror_memory()
-        return {"processed": progress.processed, "memory_mirrored": mirrored}
-
-    def wait_processed(self, offset: int, timeout: float = 10.0) -> None:
-        """Read-your-writes for the live driver: wait until it has applied ``offset``."""
-        if not self.serving:
-            self._drain()
-            return
-        deadline = time.monotonic() + timeout
-        # A failing store holds the position back: answer now, with warnings, not late.
-        while self.driver.events_pos < offset and time.monotonic() < deadline and not self.failing:
-            time.sleep(0.005)
-
-    def _drain(self) -> None:
-        """No server runs: process what is pending here before answering."""
-        with self.lock:
-            self.driver.run_until_idle()
+        return {"processed": processed, "memory_mirrored": mirrored}
 
     def _settle(self) -> None:
-        self.wait_processed(self.bus.end_offsets()[0])
+        """Apply what the topic holds before answering from the state. Only the processor
+        runs here: its cost, never a sink write's (the sink stage writes on its own)."""
+        with self.lock:
+            self.driver.apply_pending()
+
+    def _drain(self) -> None:
+        """Everything the topic holds into the sinks: in this process when no server runs,
+        else by the serving sink stage (read-your-writes for ``sql`` and ``search``)."""
+        if self.serving:
+            self._wait_sinks(committed=False)
+            return
+        self._settle()
+        with self.sink_lock:
+            self.sinks.drain()
+
+    def _wait_sinks(self, committed: bool, timeout: float = 10.0) -> None:
+        """Serving: wait until the sink stage has written (and, ``committed``, made
+        searchable) what the processor applied so far. A failing store answers now, with
+        warnings, not late."""
+        self._settle()
+        target = self.queue.end()
+        dlq_end = self.bus.end_offsets()[1]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.failing:
+            sinks = self.sinks
+            done = sinks.committed() if committed else (sinks.pos, sinks.dlq_pos)
+            if done[0] >= target and done[1] >= dlq_end:
+                return
+            self._flush_now.set()
+            time.sleep(0.002)
 
     # -- reads ------------------------------------------------------------------------
 
@@ -212,7 +261,9 @@ class EmbeddedService(MemoryOperations):
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
                 model: str | None = None) -> dict[str, Any]:  # fmt: skip
-        return context_for(self, thread_id, budget, query, model)
+        # Recall searches the thread (and its children) with read-your-writes from the
+        # active state: it never waits for the sinks either.
+        return context_for(_Answering(self), thread_id, budget, query, model)
 
     def threads(self) -> list[str]:
         self._settle()
@@ -249,10 +300,11 @@ class EmbeddedService(MemoryOperations):
     def read(self, event_id: str) -> dict[str, Any]:
         # The topic holds the same bytes as the log, indexed by event id (its first copy is
         # the one applied): a point lookup there costs far less than one in ClickHouse.
-        # Everything at or below the driver's position is in the log already.
+        # Everything at or below the sink stage's high-water mark is in the log already;
+        # the rest is applied (or about to be) but not written yet.
         record = self.bus.find(event_id)
         if record is not None and isinstance(validate(record.value, self.settings.max_event_bytes), Envelope):
-            source = "log" if record.offset <= max(self.driver.events_pos, self.driver.log_events_hw) else "active"
+            source = "log" if record.offset <= self.sinks.logged else "active"
             return {"event": orjson.loads(record.value), "source": source, "offset": record.offset}
         logged = self.log.get(event_id)  # a log written elsewhere (rebuilt, or by Kafka workers)
         if logged is not None:
@@ -274,10 +326,14 @@ class EmbeddedService(MemoryOperations):
         since_ms: int | None = None,
         until_ms: int | None = None,
         limit: int = 10,
+        drain: bool = True,
     ) -> dict[str, Any]:
+        """``drain``: without a server, write what is pending into the index first (the
+        active fallback covers a thread's own events either way; a search across threads
+        needs the index)."""
         check_search_limit(limit)  # the index allocates for limit up front
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
-        if not self.serving:
+        if drain and not self.serving:
             self._drain()
         own_thread = thread_id
         if after is not None:
@@ -316,9 +372,9 @@ class EmbeddedService(MemoryOperations):
         return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query))
 
     def sql(self, statement: str) -> QueryResult:
-        self._settle()
-        if not self.serving:  # the server mirrors memory in its loop
-            with self.lock:
+        self._drain()
+        if not self.serving:  # the server mirrors memory in its sink loop
+            with self.sink_lock:
                 self.mirror_memory()
         return self.log.query(statement)
 
@@ -333,9 +389,9 @@ class EmbeddedService(MemoryOperations):
             if on_progress:
                 on_progress(done, total)
 
-        with self.lock:
-            self.driver.run_until_idle()
-            positions = {"events": self.driver.events_pos, "dlq": self.driver.dlq_pos}
+        with self.lock, self.sink_lock:
+            self._run_until_idle()
+            positions = {"events": self.driver.events_pos}
             self.states.reset()
             try:
                 replay = replay_log(self.log, self.index, self.settings.pairing, progress, self.stopping.is_set)
@@ -352,6 +408,7 @@ class EmbeddedService(MemoryOperations):
                 [tp.snapshot() for tp in threads.values()], list(replay.pipeline.seen.ids), positions  # type: ignore[attr-defined]
             )
             self.driver = self._new_driver()
+            self.sinks = self._new_sinks()
         return {"events": replay.events, "threads": len(threads)}
 
     def _memory_store(self) -> MemoryStore:
@@ -384,56 +441,92 @@ class EmbeddedService(MemoryOperations):
             "failing": failing,
             "deployment": "embedded",
             "log": self.log.description,
-            "pending": self.driver.pending(),
+            "pending": self.driver.pending() + self.sinks.pending(),
             "processed_offset": self.driver.events_pos,
+            # Applied (in state and context) but not yet in the log and index.
+            "sink_lag": self._sink_lag(),
+            "logged_offset": self.sinks.logged,
             "index_visible_offset": self.index.visible_offsets().get(0, 0),
             **({"rebuild": dict(zip(("done", "total"), self.rebuilding))} if self.rebuilding else {}),
         }
 
     # -- serving ----------------------------------------------------------------------
 
-    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.02) -> None:
-        """The live driver loop of ``agentlog run`` (a background thread of the server)."""
+    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.005) -> None:
+        """The live loops of ``agentlog run`` (background threads of the server): the
+        processor here, the sink stage beside it."""
         self.serving = True
-        last_mirror = delay = 0.0
+        sink_loop = threading.Thread(target=self._sink_loop, args=(stop,), name="sinks", daemon=True)
+        sink_loop.start()
+        delay = 0.0
         rebuild = False
         while not stop.is_set():
             try:
                 if rebuild:
                     with self.lock:
-                        # The failed batch is applied in memory but maybe not written: start
-                        # again from the checkpoint, replaying into the idempotent sinks.
+                        # The failed batch is applied in memory but maybe not handed off:
+                        # start again from the checkpoint, replaying into the same queue rows.
                         self.driver = self._new_driver()
                     rebuild = False
                 with self.lock:
                     n = self.driver.step()
                 if n == 0:
-                    with self.lock:
-                        self.driver.maybe_flush()
-                        if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
-                            self.mirror_memory()
-                            last_mirror = time.monotonic()
                     stop.wait(idle_sleep)
-            except Exception as error:  # noqa: BLE001 - a store failed: back off, resume from the checkpoint
-                delay = self._store_failed(error, delay)
+            except Exception as error:  # noqa: BLE001 - state.db failed: back off, resume from the checkpoint
+                delay = self._store_failed(error, delay, "pipeline")
                 rebuild = True
                 stop.wait(delay)
             else:
-                if self.failing and n:
-                    self._store_recovered()
+                if self.failing:
+                    self._store_recovered(("state", "pipeline"))
                 delay = 0.0
+        sink_loop.join()
         try:
             with self.lock:
                 if rebuild:
                     self.driver = self._new_driver()
-                if not self.interrupted:
-                    self.driver.run_until_idle()
+            if not self.interrupted:
+                self._run_until_idle()
         except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
             log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
 
-    def _store_failed(self, error: Exception, delay: float) -> float:
+    def _sink_loop(self, stop: threading.Event, idle_sleep: float = 0.01) -> None:
+        """The sink stage of ``agentlog run``: group commits off the read path; a failed
+        write is retried from the stage's committed positions, with back-off."""
+        last_mirror = delay = 0.0
+        retry = False
+        while not stop.is_set():
+            try:
+                with self.sink_lock:
+                    if retry:
+                        self.sinks = self._new_sinks()
+                    if retry or self._flush_now.is_set():
+                        self._flush_now.clear()
+                        n = self.sinks.drain()
+                    else:
+                        n = self.sinks.step()
+                    if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
+                        self.mirror_memory()
+                        last_mirror = time.monotonic()
+            except Exception as error:  # noqa: BLE001 - a store failed: back off, retry from the commit
+                delay = self._store_failed(error, delay, "sinks")
+                retry = True
+                stop.wait(delay)
+                continue
+            if retry:
+                self._store_recovered(("log", "index", "sinks"))
+            retry, delay = False, 0.0
+            if n == 0:
+                stop.wait(idle_sleep)
+
+    def _sink_lag(self) -> int:
+        lag = self.sinks.lag()
+        METRICS.sink_lag.set(lag)
+        return lag
+
+    def _store_failed(self, error: Exception, delay: float, default: str) -> float:
         """Report a failing store (``/healthz``, ``/metrics``) and the next back-off."""
-        store = error.store if isinstance(error, StoreUnavailable) else "pipeline"
+        store = error.store if isinstance(error, StoreUnavailable) else default
         message = str(error).strip()[:500] or type(error).__name__
         self.failing[store] = message
         METRICS.store_failed(store, message)
@@ -441,29 +534,49 @@ class EmbeddedService(MemoryOperations):
         log.exception("the %s store failed; retrying from the last checkpoint in %.0f s", store, delay)
         return delay
 
-    def _store_recovered(self) -> None:
-        log.warning("stores back: %s", ", ".join(self.failing))
-        self.failing.clear()
-        METRICS.stores_recovered()
+    def _store_recovered(self, stores: Sequence[str]) -> None:
+        back = [s for s in stores if s in self.failing]
+        if back:
+            log.warning("stores back: %s", ", ".join(back))
+        for store in back:
+            self.failing.pop(store, None)
+            METRICS.store_recovered(store)
 
     def warnings(self) -> list[str]:
         """Why an answer may be stale right now (empty when it is not)."""
         return [f"{store} failing: {error}" for store, error in self.failing.items()]
 
     def close(self) -> None:
-        with self.lock:
+        """Checkpoint and write every applied event into the sinks, then close the stores
+        (what the topic holds beyond it is applied on the next start)."""
+        with self.lock, self.sink_lock:
             if not self.interrupted:
-                self.driver.refresh()
                 self.driver.checkpoint()
+                self.sinks.drain()
             if self._memory is not None:
                 self._memory.close()
             self._close_stores()
 
     def _close_stores(self) -> None:
+        self.queue.close()
+        self.sink_queue.close()
         self.index.close()
         self.states.close()
         self.bus.close()
         self.log.close()
+
+
+class _Answering:
+    """The service as context assembly sees it: its searches never wait for the sinks."""
+
+    def __init__(self, service: EmbeddedService) -> None:
+        self._service = service
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._service, name)
+
+    def search(self, query: str, **kwargs: Any) -> dict[str, Any]:
+        return self._service.search(query, drain=False, **kwargs)
 
 
 __all__ = ["DataDirLock", "EmbeddedService"]
