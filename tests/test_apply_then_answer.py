@@ -140,3 +140,26 @@ def test_the_sink_stage_writes_in_groups_by_time_not_one_write_per_event(setting
         stop.set()
         loops.join(60)
         svc.close()
+
+
+def test_a_hand_off_that_fails_is_applied_again_from_the_checkpoint_and_reaches_the_sinks(
+    service: EmbeddedService,
+) -> None:
+    """The processor applies a batch in memory, then appends it to the queue in state.db; if
+    that append fails, the batch must not count as applied (the sinks would never get it)."""
+    real_append = service.queue.append
+    failures = {"left": 1}
+
+    def flaky_append(result: Any) -> None:  # the real queue write, failing once as a full disk would
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError("simulated write failure")
+        real_append(result)
+
+    service.queue.append = flaky_append  # type: ignore[method-assign]
+    service.publish(goal(1))
+    with pytest.raises(Exception, match="simulated write failure"):
+        service.state("step")
+    assert service.state("step")["goal"]["text"] == "walrus step 1"
+    assert service.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(1, 1)]
+    assert [h["source"] for h in service.search("walrus")["hits"]] == ["index"]

@@ -146,7 +146,7 @@ class EmbeddedService(MemoryOperations):
             total = self.driver.pending() + max(0, self.bus.end_offsets()[1] - self.sinks.dlq_pos)
             letters = self.sinks.letters_read
             done = 0
-            while n := self.driver.step():
+            while n := self._apply(self.driver.step):
                 done += n
                 self.sinks.step(force=True)  # the queue stays short on a long catch-up
                 if on_progress:
@@ -202,7 +202,21 @@ class EmbeddedService(MemoryOperations):
         """Apply what the topic holds before answering from the state. Only the processor
         runs here: its cost, never a sink write's (the sink stage writes on its own)."""
         with self.lock:
-            self.driver.apply_pending()
+            try:
+                self._apply(self.driver.apply_pending)
+            except Exception as error:
+                if not self.serving:
+                    raise
+                self._store_failed(error, 0.0, "pipeline")  # answered with warnings: it may lag
+
+    def _apply(self, step: Callable[[], int]) -> int:
+        """A processor step; one that fails may have applied its batch in memory without
+        handing it to the sinks, so the processor starts again from its checkpoint."""
+        try:
+            return step()
+        except BaseException:
+            self.driver = self._new_driver()
+            raise
 
     def _drain(self) -> None:
         """Everything the topic holds into the sinks: in this process when no server runs,
