@@ -4,10 +4,16 @@ while the sinks lag (issue 15, "apply, then answer")."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 
 from agentlog.streams.config import Settings
@@ -163,3 +169,45 @@ def test_a_hand_off_that_fails_is_applied_again_from_the_checkpoint_and_reaches_
     assert service.state("step")["goal"]["text"] == "walrus step 1"
     assert service.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(1, 1)]
     assert [h["source"] for h in service.search("walrus")["hits"]] == ["index"]
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _sink_process_of(pid: int) -> int:
+    for child in _children(pid):
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return child
+    raise AssertionError(f"agentlog run ({pid}) has no sink process: {_children(pid)}")
+
+
+def test_agentlog_run_writes_the_sinks_in_a_process_of_its_own_that_never_holds_up_state_and_stops_with_it(
+    start_server,
+) -> None:
+    url, env = start_server()
+    server = orjson.loads((Path(env["AGENTLOG_DATA_DIR"]) / "server.json").read_bytes())["pid"]
+    sinks = _sink_process_of(server)
+    post = {"headers": {"content-type": "application/json"}, "timeout": 10}
+    with httpx.Client(base_url=url, timeout=10) as http:
+        assert http.post("/events", content=goal(1), **post).json()["accepted"] == 1
+        assert http.post("/flush", json={}).status_code == 200
+        assert http.post("/sql", json={"sql": "SELECT count() FROM events"}).json()["rows"] == [[1]]
+        os.kill(sinks, signal.SIGSTOP)  # the sink process frozen: no log or index write can finish
+        try:
+            for i in range(2, 5):
+                http.post("/events", content=goal(i), **post)
+                state = in_time(lambda: http.get("/threads/step/state").json(), 2.0)
+                assert state["goal"]["text"] == f"walrus step {i}"
+                read = in_time(lambda: http.get(f"/events/g{i}").json(), 2.0)
+                assert read["source"] == "active"
+        finally:
+            os.kill(sinks, signal.SIGCONT)
+        assert http.post("/flush", json={}).status_code == 200
+        assert http.post("/sql", json={"sql": "SELECT count() FROM events"}).json()["rows"] == [[4]]
+        assert http.get("/healthz").json()["sink_lag"] == 0
+    os.kill(server, signal.SIGTERM)  # one agentlog run stops it all
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{sinks}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{sinks}").exists(), "the sink process outlived agentlog run"

@@ -31,7 +31,7 @@ from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.state import DEFAULT_WINDOW
-from agentlog.sinks.base import MemoryStore, QueryResult, Topic
+from agentlog.sinks.base import MemoryStore, QueryResult, StoreError, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
@@ -40,6 +40,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.driver import EmbeddedDriver
+from agentlog.streams.embedded.sink_process import Remote, RemoteSinks, SinkProcess, wait_for_sink_process
 from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.publisher import publish_to
 from agentlog.streams.memory.jobs import MemoryOperations
@@ -91,6 +92,8 @@ class EmbeddedService(MemoryOperations):
         rebuilt from the topic here (``on_progress`` shows it), see ``agentlog.streams.embedded.datadir``."""
         self.settings = settings
         notes: list[str] = []
+        wait_for_sink_process(settings)  # a server's sink process that is still exiting
+        self.sink_process: SinkProcess | None = None
         self.bus: Topic = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
         embedded_log = not settings.clickhouse_url
         self.log = open_derived(settings.path("log"), lambda _p: open_log_store(settings), notes) \
@@ -236,13 +239,88 @@ class EmbeddedService(MemoryOperations):
         target = self.queue.end()
         dlq_end = self.bus.end_offsets()[1]
         deadline = time.monotonic() + timeout
+        hurried = False
         while time.monotonic() < deadline and not self.failing:
-            sinks = self.sinks
-            done = sinks.committed() if committed else (sinks.pos, sinks.dlq_pos)
+            done = self.sinks.committed() if committed else self.sinks.written()
             if done[0] >= target and done[1] >= dlq_end:
                 return
-            self._flush_now.set()
+            if not hurried:
+                self._hurry_sinks()
+                hurried = True
             time.sleep(0.002)
+
+    def _hurry_sinks(self) -> None:
+        if isinstance(self.sinks, RemoteSinks):
+            self.sinks.hurry()
+        else:
+            self._flush_now.set()
+
+    # -- the sink process (``agentlog run``) ----------------------------------------------
+
+    def split_sinks(self) -> None:
+        """Move the sink stage, the log and the index into a process of their own (the
+        second core); this process keeps the topic, the processor and the state. Queries
+        on the log and the index are forwarded to it."""
+        with self.lock, self.sink_lock:
+            self.driver.checkpoint()
+            self.sinks.drain()
+            description = self.log.description
+            self.log.close()
+            self.index.close()
+            self._start_sink_process(description)
+
+    def _start_sink_process(self, log_description: str, attempts: int = 3) -> None:
+        for attempt in range(1, attempts + 1):
+            process = SinkProcess(self.settings)
+            try:
+                process.start()
+                sinks = RemoteSinks(process, self.bus)
+                break
+            except (StoreError, OSError, EOFError):  # killed while it started: another one resumes
+                process.stop()
+                if attempt == attempts:
+                    raise
+        self.sink_process = process
+        self.log = Remote(process, "log", {"description": log_description})  # type: ignore[assignment]
+        self.index = Remote(process, "index")  # type: ignore[assignment]
+        self.sinks = sinks  # type: ignore[assignment]
+
+    def _join_sinks(self) -> None:
+        """Stop the sink process (it writes what is queued first) and open its stores here."""
+        if self.sink_process is None:
+            return
+        self.sink_process.stop()
+        self.sink_process = None
+        self.log = open_log_store(self.settings)
+        self.index = open_search_index(self.settings)
+        self.sinks = self._new_sinks()
+
+    def _restart_dead_sinks(self) -> None:
+        """A sink process that died (killed, out of memory) is started again: it resumes
+        from its committed positions and writes the rest again, idempotently."""
+        process = self.sink_process
+        if process is None or process.process.is_alive():
+            return
+        log.error("the sink process exited (code %s); starting it again", process.process.exitcode)
+        with self.sink_lock:
+            if self.sink_process is not process:
+                return
+            process.stop()
+            self._start_sink_process(self.log.description)
+
+    def _poll_sinks(self) -> None:
+        """The sink process's failing stores and lag into health and metrics."""
+        if not isinstance(self.sinks, RemoteSinks):
+            return  # joined into this process for a moment (a rebuild)
+        status = self.sinks.status()
+        failing = status["failing"]
+        for store in ("log", "index", "sinks"):
+            if store in failing:
+                self.failing[store] = failing[store]
+                METRICS.store_failed(store, failing[store])
+            elif store in self.failing:
+                self._store_recovered((store,))
+        METRICS.sink_lag.set(status["lag"])
 
     # -- reads ------------------------------------------------------------------------
 
@@ -403,6 +481,16 @@ class EmbeddedService(MemoryOperations):
             if on_progress:
                 on_progress(done, total)
 
+        split = self.sink_process is not None
+        with self.lock, self.sink_lock:
+            self._join_sinks()  # a rebuild writes the index and reads the log here
+            try:
+                return self._rebuild(progress)
+            finally:
+                if split and not self.interrupted:
+                    self.split_sinks()
+
+    def _rebuild(self, progress: Callable[[int, int], None]) -> dict[str, int]:
         with self.lock, self.sink_lock:
             self._run_until_idle()
             positions = {"events": self.driver.events_pos}
@@ -460,7 +548,8 @@ class EmbeddedService(MemoryOperations):
             # Applied (in state and context) but not yet in the log and index.
             "sink_lag": self._sink_lag(),
             "logged_offset": self.sinks.logged,
-            "index_visible_offset": self.index.visible_offsets().get(0, 0),
+            "index_visible_offset": self.sinks.visible if isinstance(self.sinks, RemoteSinks)
+            else self.index.visible_offsets().get(0, 0),
             **({"rebuild": dict(zip(("done", "total"), self.rebuilding))} if self.rebuilding else {}),
         }
 
@@ -468,9 +557,11 @@ class EmbeddedService(MemoryOperations):
 
     def run_forever(self, stop: threading.Event, idle_sleep: float = 0.005) -> None:
         """The live loops of ``agentlog run`` (background threads of the server): the
-        processor here, the sink stage beside it."""
+        processor here, the sink stage beside it (on a thread, or watched in its own
+        process after ``split_sinks``)."""
         self.serving = True
-        sink_loop = threading.Thread(target=self._sink_loop, args=(stop,), name="sinks", daemon=True)
+        sinks = self._watch_sinks if self.sink_process is not None else self._sink_loop
+        sink_loop = threading.Thread(target=sinks, args=(stop,), name="sinks", daemon=True)
         sink_loop.start()
         delay = 0.0
         rebuild = False
@@ -499,7 +590,12 @@ class EmbeddedService(MemoryOperations):
             with self.lock:
                 if rebuild:
                     self.driver = self._new_driver()
-            if not self.interrupted:
+            if self.interrupted:
+                pass
+            elif self.sink_process is not None:
+                with self.lock:  # the sink process writes the rest when it is stopped (close)
+                    self._apply(lambda: self.driver.run_until_idle().processed)
+            else:
                 self._run_until_idle()
         except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
             log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
@@ -533,8 +629,22 @@ class EmbeddedService(MemoryOperations):
             if n == 0:
                 stop.wait(idle_sleep)
 
+    def _watch_sinks(self, stop: threading.Event, every: float = 0.2) -> None:
+        """The sink process's health into this one's, and the memory mirror on its cadence."""
+        last_mirror = 0.0
+        while not stop.wait(every):
+            try:
+                self._restart_dead_sinks()
+                self._poll_sinks()
+                if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
+                    self.mirror_memory()
+                    last_mirror = time.monotonic()
+            except Exception as error:  # noqa: BLE001 - reported; the sink process restarts nothing here
+                self.failing["sinks"] = str(error).strip()[:500] or type(error).__name__
+                METRICS.store_failed("sinks", self.failing["sinks"])
+
     def _sink_lag(self) -> int:
-        lag = self.sinks.lag()
+        lag = self.sinks.lag()  # the sink process's: as last polled
         METRICS.sink_lag.set(lag)
         return lag
 
@@ -566,7 +676,11 @@ class EmbeddedService(MemoryOperations):
         with self.lock, self.sink_lock:
             if not self.interrupted:
                 self.driver.checkpoint()
-                self.sinks.drain()
+                if self.sink_process is None:
+                    self.sinks.drain()
+            if self.sink_process is not None:
+                self.sink_process.stop()  # it writes and commits what is queued, then exits
+                self.sink_process = None
             if self._memory is not None:
                 self._memory.close()
             self._close_stores()

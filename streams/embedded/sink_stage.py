@@ -196,6 +196,10 @@ class SinkStage:
         self.commit()
         return written
 
+    def written(self) -> tuple[int, int]:
+        """The (accepted, dlq) positions written so far (searchable at the next commit)."""
+        return self.pos, self.dlq_pos
+
     def committed(self) -> tuple[int, int]:
         """The (accepted, dlq) positions committed so far: written and searchable."""
         return self._committed["accepted"], self._committed["dlq"]
