@@ -7,7 +7,8 @@ the index every ``AGENTLOG_REFRESH_SECONDS`` and then its own positions. It also
 topic's dead letters into ``rejected_events``.
 
 The queue holds offsets, not copies: the stage reads each applied record's bytes from
-the topic and parses them again, so the processor does not pay for rows and documents.
+the topic and parses them again (without the hostile-input checks the processor already
+made), so the processor does not pay for rows and documents.
 
 Every write is idempotent, so a crash between a write and the commit of the position
 that covers it only writes the same rows again: the log skips offsets at or below its
@@ -23,8 +24,8 @@ from typing import Any
 
 from agentlog.processors.pipeline import Applied, Record
 from agentlog.processors.records import log_rows, search_docs
-from agentlog.processors.validation import bounded_letter, validate
-from agentlog.schemas.events import MAX_EVENT_BYTES, Envelope
+from agentlog.processors.validation import bounded_letter
+from agentlog.schemas.events import EVENT_ADAPTER, MAX_EVENT_BYTES
 from agentlog.schemas.tables import rejected_row
 from agentlog.sinks.base import LogWriter, SearchIndex, StateStore, Topic
 from agentlog.streams.embedded.accepted import AcceptedBatch, AcceptedQueue, applied_offsets
@@ -129,9 +130,9 @@ class SinkStage:
         out: list[Applied] = []
         for offset, window_id, tool_name in wanted:
             record = records[offset]
-            event = validate(record.value, self.policy.max_event_bytes)
-            assert isinstance(event, Envelope), f"offset {offset} was applied, so it is valid"
-            out.append(Applied(event, record, window_id, tool_name))
+            # The processor applied it, so its bytes passed every check: parsing is enough
+            # (about 40% of the cost of ``validate``, whose hostile-input scan is skipped).
+            out.append(Applied(EVENT_ADAPTER.validate_json(record.value), record, window_id, tool_name))
         return out
 
     def _read_span(self, first: int, last: int) -> list[Record]:
