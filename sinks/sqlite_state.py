@@ -73,16 +73,10 @@ class SqliteStateStore(StateStore):
         self, snapshots: Sequence[ThreadSnapshot], seen: Sequence[str], offsets: dict[str, int]
     ) -> None:
         rows = [(s.state.thread_id, s.model_dump_json()) for s in snapshots]
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT OR REPLACE INTO thread_state VALUES (?, ?)", rows)
-                self._db.executemany("INSERT OR IGNORE INTO applied VALUES (?)", ((i,) for i in seen))
-                self._db.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)", offsets.items())
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._lock, sqlite_db.transaction(self._db) as db:
+            db.executemany("INSERT OR REPLACE INTO thread_state VALUES (?, ?)", rows)
+            db.executemany("INSERT OR IGNORE INTO applied VALUES (?)", ((i,) for i in seen))
+            db.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)", offsets.items())
 
     def reset(self) -> None:
         with self._lock:

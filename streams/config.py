@@ -33,6 +33,8 @@ _ENV = {
     "allowed_hosts": "AGENTLOG_ALLOWED_HOSTS",
     "refresh_seconds": "AGENTLOG_REFRESH_SECONDS",
     "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
+    "sink_flush_ms": "AGENTLOG_SINK_FLUSH_MS",
+    "sink_flush_rows": "AGENTLOG_SINK_FLUSH_ROWS",
     "batch_size": "AGENTLOG_BATCH_SIZE",
     "auto_compact": "AGENTLOG_AUTO_COMPACT",
     "compact_window_tokens": "AGENTLOG_COMPACT_WINDOW_TOKENS",
@@ -95,6 +97,10 @@ class Settings:
     allowed_hosts: str | None = None
     refresh_seconds: float = 1.0
     checkpoint_seconds: float = 2.0
+    # The embedded sink stage's group commit: it writes the log, pairs and index once this
+    # many applied events wait, or the oldest has waited this long.
+    sink_flush_ms: float = 200.0
+    sink_flush_rows: int = 5000
     batch_size: int = 5000
     partitions: int = 4
     # Kafka processor: how many source records per partition its dedup ids cover

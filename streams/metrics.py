@@ -22,6 +22,10 @@ class Metrics:
         self.pairs = Counter("agentlog_tool_pairs_total", "Tool-call pair rows written", ["status"], registry=r)
         self.batch_seconds = Histogram("agentlog_batch_seconds", "Time to process one batch", registry=r)
         self.index_lag = Gauge("agentlog_index_lag_events", "Events processed but not yet searchable", registry=r)
+        self.sink_lag = Gauge("agentlog_sink_lag_events", "Events applied (visible to state and context) but "
+                              "not yet written to the log and index (embedded sink stage)", registry=r)
+        self.sink_seconds = Histogram("agentlog_sink_write_seconds", "Time to write one group to the log, pairs "
+                                      "and index (embedded sink stage)", registry=r)  # fmt: skip
         self.requests = Histogram("agentlog_http_request_seconds", "HTTP request latency", ["route"], registry=r)
         self.dedup_ids = Gauge("agentlog_dedup_ids", "Event ids a Kafka worker remembers to drop duplicates "
                                "(bounded by AGENTLOG_DEDUP_HORIZON)", registry=r)  # fmt: skip

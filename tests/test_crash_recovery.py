@@ -1,6 +1,8 @@
 """kill -9 at random moments while events are published and processed, then each store's
 files damaged in turn: every accepted event logged once, state equal to a replay of the
-log, and the data directory usable afterwards (issue 12, "the data directory").
+log, and the data directory usable afterwards (issue 12, "the data directory"). The kills
+land while the sink stage trails the processor by a varying group commit (issue 15): the
+processor and the sinks each lose their uncommitted work, and nothing is lost or doubled.
 
 ``AGENTLOG_CRASH_EVENTS`` sets the event count (default the bar's 100,000, about five
 minutes on two cores; a smaller count gives a quicker local run) and
@@ -98,6 +100,32 @@ class Publisher(threading.Thread):
         time.sleep(0.35)
 
 
+def _sink_process(server: int, tries: int = 100) -> int | None:
+    """The pid of ``agentlog run``'s sink process (its spawned child), once it runs."""
+    for _ in range(tries):
+        try:
+            for child in Path(f"/proc/{server}/task/{server}/children").read_text().split():
+                if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return int(child)
+        except OSError:  # a child that just ended
+            pass
+        time.sleep(0.05)
+    return None
+
+
+def _gone(pid: int | None, timeout: float = 10.0) -> bool:
+    """The process has ended (a zombie not yet reaped by init counts as ended)."""
+    deadline = time.monotonic() + timeout
+    while pid is not None and time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return pid is None
+
+
 def _damage_cases(data: Path) -> list[tuple[str, object]]:
     def truncate_files(path: Path) -> None:
         for f in path.rglob("*"):
@@ -126,15 +154,30 @@ def test_kill_9_at_random_moments_then_damaged_stores_leave_every_event_logged_o
     env = {**cli_env, "AGENTLOG_HTTP_PORT": str(free_port()), "AGENTLOG_CHECKPOINT_SECONDS": "0.5"}
     publisher = Publisher(Settings(data_dir=data), seed)
     publisher.start()
+    killed_sinks = 0
     for _ in range(KILLS):
-        proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
+        # The sink stage trails the processor by a group (by time) and commits its position
+        # at each index commit: kills land with applied events not yet written, written but
+        # not committed, and the processor's checkpoint on either side of the sinks'.
+        lag = {"AGENTLOG_SINK_FLUSH_MS": str(rng.choice([1, 200, 1500])),
+               "AGENTLOG_REFRESH_SECONDS": str(rng.choice([0.2, 1.0, 2.5]))}  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env={**env, **lag},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
         time.sleep(rng.uniform(0.5, 3.0))
+        sinks = _sink_process(proc.pid)
+        if sinks is not None and rng.random() < 0.5:  # the sink process alone, then both
+            os.kill(sinks, signal.SIGKILL)
+            killed_sinks += 1
+            time.sleep(rng.uniform(0.2, 3.0))
+        current = _sink_process(proc.pid, tries=1)  # the server starts another one
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert b"Traceback" not in proc.stderr.read()
+        stderr = proc.stderr.read()
+        assert b"Traceback" not in stderr, stderr.decode()[-3000:]
+        assert _gone(current), "the sink process outlived its server"
     publisher.join(timeout=600)
     assert publisher.error is None, publisher.error
+    print(f"killed the sink process alone {killed_sinks} times")
     done = _cli(env, "run", "--until-idle")
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     unique = len(publisher.ids)

@@ -1,4 +1,5 @@
-"""``agentlog run``: the HTTP API and the live driver, holding the data directory."""
+"""``agentlog run``: the HTTP API and the processor, holding the data directory, and the
+sink process it starts and stops (``agentlog.streams.embedded.sink_process``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ def serve(settings: Settings, host: str, port: int) -> int:
               file=sys.stderr)  # fmt: skip
         return 1
     service = EmbeddedService(settings)
+    try:
+        service.split_sinks()  # the log, the index and their writes in a second process
+    except BaseException:
+        service.close()
+        lock.release()
+        raise
     # Clients check this identity at /healthz before trusting server.json (a stale file
     # may name a port another data directory's server holds now).
     identity = {"instance": secrets.token_hex(16), "data_dir": data_dir_identity(settings)}

@@ -31,14 +31,17 @@ from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.state import DEFAULT_WINDOW
-from agentlog.sinks.base import MemoryStore, QueryResult, Topic
+from agentlog.sinks.base import MemoryStore, QueryResult, StoreError, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
 from agentlog.streams.api.service import NotFound
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
+from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.driver import EmbeddedDriver
+from agentlog.streams.embedded.sink_process import Remote, RemoteSinks, SinkProcess, wait_for_sink_process
+from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.publisher import publish_to
 from agentlog.streams.memory.jobs import MemoryOperations
 from agentlog.streams import summary_job
@@ -90,6 +93,8 @@ class EmbeddedService(MemoryOperations):
         rebuilt from the topic here (``on_progress`` shows it), see ``agentlog.streams.embedded.datadir``."""
         self.settings = settings
         notes: list[str] = []
+        wait_for_sink_process(settings)  # a server's sink process that is still exiting
+        self.sink_process: SinkProcess | None = None
         self.bus: Topic = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
         embedded_log = not settings.clickhouse_url
         self.log = open_derived(settings.path("log"), lambda _p: open_log_store(settings), notes) \
@@ -97,16 +102,22 @@ class EmbeddedService(MemoryOperations):
         self.index = open_search_index(settings) if settings.opensearch_url else \
             open_derived(settings.path("index"), lambda _p: open_search_index(settings), notes)  # fmt: skip
         self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
+        # The processor and the sink stage each read and write the queue on a connection of their own.
+        self.queue = AcceptedQueue(str(settings.path("state.db")))
+        self.sink_queue = AcceptedQueue(str(settings.path("state.db")))
         self.driver = self._new_driver()
+        self.sinks = self._new_sinks()
+        # Serialises the processor and readers of its in-memory state (the HTTP server runs
+        # the processor in a background thread); ``sink_lock`` serialises the sink stage.
+        self.lock = threading.RLock()
+        self.sink_lock = threading.RLock()
         try:
             self._heal(notes, on_progress)
         except BaseException:
             self._close_stores()  # a damaged topic: nothing is served from this directory
             raise
-        # Serialises the driver and readers of its in-memory state (the HTTP server
-        # runs the driver in a background thread).
-        self.lock = threading.RLock()
         self.serving = False
+        self._flush_now = threading.Event()  # asks the serving sink stage to write now
         # Stores the live loop cannot write right now: name -> last error (health, metrics).
         self.failing: dict[str, str] = {}
         self.stopping = threading.Event()  # set on SIGTERM: a running rebuild ends early
@@ -122,10 +133,31 @@ class EmbeddedService(MemoryOperations):
     def _new_driver(self) -> EmbeddedDriver:
         s = self.settings
         return EmbeddedDriver(
-            self.bus, self.log, self.index, self.states, s.pairing,
-            batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, refresh_s=s.refresh_seconds,
-            max_event_bytes=s.max_event_bytes,
+            self.bus, self.queue, self.states, s.pairing,
+            batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, max_event_bytes=s.max_event_bytes,
         )  # fmt: skip
+
+    def _new_sinks(self) -> SinkStage:
+        """The sink stage from its committed positions (a restart after a failed write
+        writes the uncommitted groups again, idempotently)."""
+        s = self.settings
+        policy = FlushPolicy(s.sink_flush_rows, s.sink_flush_ms / 1000.0, s.refresh_seconds, s.max_event_bytes)
+        return SinkStage(self.sink_queue, self.bus, self.log, self.index, policy, legacy=self.states)
+
+    def _run_until_idle(self, on_progress: Callable[[int, int], None] | None = None) -> int:
+        """Apply everything pending, write it through every sink, checkpoint and commit."""
+        with self.lock, self.sink_lock:
+            total = self.driver.pending() + max(0, self.bus.end_offsets()[1] - self.sinks.dlq_pos)
+            letters = self.sinks.letters_read
+            done = 0
+            while n := self._apply(self.driver.step):
+                done += n
+                self.sinks.step(force=True)  # the queue stays short on a long catch-up
+                if on_progress:
+                    on_progress(done, max(total, done))
+            self.driver.checkpoint()
+            self.sinks.drain()
+        return done + self.sinks.letters_read - letters
 
     def _heal(self, notes: list[str], on_progress: Callable[[int, int], None] | None) -> None:
         """Rebuild the derived stores from the topic when one was lost or corrupt; a topic
@@ -135,16 +167,21 @@ class EmbeddedService(MemoryOperations):
         count_damage(processed, topic_end, Path(self.bus.path))
         logged = self.log.count_events()
         indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None  # tantivy only
-        # Only an empty store can count as lost: the applied ids are counted only then.
-        applied = self.states.applied_count() if 0 in (logged, indexed) else 0
+        # Only an empty store can count as lost: the applied ids are counted only then. While
+        # the sink stage has committed nothing and the queue holds every applied batch, empty
+        # sinks are only behind (a crash before their first write), not lost.
+        behind_only = self.sink_queue.positions().get("logged", 0) == 0 and self.sink_queue.end() > 0
+        applied = self.states.applied_count() if 0 in (logged, indexed) and not behind_only else 0
         notes += derived_behind(applied, logged, indexed, processed, topic_end, notes)
         if not notes:
             return
         self.states.reset()
+        self.sink_queue.reset()
         self.index.clear()
         self.log.truncate_derived()
         self.driver = self._new_driver()
-        done = self.driver.run_until_idle(on_progress).processed
+        self.sinks = self._new_sinks()
+        done = self._run_until_idle(on_progress)
         print(f"agentlog: {'; '.join(notes)}; rebuilt from the topic ({done:,} records)", file=sys.stderr)
 
     # -- writes -----------------------------------------------------------------------
@@ -153,34 +190,138 @@ class EmbeddedService(MemoryOperations):
         return publish_to(self.bus, data, self.settings.max_event_bytes)
 
     def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-        """Drain what is pending (``run --until-idle``), flush sinks and index, checkpoint.
-        While serving, the live loop does that: wait until it has applied what the topic
-        holds (``POST /flush``; a failing store answers at once, its warnings in health)."""
+        """Drain what is pending (``run --until-idle``) through every sink, checkpoint.
+        While serving, the live loops do that: wait until the sink stage has written and
+        committed what the topic holds (``POST /flush``; a failing store answers at once,
+        its warnings in health)."""
         if self.serving:
-            self._settle()
+            self._wait_sinks(committed=True)
             return {"ok": True}
-        with self.lock:
-            progress = self.driver.run_until_idle(on_progress)
+        processed = self._run_until_idle(on_progress)
+        with self.sink_lock:
             mirrored = self.mirror_memory()
-        return {"processed": progress.processed, "memory_mirrored": mirrored}
-
-    def wait_processed(self, offset: int, timeout: float = 10.0) -> None:
-        """Read-your-writes for the live driver: wait until it has applied ``offset``."""
-        if not self.serving:
-            self._drain()
-            return
-        deadline = time.monotonic() + timeout
-        # A failing store holds the position back: answer now, with warnings, not late.
-        while self.driver.events_pos < offset and time.monotonic() < deadline and not self.failing:
-            time.sleep(0.005)
-
-    def _drain(self) -> None:
-        """No server runs: process what is pending here before answering."""
-        with self.lock:
-            self.driver.run_until_idle()
+        return {"processed": processed, "memory_mirrored": mirrored}
 
     def _settle(self) -> None:
-        self.wait_processed(self.bus.end_offsets()[0])
+        """Apply what the topic holds before answering from the state. Only the processor
+        runs here: its cost, never a sink write's (the sink stage writes on its own)."""
+        with self.lock:
+            try:
+                self._apply(self.driver.apply_pending)
+            except Exception as error:
+                if not self.serving:
+                    raise
+                self._store_failed(error, 0.0, "pipeline")  # answered with warnings: it may lag
+
+    def _apply(self, step: Callable[[], int]) -> int:
+        """A processor step; one that fails may have applied its batch in memory without
+        handing it to the sinks, so the processor starts again from its checkpoint."""
+        try:
+            return step()
+        except BaseException:
+            self.driver = self._new_driver()
+            raise
+
+    def _drain(self) -> None:
+        """Everything the topic holds into the sinks: in this process when no server runs,
+        else by the serving sink stage (read-your-writes for ``sql`` and ``search``)."""
+        if self.serving:
+            self._wait_sinks(committed=False)
+            return
+        self._settle()
+        with self.sink_lock:
+            self.sinks.drain()
+
+    def _wait_sinks(self, committed: bool, timeout: float = 10.0) -> None:
+        """Serving: wait until the sink stage has written (and, ``committed``, made
+        searchable) what the processor applied so far. A failing store answers now, with
+        warnings, not late."""
+        self._settle()
+        target = self.queue.end()
+        dlq_end = self.bus.end_offsets()[1]
+        deadline = time.monotonic() + timeout
+        hurried = False
+        while time.monotonic() < deadline and not self.failing:
+            done = self.sinks.committed() if committed else self.sinks.written()
+            if done[0] >= target and done[1] >= dlq_end:
+                return
+            if not hurried:
+                self._hurry_sinks()
+                hurried = True
+            time.sleep(0.002)
+
+    def _hurry_sinks(self) -> None:
+        if isinstance(self.sinks, RemoteSinks):
+            self.sinks.hurry()
+        else:
+            self._flush_now.set()
+
+    # -- the sink process (``agentlog run``) ----------------------------------------------
+
+    def split_sinks(self) -> None:
+        """Move the sink stage, the log and the index into a process of their own (the
+        second core); this process keeps the topic, the processor and the state. Queries
+        on the log and the index are forwarded to it."""
+        with self.lock, self.sink_lock:
+            self.driver.checkpoint()
+            self.sinks.drain()
+            description = self.log.description
+            self.log.close()
+            self.index.close()
+            self._start_sink_process(description)
+
+    def _start_sink_process(self, log_description: str, attempts: int = 3) -> None:
+        for attempt in range(1, attempts + 1):
+            process = SinkProcess(self.settings)
+            try:
+                process.start()
+                sinks = RemoteSinks(process, self.bus)
+                break
+            except (StoreError, OSError, EOFError):  # killed while it started: another one resumes
+                process.stop()
+                if attempt == attempts:
+                    raise
+        self.sink_process = process
+        self.log = Remote(process, "log", {"description": log_description})  # type: ignore[assignment]
+        self.index = Remote(process, "index")  # type: ignore[assignment]
+        self.sinks = sinks  # type: ignore[assignment]
+
+    def _join_sinks(self) -> None:
+        """Stop the sink process (it writes what is queued first) and open its stores here."""
+        if self.sink_process is None:
+            return
+        self.sink_process.stop()
+        self.sink_process = None
+        self.log = open_log_store(self.settings)
+        self.index = open_search_index(self.settings)
+        self.sinks = self._new_sinks()
+
+    def _restart_dead_sinks(self) -> None:
+        """A sink process that died (killed, out of memory) is started again: it resumes
+        from its committed positions and writes the rest again, idempotently."""
+        process = self.sink_process
+        if process is None or process.process.is_alive():
+            return
+        log.error("the sink process exited (code %s); starting it again", process.process.exitcode)
+        with self.sink_lock:
+            if self.sink_process is not process:
+                return
+            process.stop()
+            self._start_sink_process(self.log.description)
+
+    def _poll_sinks(self) -> None:
+        """The sink process's failing stores and lag into health and metrics."""
+        if not isinstance(self.sinks, RemoteSinks):
+            return  # joined into this process for a moment (a rebuild)
+        status = self.sinks.status()
+        failing = status["failing"]
+        for store in ("log", "index", "sinks"):
+            if store in failing:
+                self.failing[store] = failing[store]
+                METRICS.store_failed(store, failing[store])
+            elif store in self.failing:
+                self._store_recovered((store,))
+        METRICS.sink_lag.set(status["lag"])
 
     # -- reads ------------------------------------------------------------------------
 
@@ -213,7 +354,9 @@ class EmbeddedService(MemoryOperations):
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
                 model: str | None = None) -> dict[str, Any]:  # fmt: skip
-        return context_for(self, thread_id, budget, query, model)
+        # Recall searches the thread (and its children) with read-your-writes from the
+        # active state: it never waits for the sinks either.
+        return context_for(_Answering(self), thread_id, budget, query, model)
 
     def threads(self) -> list[str]:
         self._settle()
@@ -255,10 +398,11 @@ class EmbeddedService(MemoryOperations):
     def read(self, event_id: str) -> dict[str, Any]:
         # The topic holds the same bytes as the log, indexed by event id (its first copy is
         # the one applied): a point lookup there costs far less than one in ClickHouse.
-        # Everything at or below the driver's position is in the log already.
+        # Everything at or below the sink stage's high-water mark is in the log already;
+        # the rest is applied (or about to be) but not written yet.
         record = self.bus.find(event_id)
         if record is not None and isinstance(validate(record.value, self.settings.max_event_bytes), Envelope):
-            source = "log" if record.offset <= max(self.driver.events_pos, self.driver.log_events_hw) else "active"
+            source = "log" if record.offset <= self.sinks.logged else "active"
             return {"event": orjson.loads(record.value), "source": source, "offset": record.offset}
         logged = self.log.get(event_id)  # a log written elsewhere (rebuilt, or by Kafka workers)
         if logged is not None:
@@ -280,10 +424,14 @@ class EmbeddedService(MemoryOperations):
         since_ms: int | None = None,
         until_ms: int | None = None,
         limit: int = 10,
+        drain: bool = True,
     ) -> dict[str, Any]:
+        """``drain``: without a server, write what is pending into the index first (the
+        active fallback covers a thread's own events either way; a search across threads
+        needs the index)."""
         check_search_limit(limit)  # the index allocates for limit up front
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
-        if not self.serving:
+        if drain and not self.serving:
             self._drain()
         own_thread = thread_id
         if after is not None:
@@ -322,9 +470,9 @@ class EmbeddedService(MemoryOperations):
         return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query))
 
     def sql(self, statement: str) -> QueryResult:
-        self._settle()
-        if not self.serving:  # the server mirrors memory in its loop
-            with self.lock:
+        self._drain()
+        if not self.serving:  # the server mirrors memory in its sink loop
+            with self.sink_lock:
                 self.mirror_memory()
         return self.log.query(statement)
 
@@ -339,9 +487,19 @@ class EmbeddedService(MemoryOperations):
             if on_progress:
                 on_progress(done, total)
 
-        with self.lock:
-            self.driver.run_until_idle()
-            positions = {"events": self.driver.events_pos, "dlq": self.driver.dlq_pos}
+        split = self.sink_process is not None
+        with self.lock, self.sink_lock:
+            self._join_sinks()  # a rebuild writes the index and reads the log here
+            try:
+                return self._rebuild(progress)
+            finally:
+                if split and not self.interrupted:
+                    self.split_sinks()
+
+    def _rebuild(self, progress: Callable[[int, int], None]) -> dict[str, int]:
+        with self.lock, self.sink_lock:
+            self._run_until_idle()
+            positions = {"events": self.driver.events_pos}
             self.states.reset()
             try:
                 replay = replay_log(self.log, self.index, self.settings.pairing, progress, self.stopping.is_set)
@@ -358,6 +516,7 @@ class EmbeddedService(MemoryOperations):
                 [tp.snapshot() for tp in threads.values()], list(replay.pipeline.seen.ids), positions  # type: ignore[attr-defined]
             )
             self.driver = self._new_driver()
+            self.sinks = self._new_sinks()
         return {"events": replay.events, "threads": len(threads)}
 
     def _memory_store(self) -> MemoryStore:
@@ -390,59 +549,117 @@ class EmbeddedService(MemoryOperations):
             "failing": failing,
             "deployment": "embedded",
             "log": self.log.description,
-            "pending": self.driver.pending(),
+            "pending": self.driver.pending() + self.sinks.pending(),
             "processed_offset": self.driver.events_pos,
-            "index_visible_offset": self.index.visible_offsets().get(0, 0),
+            # Applied (in state and context) but not yet in the log and index.
+            "sink_lag": self._sink_lag(),
+            "logged_offset": self.sinks.logged,
+            "index_visible_offset": self.sinks.visible if isinstance(self.sinks, RemoteSinks)
+            else self.index.visible_offsets().get(0, 0),
             **({"rebuild": dict(zip(("done", "total"), self.rebuilding))} if self.rebuilding else {}),
         }
 
     # -- serving ----------------------------------------------------------------------
 
-    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.02) -> None:
-        """The live driver loop of ``agentlog run`` (a background thread of the server)."""
+    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.005) -> None:
+        """The live loops of ``agentlog run`` (background threads of the server): the
+        processor here, the sink stage beside it (on a thread, or watched in its own
+        process after ``split_sinks``)."""
         self.serving = True
-        # The LLM summariser, when configured, runs beside this loop, never in it.
+        # The LLM summariser, when configured, runs beside these loops, never in them.
         join_summaries = summary_job.start(self, self.summariser, stop)
-        last_mirror = delay = 0.0
+        sinks = self._watch_sinks if self.sink_process is not None else self._sink_loop
+        sink_loop = threading.Thread(target=sinks, args=(stop,), name="sinks", daemon=True)
+        sink_loop.start()
+        delay = 0.0
         rebuild = False
         while not stop.is_set():
             try:
                 if rebuild:
                     with self.lock:
-                        # The failed batch is applied in memory but maybe not written: start
-                        # again from the checkpoint, replaying into the idempotent sinks.
+                        # The failed batch is applied in memory but maybe not handed off:
+                        # start again from the checkpoint, replaying into the same queue rows.
                         self.driver = self._new_driver()
                     rebuild = False
                 with self.lock:
                     n = self.driver.step()
                 if n == 0:
-                    with self.lock:
-                        self.driver.maybe_flush()
-                        if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
-                            self.mirror_memory()
-                            last_mirror = time.monotonic()
                     stop.wait(idle_sleep)
-            except Exception as error:  # noqa: BLE001 - a store failed: back off, resume from the checkpoint
-                delay = self._store_failed(error, delay)
+            except Exception as error:  # noqa: BLE001 - state.db failed: back off, resume from the checkpoint
+                delay = self._store_failed(error, delay, "pipeline")
                 rebuild = True
                 stop.wait(delay)
             else:
-                if self.failing and n:
-                    self._store_recovered()
+                if self.failing:
+                    self._store_recovered(("state", "pipeline"))
                 delay = 0.0
+        sink_loop.join()
         try:
             with self.lock:
                 if rebuild:
                     self.driver = self._new_driver()
-                if not self.interrupted:
-                    self.driver.run_until_idle()
+            if self.interrupted:
+                pass
+            elif self.sink_process is not None:
+                with self.lock:  # the sink process writes the rest when it is stopped (close)
+                    self._apply(lambda: self.driver.run_until_idle().processed)
+            else:
+                self._run_until_idle()
         except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
             log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
         join_summaries()
 
-    def _store_failed(self, error: Exception, delay: float) -> float:
+    def _sink_loop(self, stop: threading.Event, idle_sleep: float = 0.01) -> None:
+        """The sink stage of ``agentlog run``: group commits off the read path; a failed
+        write is retried from the stage's committed positions, with back-off."""
+        last_mirror = delay = 0.0
+        retry = False
+        while not stop.is_set():
+            try:
+                with self.sink_lock:
+                    if retry:
+                        self.sinks = self._new_sinks()
+                    if retry or self._flush_now.is_set():
+                        self._flush_now.clear()
+                        n = self.sinks.drain()
+                    else:
+                        n = self.sinks.step()
+                    if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
+                        self.mirror_memory()
+                        last_mirror = time.monotonic()
+            except Exception as error:  # noqa: BLE001 - a store failed: back off, retry from the commit
+                delay = self._store_failed(error, delay, "sinks")
+                retry = True
+                stop.wait(delay)
+                continue
+            if retry:
+                self._store_recovered(("log", "index", "sinks"))
+            retry, delay = False, 0.0
+            if n == 0:
+                stop.wait(idle_sleep)
+
+    def _watch_sinks(self, stop: threading.Event, every: float = 0.2) -> None:
+        """The sink process's health into this one's, and the memory mirror on its cadence."""
+        last_mirror = 0.0
+        while not stop.wait(every):
+            try:
+                self._restart_dead_sinks()
+                self._poll_sinks()
+                if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
+                    self.mirror_memory()
+                    last_mirror = time.monotonic()
+            except Exception as error:  # noqa: BLE001 - reported; the sink process restarts nothing here
+                self.failing["sinks"] = str(error).strip()[:500] or type(error).__name__
+                METRICS.store_failed("sinks", self.failing["sinks"])
+
+    def _sink_lag(self) -> int:
+        lag = self.sinks.lag()  # the sink process's: as last polled
+        METRICS.sink_lag.set(lag)
+        return lag
+
+    def _store_failed(self, error: Exception, delay: float, default: str) -> float:
         """Report a failing store (``/healthz``, ``/metrics``) and the next back-off."""
-        store = error.store if isinstance(error, StoreUnavailable) else "pipeline"
+        store = error.store if isinstance(error, StoreUnavailable) else default
         message = str(error).strip()[:500] or type(error).__name__
         self.failing[store] = message
         METRICS.store_failed(store, message)
@@ -450,29 +667,53 @@ class EmbeddedService(MemoryOperations):
         log.exception("the %s store failed; retrying from the last checkpoint in %.0f s", store, delay)
         return delay
 
-    def _store_recovered(self) -> None:
-        log.warning("stores back: %s", ", ".join(self.failing))
-        self.failing.clear()
-        METRICS.stores_recovered()
+    def _store_recovered(self, stores: Sequence[str]) -> None:
+        back = [s for s in stores if s in self.failing]
+        if back:
+            log.warning("stores back: %s", ", ".join(back))
+        for store in back:
+            self.failing.pop(store, None)
+            METRICS.store_recovered(store)
 
     def warnings(self) -> list[str]:
         """Why an answer may be stale right now (empty when it is not)."""
         return [f"{store} failing: {error}" for store, error in self.failing.items()]
 
     def close(self) -> None:
-        with self.lock:
+        """Checkpoint and write every applied event into the sinks, then close the stores
+        (what the topic holds beyond it is applied on the next start)."""
+        with self.lock, self.sink_lock:
             if not self.interrupted:
-                self.driver.refresh()
                 self.driver.checkpoint()
+                if self.sink_process is None:
+                    self.sinks.drain()
+            if self.sink_process is not None:
+                self.sink_process.stop()  # it writes and commits what is queued, then exits
+                self.sink_process = None
             if self._memory is not None:
                 self._memory.close()
             self._close_stores()
 
     def _close_stores(self) -> None:
+        self.queue.close()
+        self.sink_queue.close()
         self.index.close()
         self.states.close()
         self.bus.close()
         self.log.close()
+
+
+class _Answering:
+    """The service as context assembly sees it: its searches never wait for the sinks."""
+
+    def __init__(self, service: EmbeddedService) -> None:
+        self._service = service
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._service, name)
+
+    def search(self, query: str, **kwargs: Any) -> dict[str, Any]:
+        return self._service.search(query, drain=False, **kwargs)
 
 
 __all__ = ["DataDirLock", "EmbeddedService"]

@@ -1,0 +1,220 @@
+"""The embedded sink stage: the ``accepted`` queue into the chDB log, pair rows and the index.
+
+Off the read path: the processor applies an event in memory and appends it to the queue;
+this stage writes the sinks in groups (group commit: when ``AGENTLOG_SINK_FLUSH_ROWS``
+applied records are waiting, or the oldest has waited ``AGENTLOG_SINK_FLUSH_MS``), commits
+the index every ``AGENTLOG_REFRESH_SECONDS`` and then its own positions. It also copies the
+topic's dead letters into ``rejected_events``.
+
+The queue holds offsets, not copies: the stage reads each applied record's bytes from
+the topic and parses them again (without the hostile-input checks the processor already
+made), so the processor does not pay for rows and documents.
+
+Every write is idempotent, so a crash between a write and the commit of the position
+that covers it only writes the same rows again: the log skips offsets at or below its
+high-water mark, the index upserts by ``event_id``, pair rows are versioned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agentlog.processors.pipeline import Applied, Record
+from agentlog.processors.records import log_rows, search_docs
+from agentlog.processors.validation import bounded_letter
+from agentlog.schemas.events import EVENT_ADAPTER, MAX_EVENT_BYTES
+from agentlog.schemas.tables import rejected_row
+from agentlog.sinks.base import LogWriter, SearchIndex, StateStore, Topic
+from agentlog.streams.embedded.accepted import AcceptedBatch, AcceptedQueue, applied_offsets
+from agentlog.streams.metrics import METRICS
+from agentlog.streams.sink_guard import StoreUnavailable, write_isolating
+
+log = logging.getLogger("agentlog.sinks")
+
+
+@dataclass(frozen=True, slots=True)
+class FlushPolicy:
+    """When the sink stage writes (group commit) and commits the index."""
+
+    rows: int = 5000
+    seconds: float = 0.2
+    refresh_s: float = 1.0
+    max_event_bytes: int = MAX_EVENT_BYTES
+
+
+class SinkStage:
+    def __init__(self, queue: AcceptedQueue, bus: Topic, log_store: LogWriter, index: SearchIndex,
+                 policy: FlushPolicy = FlushPolicy(), legacy: StateStore | None = None) -> None:  # fmt: skip
+        self.queue, self.bus, self.log, self.index, self.policy = queue, bus, log_store, index, policy
+        committed = queue.positions()
+        # A data directory from before the queue kept the dead-letter position with the processor's.
+        legacy_dlq = legacy.offsets().get("dlq", 0) if legacy is not None and "dlq" not in committed else 0
+        self.pos = committed.get("accepted", 0)
+        self.dlq_pos = committed.get("dlq", legacy_dlq)
+        self._committed = {"accepted": self.pos, "dlq": self.dlq_pos}
+        self._read_high_water()
+        self.letters_read = 0  # dead letters copied to the log by this instance
+        self.groups_written = 0  # group commits by this instance
+        self._waiting_since: float | None = None
+        self._last_refresh = time.monotonic()
+
+    def _read_high_water(self) -> None:
+        # Offsets at or below these are already in the log (written before a crash).
+        self.logged = self.log.high_water("events").get(0, 0)
+        self.rejected_hw = self.log.high_water("rejected_events").get(0, 0)
+
+    # -- one round ----------------------------------------------------------------------
+
+    def step(self, force: bool = False) -> int:
+        """Write what is due (everything queued when ``force``), commit when the refresh
+        interval has passed; returns the records written."""
+        n = self._write_due(force) + self._write_dead_letters()
+        if time.monotonic() - self._last_refresh >= self.policy.refresh_s:
+            self.commit()
+        return n
+
+    def _write_due(self, force: bool) -> int:
+        rows, events = self.queue.backlog(self.pos)
+        if rows == 0:
+            self._waiting_since = None
+            return 0
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        due = force or events >= self.policy.rows or now - self._waiting_since >= self.policy.seconds
+        if not due:
+            return 0
+        written = 0
+        while batches := self.queue.read(self.pos, self.policy.rows):
+            written += self._write(batches)
+            self.pos = batches[-1].seq
+        self._waiting_since = None
+        return written
+
+    def _write(self, batches: list[AcceptedBatch]) -> int:
+        t0 = time.perf_counter()
+        applied = self._applied(batches)
+        try:
+            letters = write_isolating(
+                "log", lambda xs: self.log.append_events(log_rows(xs, lambda a: a.record.offset <= self.logged)),
+                applied, _raw_of,
+            )  # fmt: skip
+            try:
+                self.log.upsert_pairs([p for b in batches for p in b.pairs])
+            except Exception as error:  # noqa: BLE001 - pair rows are derived, never poison
+                raise StoreUnavailable("log", error) from error
+        except BaseException:
+            self._read_high_water()  # part of the group may be in the log already
+            raise
+        if applied:
+            self.logged = max(self.logged, max(a.record.offset for a in applied))
+        refused = {raw for raw, _ in letters}  # what the log refused is not indexed either
+        indexed = [a for a in applied if a.record.value not in refused] if refused else applied
+        letters += write_isolating("index", lambda xs: self.index.add(search_docs(xs)), indexed, _raw_of)
+        if letters:
+            self.bus.append((), letters)
+        METRICS.sink_seconds.observe(time.perf_counter() - t0)
+        self.groups_written += 1
+        return len(applied)
+
+    def _applied(self, batches: list[AcceptedBatch]) -> list[Applied]:
+        """The applied records of these queue rows, read back from the topic and parsed."""
+        wanted = applied_offsets(batches)
+        if not wanted:
+            return []
+        first, last = min(o for o, _, _ in wanted), max(o for o, _, _ in wanted)
+        records = {r.offset: r for r in self._read_span(first, last)}
+        out: list[Applied] = []
+        for offset, window_id, tool_name in wanted:
+            record = records[offset]
+            # The processor applied it, so its bytes passed every check: parsing is enough
+            # (about 40% of the cost of ``validate``, whose hostile-input scan is skipped).
+            out.append(Applied(EVENT_ADAPTER.validate_json(record.value), record, window_id, tool_name))
+        return out
+
+    def _read_span(self, first: int, last: int) -> list[Record]:
+        out: list[Record] = []
+        after = first - 1
+        while after < last:
+            chunk = self.bus.read(after, min(last - after, 20_000))
+            if not chunk:
+                break
+            out += chunk
+            after = chunk[-1].offset
+        return out
+
+    def _write_dead_letters(self) -> int:
+        letters = self.bus.read_dlq(self.dlq_pos, self.policy.rows)
+        if not letters:
+            return 0
+        rows = [
+            rejected_row(*bounded_letter(d.value, d.reason, self.policy.max_event_bytes), 0, d.offset, d.appended_at)
+            for d in letters
+            if d.offset > self.rejected_hw
+        ]
+        self._write_rejected(rows)
+        METRICS.rejected.inc(len(letters))
+        self.dlq_pos = letters[-1].offset
+        self.letters_read += len(letters)
+        return len(letters)
+
+    def _write_rejected(self, rows: list[dict[str, Any]]) -> None:
+        """Dead letters into the log; one the log refuses is kept by its reason alone
+        (the topic's ``dlq`` still holds its bytes)."""
+        refused = write_isolating("log", self.log.append_rejected, rows, lambda r: r["raw"])
+        if refused:
+            by_raw = {raw: why for raw, why in refused}
+            kept = [{**r, "raw": b"", "reason": f"{r['reason']}; bytes not stored: {by_raw[r['raw']]}"}
+                    for r in rows if r["raw"] in by_raw]  # fmt: skip
+            try:
+                self.log.append_rejected(kept)
+            except Exception as error:  # noqa: BLE001
+                raise StoreUnavailable("log", error) from error
+        if rows:
+            self.rejected_hw = max(self.rejected_hw, max(r["offset"] for r in rows))
+
+    # -- durability and visibility ------------------------------------------------------
+
+    def commit(self) -> None:
+        """Commit the index, then the positions it covers (never positions past documents a
+        crash could still lose)."""
+        self.index.refresh()
+        self._last_refresh = time.monotonic()
+        positions = {"accepted": self.pos, "dlq": self.dlq_pos}
+        if positions != self._committed:
+            self.queue.commit({**positions, "logged": self.logged})
+            self._committed = positions
+        METRICS.sink_lag.set(self.lag())
+
+    def drain(self) -> int:
+        """Write everything queued and every dead letter, commit the index and positions."""
+        written = 0
+        while n := self._write_due(True) + self._write_dead_letters():
+            written += n
+        self.commit()
+        return written
+
+    def written(self) -> tuple[int, int]:
+        """The (accepted, dlq) positions written so far (searchable at the next commit)."""
+        return self.pos, self.dlq_pos
+
+    def committed(self) -> tuple[int, int]:
+        """The (accepted, dlq) positions committed so far: written and searchable."""
+        return self._committed["accepted"], self._committed["dlq"]
+
+    def lag(self) -> int:
+        """Applied records not written yet."""
+        return self.queue.backlog(self.pos)[1]
+
+    def pending(self) -> int:
+        return self.lag() + max(0, self.bus.end_offsets()[1] - self.dlq_pos)
+
+
+def _raw_of(applied: Applied) -> bytes:
+    return applied.record.value
+
+
+__all__ = ["FlushPolicy", "SinkStage"]

@@ -1,0 +1,213 @@
+"""The agent step: an event is visible to ``state`` and ``context`` once the processor has
+applied it, never after a sink write; ``search`` and ``read`` answer from the active state
+while the sinks lag (issue 15, "apply, then answer")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+from tests.helpers import raw
+
+
+class GatedLog:
+    """The real chDB log with its event writes held until ``gate`` opens: a sink that is
+    slow or stuck, as a long merge or a full disk makes it."""
+
+    def __init__(self, service: EmbeddedService) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self._append = service.log.append_events
+        service.log.append_events = self.append_events  # type: ignore[method-assign]
+
+    def append_events(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            self.entered.set()
+            assert self.gate.wait(60), "the gate was never opened"
+        self._append(rows)
+
+
+def goal(i: int, thread: str = "step") -> bytes:
+    return raw(f"g{i}", "goal", {"text": f"walrus step {i}"}, i, thread=thread)
+
+
+def in_time(call: Any, seconds: float) -> Any:
+    """``call()`` in a thread; its answer, or a failure if it takes longer than ``seconds``."""
+    out: list[Any] = []
+    worker = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert out, f"no answer within {seconds} s: the read waited for the blocked sink"
+    return out[0]
+
+
+@pytest.fixture
+def serving(settings: Settings) -> Iterator[tuple[EmbeddedService, GatedLog]]:
+    """The live loops of ``agentlog run`` over a log whose writes are held."""
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, sink_flush_ms=1.0))
+    gated = GatedLog(svc)
+    stop = threading.Event()
+    loops = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
+    loops.start()
+    try:
+        yield svc, gated
+    finally:
+        gated.gate.set()
+        stop.set()
+        loops.join(60)
+        svc.close()
+
+
+def test_a_state_read_never_waits_for_a_sink_write_while_serving(serving) -> None:
+    svc, gated = serving
+    svc.publish(goal(1))
+    assert gated.entered.wait(10), "the sink stage never started its write"
+    for i in range(2, 6):  # the sink write is held the whole time
+        svc.publish(goal(i))
+        state = in_time(lambda: svc.state("step"), 2.0)
+        assert state["goal"]["text"] == f"walrus step {i}"
+        context = in_time(lambda: svc.context("step", 2000), 2.0)
+        assert f"walrus step {i}" in str(context)
+    assert svc.log.count_events() == 0 and svc.health()["sink_lag"] >= 4
+
+
+def test_a_state_read_never_waits_for_a_sink_write_in_process(service: EmbeddedService) -> None:
+    gated = GatedLog(service)
+    for i in range(1, 4):
+        service.publish(goal(i))
+        state = in_time(lambda: service.state("step"), 2.0)
+        assert state["goal"]["text"] == f"walrus step {i}"
+    assert not gated.entered.is_set() and service.log.count_events() == 0  # state wrote no sink
+    gated.gate.set()
+
+
+def test_search_and_read_of_a_just_published_event_answer_from_the_active_state_while_sinks_lag(serving) -> None:
+    svc, gated = serving
+    svc.publish(goal(1))
+    assert gated.entered.wait(10)
+    svc.publish(goal(2))
+    read = in_time(lambda: svc.read("g2"), 2.0)
+    assert read["source"] == "active" and read["event"]["payload"]["text"] == "walrus step 2"
+    found = in_time(lambda: svc.search("walrus", thread_id="step"), 2.0)
+    assert {h["event_id"]: h["source"] for h in found["hits"]} == {"g1": "active", "g2": "active"}
+    assert found["stale"]
+    gated.gate.set()  # the sinks catch up: the same answers now come from the log and index
+    svc.catch_up()
+    assert svc.read("g2")["source"] == "log"
+    assert {h["source"] for h in svc.search("walrus", thread_id="step")["hits"]} == {"index"}
+    assert svc.sql("SELECT count() FROM events").rows == [(2,)]
+
+
+def test_in_process_search_and_sql_write_the_sinks_first_and_close_writes_the_rest(settings: Settings) -> None:
+    svc = EmbeddedService(settings)
+    svc.publish(b"\n".join(goal(i) for i in range(1, 4)))
+    assert svc.state("step")["goal"]["text"] == "walrus step 3"
+    assert svc.read("g3")["source"] == "active"  # applied, not logged yet
+    assert svc.health()["sink_lag"] == 3
+    hits = svc.search("walrus")["hits"]  # across threads: the index must hold them
+    assert sorted(h["event_id"] for h in hits) == ["g1", "g2", "g3"] and {h["source"] for h in hits} == {"index"}
+    assert svc.sql("SELECT count() FROM events").rows == [(3,)]
+    svc.publish(goal(4))
+    svc.state("step")
+    svc.close()  # applied but not written: close writes it
+    again = EmbeddedService(settings)
+    try:
+        assert again.health()["sink_lag"] == 0 and again.log.count_events() == 4
+        assert again.read("g4")["source"] == "log"
+    finally:
+        again.close()
+
+
+def test_the_sink_stage_writes_in_groups_by_time_not_one_write_per_event(settings: Settings) -> None:
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, sink_flush_ms=500.0))
+    stop = threading.Event()
+    loops = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
+    loops.start()
+    try:
+        for i in range(1, 31):
+            svc.publish(goal(i))
+            assert svc.state("step")["goal"]["text"] == f"walrus step {i}"
+        svc.catch_up()
+        assert svc.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(30, 30)]
+        groups = svc.sinks.groups_written
+        assert 1 <= groups < 30, groups  # several events per write, not one write per step
+    finally:
+        stop.set()
+        loops.join(60)
+        svc.close()
+
+
+def test_a_hand_off_that_fails_is_applied_again_from_the_checkpoint_and_reaches_the_sinks(
+    service: EmbeddedService,
+) -> None:
+    """The processor applies a batch in memory, then appends it to the queue in state.db; if
+    that append fails, the batch must not count as applied (the sinks would never get it)."""
+    real_append = service.queue.append
+    failures = {"left": 1}
+
+    def flaky_append(result: Any) -> None:  # the real queue write, failing once as a full disk would
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError("simulated write failure")
+        real_append(result)
+
+    service.queue.append = flaky_append  # type: ignore[method-assign]
+    service.publish(goal(1))
+    with pytest.raises(Exception, match="simulated write failure"):
+        service.state("step")
+    assert service.state("step")["goal"]["text"] == "walrus step 1"
+    assert service.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(1, 1)]
+    assert [h["source"] for h in service.search("walrus")["hits"]] == ["index"]
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _sink_process_of(pid: int) -> int:
+    for child in _children(pid):
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return child
+    raise AssertionError(f"agentlog run ({pid}) has no sink process: {_children(pid)}")
+
+
+def test_agentlog_run_writes_the_sinks_in_a_process_of_its_own_that_never_holds_up_state_and_stops_with_it(
+    start_server,
+) -> None:
+    url, env = start_server()
+    server = orjson.loads((Path(env["AGENTLOG_DATA_DIR"]) / "server.json").read_bytes())["pid"]
+    sinks = _sink_process_of(server)
+    post = {"headers": {"content-type": "application/json"}, "timeout": 10}
+    with httpx.Client(base_url=url, timeout=10) as http:
+        assert http.post("/events", content=goal(1), **post).json()["accepted"] == 1
+        assert http.post("/flush", json={}).status_code == 200
+        assert http.post("/sql", json={"sql": "SELECT count() FROM events"}).json()["rows"] == [[1]]
+        os.kill(sinks, signal.SIGSTOP)  # the sink process frozen: no log or index write can finish
+        try:
+            for i in range(2, 5):
+                http.post("/events", content=goal(i), **post)
+                state = in_time(lambda: http.get("/threads/step/state").json(), 2.0)
+                assert state["goal"]["text"] == f"walrus step {i}"
+                read = in_time(lambda: http.get(f"/events/g{i}").json(), 2.0)
+                assert read["source"] == "active"
+        finally:
+            os.kill(sinks, signal.SIGCONT)
+        assert http.post("/flush", json={}).status_code == 200
+        assert http.post("/sql", json={"sql": "SELECT count() FROM events"}).json()["rows"] == [[4]]
+        assert http.get("/healthz").json()["sink_lag"] == 0
+    os.kill(server, signal.SIGTERM)  # one agentlog run stops it all
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{sinks}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{sinks}").exists(), "the sink process outlived agentlog run"
