@@ -5,10 +5,12 @@ request gives, and the memory it takes stays under its bound."""
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from agentlog.processors.validation import validate
 from agentlog.streams.api.context import context_for
+from agentlog.streams.api import context_cache
 from agentlog.streams.api.context_cache import BoundedCache, ContextCache, cache_for
 from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
@@ -79,3 +81,17 @@ def test_a_bounded_cache_forgets_the_least_recently_used_first() -> None:
     assert sorted(cache) == ["a", "c", "d"]
     cache["huge"] = "x" * (2 * 10**6)  # larger than the whole cache: never kept
     assert "huge" not in cache and cache.bytes <= 10**6
+
+
+def test_contexts_assembled_on_many_threads_at_once_are_those_of_one_thread(service: EmbeddedService) -> None:
+    feed([service], session(0, 60))
+    requests = [(b, q) for b in (600, 3000, 8000, 20_000) for q in (None, "deploy", "password")] * 4
+    cache = ContextCache(max_entries=30, max_bytes=32_768)  # small: eviction runs all the time
+    context_cache._CACHES[service] = cache  # noqa: SLF001 (this service's cache, made small)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        parallel = list(pool.map(lambda r: orjson.dumps(context_for(service, "t1", *r)), requests))
+    for r, got in zip(requests, parallel):
+        cache.clear()
+        assert got == orjson.dumps(context_for(service, "t1", *r)), r
+    for part in (cache.texts, cache.parsed, cache.events):
+        assert len(part) <= 30 and part.bytes <= 32_768

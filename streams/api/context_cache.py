@@ -12,6 +12,7 @@ shared between services, so tests and deployments stay apart."""
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, MutableMapping
@@ -31,7 +32,8 @@ V = TypeVar("V")
 
 
 class BoundedCache(MutableMapping[Any, V], Generic[V]):
-    """A least-recently-used mapping bounded in entries and in total size (``size_of``)."""
+    """A least-recently-used mapping bounded in entries and in total size (``size_of``).
+    Thread-safe: HTTP requests assemble contexts on several threads at once."""
 
     def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES,
                  size_of: Any = None) -> None:  # fmt: skip
@@ -39,42 +41,49 @@ class BoundedCache(MutableMapping[Any, V], Generic[V]):
         self._size_of = size_of or _size
         self._items: OrderedDict[Any, tuple[V, int]] = OrderedDict()
         self.bytes = 0
+        self._lock = threading.Lock()
 
     def get(self, key: Any, default: Any = None) -> Any:  # the hot path: one lookup, no exception
-        item = self._items.get(key)
-        if item is None:
-            return default
-        self._items.move_to_end(key)
-        return item[0]
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return default
+            self._items.move_to_end(key)
+            return item[0]
 
     def __getitem__(self, key: Any) -> V:
-        value, _ = self._items[key]
-        self._items.move_to_end(key)
-        return value
+        with self._lock:
+            value, _ = self._items[key]
+            self._items.move_to_end(key)
+            return value
 
     def __setitem__(self, key: Any, value: V) -> None:
         size = self._size_of(key) + self._size_of(value)
-        if key in self._items:
-            self.bytes -= self._items.pop(key)[1]
-        if size > self.max_bytes:
-            return  # larger than the whole cache: computed again next time, never kept
-        self._items[key] = (value, size)
-        self.bytes += size
-        while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
-            self.bytes -= self._items.popitem(last=False)[1][1]
+        with self._lock:
+            if key in self._items:
+                self.bytes -= self._items.pop(key)[1]
+            if size > self.max_bytes:
+                return  # larger than the whole cache: computed again next time, never kept
+            self._items[key] = (value, size)
+            self.bytes += size
+            while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
+                self.bytes -= self._items.popitem(last=False)[1][1]
 
     def __delitem__(self, key: Any) -> None:
-        self.bytes -= self._items.pop(key)[1]
+        with self._lock:
+            self.bytes -= self._items.pop(key)[1]
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._items)
+        with self._lock:
+            return iter(list(self._items))
 
     def __len__(self) -> int:
         return len(self._items)
 
     def clear(self) -> None:
-        self._items.clear()
-        self.bytes = 0
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
 
 
 def _size(value: Any) -> int:
@@ -139,6 +148,7 @@ class ContextCache:
 
 
 _CACHES: weakref.WeakKeyDictionary[Any, ContextCache] = weakref.WeakKeyDictionary()
+_MAKING = threading.Lock()  # two first requests at once still share one cache
 
 
 def cache_for(service: Any) -> ContextCache:
@@ -146,7 +156,8 @@ def cache_for(service: Any) -> ContextCache:
     try:
         cache = _CACHES.get(service)
         if cache is None:
-            cache = _CACHES[service] = ContextCache()
+            with _MAKING:
+                cache = _CACHES.get(service) or _CACHES.setdefault(service, ContextCache())
     except TypeError:  # a service that cannot be weakly referenced: every request starts cold
         return ContextCache()
     return cache
