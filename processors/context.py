@@ -9,6 +9,7 @@ tool call from its result, never drop the goal, constraints or latest user messa
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,27 +71,44 @@ def _as_is(text: str) -> str:
     return text
 
 
+TextMemo = MutableMapping[tuple[str, str], str]
+"""(event id, part) -> that part of the event as shown, redacted: an accepted event never
+changes, so a caller may keep it between calls (``agentlog.streams.api.context_cache``)."""
+
+
+def _shown(e: Envelope, part: str, make: Callable[[], str], memo: TextMemo | None) -> str:
+    """``make()``, or what it gave for this event's ``part`` before (``memo``)."""
+    if memo is None:
+        return make()
+    key = (e.event_id, part)
+    text = memo.get(key)
+    if text is None:
+        text = memo[key] = make()
+    return text
+
+
 def build_units(
-    events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool = True
+    events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool = True,
+    memo: TextMemo | None = None,
 ) -> list[Unit]:
     """Messages and tool pairs of the window, oldest first; orphans never appear. Texts,
-    arguments and outputs are redacted (``redact_secrets``) before they are measured."""
+    arguments and outputs are redacted (``redact_secrets``) before they are measured;
+    ``memo`` remembers each event's redacted texts (only used while redacting)."""
     scrub = redact if redact_secrets else _as_is
+    if not redact_secrets:
+        memo = None
     units: list[Unit] = []
     call_unit: dict[str, Unit] = {}
     answered: set[str] = set()
     for e in events:
         if e.kind == "message":
-            units.append(Unit([e.event_id], [{"role": _role(e), "content": scrub(e.payload.text)}]))  # type: ignore[attr-defined]
+            text = _shown(e, "text", lambda e=e: scrub(e.payload.text), memo)  # type: ignore[attr-defined]
+            units.append(Unit([e.event_id], [{"role": _role(e), "content": text}]))
         elif e.kind == "tool_call":
             p: Any = e.payload
             if p.call_id in call_unit:
                 continue
-            if isinstance(p.arguments, str):
-                args = scrub(p.arguments)
-            else:  # a key that names a secret loses its whole value, whatever its shape
-                shown = mask_secret_keys(p.arguments) if redact_secrets else p.arguments
-                args = scrub(orjson.dumps(shown).decode())
+            args = _shown(e, "arguments", lambda p=p: _arguments(p.arguments, scrub, redact_secrets), memo)
             unit = Unit([e.event_id], [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": args}}
             ]}])  # fmt: skip
@@ -103,7 +121,8 @@ def build_units(
                 continue  # its call is outside the window, or the first result already won
             answered.add(p.call_id)
             # Redacted before it is cut: a cut through a secret would leave half of it.
-            output = truncate_output(scrub(p.output), e.event_id, output_budget_chars)
+            output = truncate_output(_shown(e, "output", lambda p=p: scrub(p.output), memo), e.event_id,
+                                     output_budget_chars)  # fmt: skip
             status = "" if p.status == "ok" else f"[status: {p.status}] "
             unit.event_ids.append(e.event_id)
             unit.messages.append({"role": "tool", "tool_call_id": p.call_id, "content": status + output})
@@ -112,6 +131,14 @@ def build_units(
             unit.messages.append({"role": "tool", "tool_call_id": call_id,
                                   "content": "[no result: missing (synthetic)]"})  # fmt: skip
     return units
+
+
+def _arguments(arguments: Any, scrub: Callable[[str], str], redact_secrets: bool) -> str:
+    if isinstance(arguments, str):
+        return scrub(arguments)
+    # A key that names a secret loses its whole value, whatever its shape.
+    shown = mask_secret_keys(arguments) if redact_secrets else arguments
+    return scrub(orjson.dumps(shown).decode())
 
 
 SUMMARY_SHARE = 0.4
@@ -370,6 +397,8 @@ def assemble(
     output_budget_chars: int | None = None,
     memory: list[dict[str, Any]] | None = None,
     redact_secrets: bool = True,
+    memo: TextMemo | None = None,
+    state_redacted: bool = False,
 ) -> ContextResult:
     """Assemble the working set. ``window`` is the bounded recent tail of the thread.
 
@@ -380,22 +409,24 @@ def assemble(
     it left (and at most its share); what does not fit is listed in ``meta.dropped``.
 
     With ``redact_secrets`` (the default) every input is redacted before it is measured:
-    the state, the window's texts, arguments and outputs, recalled hits, memory facts."""
+    the state, the window's texts, arguments and outputs, recalled hits, memory facts.
+    ``memo`` (see ``build_units``) and ``state_redacted`` (``state`` is ``redact_value``'s
+    already) let a caller keep that work between calls: the result is the same."""
     if redact_secrets:
-        state = redact_value(state)
+        state = state if state_redacted else redact_value(state)
         recall = redact_value(recall)
         memory = redact_value(memory)  # a fact keyed db.password loses its value (a key/value pair)
     pinned = {"role": "system", "content": _pinned_text(state)}
     if output_budget_chars is None:
         output_budget_chars = output_budget(budget)
-    units = build_units(window, orphans or set(), output_budget_chars, redact_secrets)
+    units = build_units(window, orphans or set(), output_budget_chars, redact_secrets, memo)
     groups = failure_groups(state.get("failures", []))
     _dedup_window_failures(units, groups)
     latest_id = state.get("latest_user_message_id")
     latest_unit = next((u for u in units if latest_id in u.event_ids), None)
     if latest_unit is None and latest_user is not None:
         text = latest_user.payload.text  # type: ignore[attr-defined]
-        content = redact(text) if redact_secrets else text
+        content = _shown(latest_user, "text", lambda: redact(text), memo) if redact_secrets else text
         latest_unit = Unit([latest_user.event_id], [{"role": "user", "content": content}])
         units.insert(0, latest_unit)  # read apart: older than every event of the window
     for u in units:
@@ -556,6 +587,6 @@ def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
 
 __all__ = [
     "BudgetTooSmall", "ContextResult", "FailureGroup", "MEMORY_HEADER", "RECALL_SHARE", "STATE_SHARE",
-    "SUMMARY_SHARE", "Unit", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
+    "SUMMARY_SHARE", "TextMemo", "Unit", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
     "memory_block", "memory_record", "message_tokens", "output_budget", "render_memory", "render_summary",
 ]

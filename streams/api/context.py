@@ -12,6 +12,7 @@ from agentlog.processors.context import assemble
 from agentlog.processors.tokens import counter, encoding_for
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import check_budget
+from agentlog.streams.api.context_cache import ContextCache, cache_for
 from agentlog.streams.api.recall import recall_for
 from agentlog.streams.config import Settings
 
@@ -42,6 +43,8 @@ class ContextSource(Protocol):
 def context_for(service: ContextSource, thread_id: str, budget: int, query: str | None = None,
                 model: str | None = None) -> dict[str, Any]:  # fmt: skip
     check_budget(budget)
+    cache = cache_for(service)  # what earlier requests worked out: the answer stays the same
+    reads = _CachedReads(service, cache)
     state = service.state(thread_id)
     orphans = service.orphans(thread_id)
     # The raw window starts after the window switch and after what the summary covers:
@@ -52,16 +55,32 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     latest = None
     latest_id = state.get("latest_user_message_id")
     if latest_id and all(e.event_id != latest_id for e in window):
-        latest = service.read_event(latest_id)
+        latest = reads.read_event(latest_id)
     # Recall runs on every request: the query, else the latest user message and the goal.
-    recall = recall_for(service, state, window, latest, orphans, query) or None
+    recall = recall_for(reads, state, window, latest, orphans, query) or None
     facts = service.memory_facts(state["project"])
-    result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts,
-                      redact_secrets=service.settings.redact)
+    redact = service.settings.redact
+    shown_state = cache.redacted_state(thread_id, state) if redact else state
+    result = assemble(shown_state, window, tokens, budget, latest, orphans, recall, memory=facts,
+                      redact_secrets=redact, memo=cache.texts, state_redacted=redact)  # fmt: skip
     out = result.as_dict()
     out["thread_id"] = thread_id
     out["meta"]["summary_covers_through"] = state.get("summary_covers_through")
     return out
+
+
+class _CachedReads:
+    """The service as recall sees it: its searches as they are, its reads remembered."""
+
+    def __init__(self, service: ContextSource, cache: ContextCache) -> None:
+        self.service, self.cache = service, cache
+
+    def read_event(self, event_id: str) -> Envelope | None:
+        return self.cache.read_event(self.service, event_id)
+
+    def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+               project: str | None = None, limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        return self.service.search(query, thread_id=thread_id, kind=kind, project=project, limit=limit)
 
 
 __all__ = ["WINDOW_RECORDS", "ContextSource", "context_for"]

@@ -35,6 +35,7 @@ from agentlog.sinks.base import MemoryStore, QueryResult, StoreError, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
+from agentlog.streams.api.context_cache import cache_for
 from agentlog.streams.api.service import NotFound
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
@@ -377,7 +378,7 @@ class EmbeddedService(MemoryOperations):
         # The topic holds every delivery; a redelivered event is in the window once.
         window: dict[str, Envelope] = {}
         for record in self.bus.thread_tail(thread_id, start, limit):
-            event = validate(record.value)
+            event = cache_for(self).parse(record.value, validate)  # parsed once per record
             if isinstance(event, Envelope):
                 window.setdefault(event.event_id, event)
         return list(window.values())

@@ -33,6 +33,7 @@ from agentlog.sinks.base import LogStore, LoggedEvent, MemoryStore, QueryResult,
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
 from agentlog.streams.api.context import context_for
+from agentlog.streams.api.context_cache import cache_for
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import NotFound, NotServedHere, Progress
 
@@ -132,7 +133,7 @@ class StoreQueries:
         for marker in after:
             found = self._logged(marker)
             start = max(start, found[0].offset if found is not None else -1)
-        events = (validate(e.raw) for e in self._tail(thread_id, start, limit))
+        events = (cache_for(self).parse(e.raw, validate) for e in self._tail(thread_id, start, limit))
         return [e for e in events if isinstance(e, Envelope)]
 
     def read(self, event_id: str) -> dict[str, Any]:

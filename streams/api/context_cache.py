@@ -1,0 +1,166 @@
+"""What one service remembers between context requests, so that a request does not redo
+the work of the one before: the redacted texts of the window's events, the events recall
+reads, the redacted state. Each is the result of a pure function of something that does not
+change (an accepted event never changes; the state is keyed by its own bytes), so a cached
+answer is byte for byte the one a cold request computes. In memory only: a read still
+writes nothing durable, and a restart starts cold.
+
+Bounded: at most ``CONTEXT_CACHE_BYTES`` of text in total (a string counts its length, an
+event its raw size estimate) and ``CONTEXT_CACHE_ENTRIES`` entries per cache, least
+recently used out first. One ``ContextCache`` per service instance (``cache_for``), never
+shared between services, so tests and deployments stay apart."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from agentlog.processors.redaction import redact_value
+from agentlog.schemas.events import Envelope
+
+CONTEXT_CACHE_ENTRIES = 20_000
+"""Entries one cache holds at most (each of the three caches of a service)."""
+CONTEXT_CACHE_BYTES = 32 * 1024 * 1024
+"""Characters (or bytes) one cache holds at most: a bound on its memory, whatever the events."""
+
+V = TypeVar("V")
+
+
+class BoundedCache(MutableMapping[Any, V], Generic[V]):
+    """A least-recently-used mapping bounded in entries and in total size (``size_of``).
+    Thread-safe: HTTP requests assemble contexts on several threads at once."""
+
+    def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES,
+                 size_of: Any = None) -> None:  # fmt: skip
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._size_of = size_of or _size
+        self._items: OrderedDict[Any, tuple[V, int]] = OrderedDict()
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, default: Any = None) -> Any:  # the hot path: one lookup, no exception
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return default
+            self._items.move_to_end(key)
+            return item[0]
+
+    def __getitem__(self, key: Any) -> V:
+        with self._lock:
+            value, _ = self._items[key]
+            self._items.move_to_end(key)
+            return value
+
+    def __setitem__(self, key: Any, value: V) -> None:
+        size = self._size_of(key) + self._size_of(value)
+        with self._lock:
+            if key in self._items:
+                self.bytes -= self._items.pop(key)[1]
+            if size > self.max_bytes:
+                return  # larger than the whole cache: computed again next time, never kept
+            self._items[key] = (value, size)
+            self.bytes += size
+            while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
+                self.bytes -= self._items.popitem(last=False)[1][1]
+
+    def __delitem__(self, key: Any) -> None:
+        with self._lock:
+            self.bytes -= self._items.pop(key)[1]
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            return iter(list(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, (str, bytes)):
+        return len(value) + 64
+    if isinstance(value, (tuple, list)):
+        return sum(_size(v) for v in value) + 64
+    return 1024  # an event: its texts are bounded by the event size limit; a fair estimate
+
+
+class ContextCache:
+    """The caches of one service: ``texts`` (event id, part) -> redacted text, for
+    ``agentlog.processors.context.build_units``; ``events`` event id -> the accepted
+    ``Envelope`` (read by recall; frozen); ``parsed`` an accepted record's raw bytes -> its
+    ``Envelope`` (the window's records, parsed once); ``states`` thread id -> (the state's
+    bytes, its redaction's bytes)."""
+
+    def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES) -> None:
+        self.texts: BoundedCache[str] = BoundedCache(max_entries, max_bytes)
+        self.events: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
+        self.parsed: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
+        self.states: BoundedCache[tuple[bytes, bytes]] = BoundedCache(max(1, max_entries // 10), max_bytes)
+
+    def clear(self) -> None:
+        """Forget everything: the next request works it all out again (gives the same)."""
+        for part in (self.texts, self.events, self.parsed, self.states):
+            part.clear()
+
+    def redacted_state(self, thread_id: str, state: dict[str, Any]) -> dict[str, Any]:
+        """``redact_value(state)``, remembered per thread while the state's bytes are the
+        same: a fresh copy every time (the caller may change what it gets)."""
+        try:
+            raw = orjson.dumps(state)
+        except TypeError:  # not plain JSON (cannot be the state of a service): no cache
+            return redact_value(state)  # type: ignore[no-any-return]
+        cached = self.states.get(thread_id)
+        if cached is not None and cached[0] == raw:
+            return orjson.loads(cached[1])  # type: ignore[no-any-return]
+        redacted = redact_value(state)
+        self.states[thread_id] = (raw, orjson.dumps(redacted))
+        return redacted  # type: ignore[no-any-return]
+
+    def parse(self, raw: bytes, validate: Callable[[bytes], Any]) -> Any:
+        """``validate(raw)``, remembered by the record's bytes when it is an ``Envelope``
+        (a pure function of them; a rejection is not kept)."""
+        event = self.parsed.get(raw)
+        if event is None:
+            event = validate(raw)
+            if isinstance(event, Envelope):
+                self.parsed[raw] = event
+        return event
+
+    def read_event(self, source: Any, event_id: str) -> Envelope | None:
+        """``source.read_event``, remembered: an accepted event never changes (not found is
+        not remembered: it may be accepted later)."""
+        event = self.events.get(event_id)
+        if event is None:
+            event = source.read_event(event_id)
+            if event is not None:
+                self.events[event_id] = event
+        return event
+
+
+_CACHES: weakref.WeakKeyDictionary[Any, ContextCache] = weakref.WeakKeyDictionary()
+_MAKING = threading.Lock()  # two first requests at once still share one cache
+
+
+def cache_for(service: Any) -> ContextCache:
+    """The service's own cache, made on its first context request and gone with it."""
+    try:
+        cache = _CACHES.get(service)
+        if cache is None:
+            with _MAKING:
+                cache = _CACHES.get(service) or _CACHES.setdefault(service, ContextCache())
+    except TypeError:  # a service that cannot be weakly referenced: every request starts cold
+        return ContextCache()
+    return cache
+
+
+__all__ = ["CONTEXT_CACHE_BYTES", "CONTEXT_CACHE_ENTRIES", "BoundedCache", "ContextCache", "cache_for"]
