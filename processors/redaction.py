@@ -26,9 +26,11 @@ import binascii
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from functools import lru_cache
 from typing import Any
+
+import orjson
 
 REDACTED = "[REDACTED]"
 
@@ -270,14 +272,41 @@ def mask_secret_keys(value: Any) -> Any:
     return _walk(value, _as_is)
 
 
-def redact_value(value: Any) -> Any:
-    """A JSON-like ``value`` with secret-named keys masked and every string redacted."""
-    return _walk(value, _redact_leaf)
+def redact_value(value: Any, memo: MutableMapping[bytes, bytes] | None = None) -> Any:
+    """A JSON-like ``value`` with secret-named keys masked and every string redacted.
+
+    ``memo`` (a list item's JSON -> its redaction's JSON) spares the items of a long list
+    that are the same as last time: a state read after one more event finds all its plan
+    steps, files and failures but the changed one there. A list item is redacted on its own
+    (nothing outside it changes what it hides), so the result is the same with or without."""
+    if memo is None:
+        return _walk(value, _redact_leaf)
+    if isinstance(value, dict):
+        pair = ("value" in value or "Value" in value) and _names_secret(value)
+        return {k: (_masked(v) if _hides(k, pair) else redact_value(v, memo)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        # A whole list that did not change is one lookup; one that did, one per item.
+        return _remembered(value, memo, lambda: [_remembered(v, memo, lambda v=v: _walk(v, _redact_leaf))
+                                                 if isinstance(v, dict) else redact_value(v, memo) for v in value])
+    return _redact_leaf(value)
 
 
-def redact_if(enabled: bool, value: Any) -> Any:
-    """``redact_value(value)`` unless redaction is turned off (``AGENTLOG_REDACT=off``)."""
-    return redact_value(value) if enabled else value
+def _remembered(value: Any, memo: MutableMapping[bytes, bytes], redacted: Callable[[], Any]) -> Any:
+    try:
+        key = orjson.dumps(value)
+    except TypeError:  # not plain JSON: nothing to remember it by
+        return redacted()
+    done = memo.get(key)
+    if done is not None:
+        return orjson.loads(done)  # a fresh copy: the caller may change what it gets
+    out = redacted()
+    memo[key] = orjson.dumps(out)
+    return out
+
+
+def redact_if(enabled: bool, value: Any, memo: MutableMapping[bytes, bytes] | None = None) -> Any:
+    """``redact_value(value, memo)`` unless redaction is turned off (``AGENTLOG_REDACT=off``)."""
+    return redact_value(value, memo) if enabled else value
 
 
 def contains_secret(text: str) -> bool:

@@ -95,3 +95,22 @@ def test_contexts_assembled_on_many_threads_at_once_are_those_of_one_thread(serv
         assert got == orjson.dumps(context_for(service, "t1", *r)), r
     for part in (cache.texts, cache.parsed, cache.events):
         assert len(part) <= 30 and part.bytes <= 32_768
+
+
+def test_a_state_read_redacts_with_its_list_item_memo_exactly_as_without_it() -> None:
+    from agentlog.processors.redaction import redact_value
+
+    state = {
+        "goal": {"text": "deploy with token=ghp_abcdefghijklmnopqrstuvwxyz0123456789"},
+        "plan": [{"step_id": f"s{i}", "text": f"step {i} password=hunter{i}2xyz", "status": "done"} for i in range(50)],
+        "files": [{"path": "a.env", "env": [{"name": "API_KEY", "value": "sk-live-1234567890abcdef"}]}],
+        "failures": [{"tool_name": "curl", "output": "Authorization: Bearer abc.def.ghi"}, "plain text"],
+        "api_key": "top-secret-value",
+    }
+    plain = redact_value(state)
+    memo: dict[bytes, bytes] = {}
+    cold, warm = redact_value(state, memo), redact_value(state, memo)
+    assert cold == warm == plain
+    assert memo and "hunter" not in orjson.dumps(warm).decode() and "sk-live" not in orjson.dumps(warm).decode()
+    warm["plan"][0]["text"] = "changed by a caller"
+    assert redact_value(state, memo) == plain  # a hit is a fresh copy: a caller's change never leaks

@@ -99,17 +99,19 @@ class ContextCache:
     ``agentlog.processors.context.build_units``; ``events`` event id -> the accepted
     ``Envelope`` (read by recall; frozen); ``parsed`` an accepted record's raw bytes -> its
     ``Envelope`` (the window's records, parsed once); ``states`` thread id -> (the state's
-    bytes, its redaction's bytes)."""
+    bytes, its redaction's bytes); ``items`` a state list item's JSON -> its redaction's
+    JSON (``agentlog.processors.redaction.redact_value``'s memo)."""
 
     def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES) -> None:
         self.texts: BoundedCache[str] = BoundedCache(max_entries, max_bytes)
         self.events: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
         self.parsed: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
         self.states: BoundedCache[tuple[bytes, bytes]] = BoundedCache(max(1, max_entries // 10), max_bytes)
+        self.items: BoundedCache[bytes] = BoundedCache(max_entries, max_bytes)
 
     def clear(self) -> None:
         """Forget everything: the next request works it all out again (gives the same)."""
-        for part in (self.texts, self.events, self.parsed, self.states):
+        for part in (self.texts, self.events, self.parsed, self.states, self.items):
             part.clear()
 
     def redacted_state(self, thread_id: str, state: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +124,7 @@ class ContextCache:
         cached = self.states.get(thread_id)
         if cached is not None and cached[0] == raw:
             return orjson.loads(cached[1])  # type: ignore[no-any-return]
-        redacted = redact_value(state)
+        redacted = redact_value(state, self.items)
         self.states[thread_id] = (raw, orjson.dumps(redacted))
         return redacted  # type: ignore[no-any-return]
 

@@ -106,7 +106,7 @@ class StoreQueries:
         return snapshot
 
     def state(self, thread_id: str) -> dict[str, Any]:
-        return redact_if(self.settings.redact, self._snapshot(thread_id).state.public())
+        return redact_if(self.settings.redact, self._snapshot(thread_id).state.public(), cache_for(self).items)
 
     def orphans(self, thread_id: str) -> set[str]:
         return set(self._snapshot(thread_id).pairing.orphans)
