@@ -6,7 +6,7 @@ embedded index and OpenSearch get the same documents.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import orjson
@@ -168,10 +168,12 @@ def windows_of(events: Sequence[Envelope], current_window: str, closed_windows: 
 
 def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filters: SearchFilters,
                 current_window: str, known: set[str], closed_windows: Mapping[str, str],
-                exact: Sequence[str] = ()) -> list[Hit]:  # fmt: skip
+                exact: Sequence[str] = (), docs: MutableMapping[Any, Any] | None = None) -> list[Hit]:  # fmt: skip
     """Read-your-writes: hits among a thread's recent ``(event, offset)`` that are not in
     ``known`` (what the index returned), each event once; ``exact``: the query's
-    identifiers, matched against ``terms`` as the index does."""
+    identifiers, matched against ``terms`` as the index does. ``docs`` remembers each
+    event's search document (a pure function of what keys it) across searches: the events
+    not yet indexed are searched again on every request until the sinks catch up."""
     unique: dict[str, tuple[Envelope, int]] = {}
     for event, offset in events:
         unique.setdefault(event.event_id, (event, offset))  # a redelivery, which the pipeline dropped
@@ -188,7 +190,13 @@ def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filter
         tool_name = calls.pop(call_id, None) if event.kind == "tool_result" else calls.get(call_id)
         if event.event_id in known:
             continue
-        hit = active_hit(search_doc(event, offset, window, tool_name), terms, filters, exact)
+        key = (event.event_id, offset, window, tool_name)
+        doc = None if docs is None else docs.get(key)
+        if doc is None:
+            doc = search_doc(event, offset, window, tool_name)
+            if docs is not None:
+                docs[key] = doc
+        hit = active_hit(doc, terms, filters, exact)
         if hit is not None:
             out.append(hit)
     return out

@@ -100,7 +100,8 @@ class ContextCache:
     ``Envelope`` (read by recall; frozen); ``parsed`` an accepted record's raw bytes -> its
     ``Envelope`` (the window's records, parsed once); ``states`` thread id -> (the state's
     bytes, its redaction's bytes); ``items`` a state list item's JSON -> its redaction's
-    JSON (``agentlog.processors.redaction.redact_value``'s memo)."""
+    JSON (``agentlog.processors.redaction.redact_value``'s memo); ``docs`` the search
+    document of an event not yet indexed (``agentlog.processors.records.active_hits``)."""
 
     def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES) -> None:
         self.texts: BoundedCache[str] = BoundedCache(max_entries, max_bytes)
@@ -108,10 +109,11 @@ class ContextCache:
         self.parsed: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
         self.states: BoundedCache[tuple[bytes, bytes]] = BoundedCache(max(1, max_entries // 10), max_bytes)
         self.items: BoundedCache[bytes] = BoundedCache(max_entries, max_bytes)
+        self.docs: BoundedCache[dict[str, Any]] = BoundedCache(max_entries, max_bytes)
 
     def clear(self) -> None:
         """Forget everything: the next request works it all out again (gives the same)."""
-        for part in (self.texts, self.events, self.parsed, self.states, self.items):
+        for part in (self.texts, self.events, self.parsed, self.states, self.items, self.docs):
             part.clear()
 
     def redacted_state(self, thread_id: str, state: dict[str, Any]) -> dict[str, Any]:

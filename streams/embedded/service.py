@@ -108,6 +108,8 @@ class EmbeddedService(MemoryOperations):
         self.sink_queue = AcceptedQueue(str(settings.path("state.db")))
         self.driver = self._new_driver()
         self.sinks = self._new_sinks()
+        # One view for every context request: its caches (``cache_for``) live as long as it.
+        self._answering = _Answering(self)
         # Serialises the processor and readers of its in-memory state (the HTTP server runs
         # the processor in a background thread); ``sink_lock`` serialises the sink stage.
         self.lock = threading.RLock()
@@ -357,7 +359,7 @@ class EmbeddedService(MemoryOperations):
                 model: str | None = None) -> dict[str, Any]:  # fmt: skip
         # Recall searches the thread (and its children) with read-your-writes from the
         # active state: it never waits for the sinks either.
-        return context_for(_Answering(self), thread_id, budget, query, model)
+        return context_for(self._answering, thread_id, budget, query, model)
 
     def threads(self) -> list[str]:
         self._settle()
@@ -466,9 +468,10 @@ class EmbeddedService(MemoryOperations):
             tp = self.driver.pipeline.threads.get(thread_id)
             current_window = tp.state.window_id if tp is not None else DEFAULT_WINDOW
             closed = dict(tp.state.closed_windows) if tp is not None else {}
+        cache = cache_for(self)  # these events are searched again on every request until indexed
         events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible)
-                  if isinstance(e := validate(r.value), Envelope))  # fmt: skip
-        return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query))
+                  if isinstance(e := cache.parse(r.value, validate), Envelope))  # fmt: skip
+        return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query), cache.docs)
 
     def sql(self, statement: str) -> QueryResult:
         self._drain()
