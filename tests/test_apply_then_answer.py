@@ -211,3 +211,20 @@ def test_agentlog_run_writes_the_sinks_in_a_process_of_its_own_that_never_holds_
     while Path(f"/proc/{sinks}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(f"/proc/{sinks}").exists(), "the sink process outlived agentlog run"
+
+
+def test_in_process_recall_s_scan_of_events_not_yet_indexed_stays_bounded_however_long_the_loop(
+    settings: Settings,
+) -> None:
+    from agentlog.streams.embedded.service import ACTIVE_SCAN_LIMIT
+
+    svc = EmbeddedService(settings)
+    try:
+        svc.publish(b"\n".join(goal(i) for i in range(1, 11)))
+        svc.context("step", 4000)
+        assert svc.health()["sink_lag"] == 10  # a short backlog: the context read wrote nothing
+        svc.publish(b"\n".join(goal(i) for i in range(11, ACTIVE_SCAN_LIMIT + 12)))
+        svc.context("step", 4000)  # past the limit: the backlog is written before the scan
+        assert svc.health()["sink_lag"] == 0 and svc.log.count_events() == ACTIVE_SCAN_LIMIT + 11
+    finally:
+        svc.close()

@@ -54,6 +54,13 @@ from agentlog.streams.sink_guard import StoreUnavailable
 
 log = logging.getLogger("agentlog.service")
 
+ACTIVE_SCAN_LIMIT = 2000
+"""In-process (no server, so no sink stage running beside), a search that would not drain
+(a context's recall) still writes the sinks first once more events than this wait for the
+index: read-your-writes scans those events on every search, so an agent loop that only
+publishes and reads contexts would otherwise pay for a backlog that only grows. Under
+``agentlog run`` the sink process keeps the backlog short and no read ever writes."""
+
 RETRY_MAX_S = 30.0
 """The longest wait between retries of a store that is down."""
 
@@ -434,7 +441,7 @@ class EmbeddedService(MemoryOperations):
         needs the index)."""
         check_search_limit(limit)  # the index allocates for limit up front
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
-        if drain and not self.serving:
+        if not self.serving and (drain or self._unindexed() > ACTIVE_SCAN_LIMIT):
             self._drain()
         own_thread = thread_id
         if after is not None:
@@ -459,6 +466,9 @@ class EmbeddedService(MemoryOperations):
             "stale": bool(self.failing) or visible < self.driver.events_pos,
             "warnings": self.warnings(),
         }
+
+    def _unindexed(self) -> int:
+        return self.driver.events_pos - self.index.visible_offsets().get(0, 0)
 
     def _active_hits(self, query: str, thread_id: str, filters: SearchFilters) -> list[Hit]:
         """The thread's accepted events the index cannot see yet (read-your-writes)."""
