@@ -87,6 +87,42 @@ def bench_pipeline(n_events: int, n_threads: int, data_dir: Path) -> tuple[dict[
     }, service
 
 
+def bench_served(n_events: int, n_threads: int, data_dir: Path) -> dict[str, Any]:
+    """The same stream published first, then ``agentlog run`` (the processor in the server,
+    the sinks in a process of their own: both cores) timed from its start until every
+    event is applied, logged and indexed (``/healthz``), as a user runs it."""
+    service = EmbeddedService(Settings(data_dir=data_dir))
+    stream = iter_synthetic_events(n_events, n_threads)
+    while chunk := list(islice(stream, 20_000)):
+        service.publish(b"\n".join(chunk))
+    end = service.bus.end_offsets()[0]
+    service.close()  # nothing applied yet: the server does all of it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "AGENTLOG_DATA_DIR": str(data_dir), "AGENTLOG_HTTP_PORT": str(port)}
+    t0 = time.perf_counter()
+    server = _serve(env)
+    applied_s = None
+    try:
+        while True:
+            health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
+            if applied_s is None and health.get("processed_offset", 0) >= end:
+                applied_s = time.perf_counter() - t0
+            if health.get("processed_offset", 0) >= end and health.get("sink_lag", 1) == 0 \
+                    and health.get("logged_offset", 0) >= end:  # fmt: skip
+                break
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - t0
+        children = [int(c) for c in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
+        rss = {"server": _peak_rss_mib(server.pid), "sinks": sum(_peak_rss_mib(c) for c in children)}
+    finally:
+        server.terminate()
+        server.wait(timeout=300)
+    return {"events": n_events, "applied_seconds": round(applied_s or elapsed, 2), "seconds": round(elapsed, 2),
+            "events_per_s": round(n_events / elapsed), "peak_rss_mib": rss}  # fmt: skip
+
+
 def bench_reads(service: EmbeddedService, threads: list[str], event_ids: list[str], n: int = 2000) -> dict[str, Any]:
     rng = random.Random(3)
     state_lat, read_lat = [], []
@@ -161,6 +197,12 @@ def run_pipeline_section(args: argparse.Namespace) -> None:
           f"read: p50 {reads['read']['p50_ms']} ms p99 {reads['read']['p99_ms']} ms", flush=True)  # fmt: skip
     ratio = proc["events_per_s"] / max(pipe["events_per_s"], 1)
     print(f"ratio processors-alone / whole pipeline: {ratio:.2f}x (same run)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-served-") as tmp:
+        served = bench_served(args.events, args.threads, Path(tmp))
+    print(f"served pipeline (agentlog run: processor + sink process, from a published backlog): "
+          f"{served['events_per_s']:,} events/s over {served['events']:,} events ({served['seconds']} s to logged "
+          f"and indexed; applied at {served['applied_seconds']} s); peak RSS server {served['peak_rss_mib']['server']} "
+          f"MiB, sink process {served['peak_rss_mib']['sinks']} MiB", flush=True)  # fmt: skip
 
 
 def run_memory_section(args: argparse.Namespace) -> None:
