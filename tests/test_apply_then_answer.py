@@ -228,3 +228,20 @@ def test_in_process_recall_s_scan_of_events_not_yet_indexed_stays_bounded_howeve
         assert svc.health()["sink_lag"] == 0 and svc.log.count_events() == ACTIVE_SCAN_LIMIT + 11
     finally:
         svc.close()
+
+
+def test_a_sink_process_started_from_a_thread_that_ends_outlives_that_thread(settings: Settings) -> None:
+    # The kernel's parent-death signal follows the thread that forked the child: a sink
+    # process started by a request's worker thread (POST /rebuild) or by the watcher that
+    # restarts it must not die when that thread does.
+    svc = EmbeddedService(settings)
+    try:
+        svc.publish(goal(1))
+        starter = threading.Thread(target=svc.split_sinks)
+        starter.start()
+        starter.join()
+        time.sleep(1.0)
+        assert svc.sink_process is not None and svc.sink_process.process.is_alive()
+        assert svc.sink_process.call("host", "status") is not None  # and it answers
+    finally:
+        svc.close()

@@ -21,6 +21,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import queue
 import secrets
 import signal
 import threading
@@ -187,6 +188,44 @@ def _portable(error: Exception) -> Exception:
         return StoreError(str(error))
 
 
+_SPAWNER: tuple[threading.Thread, "queue.SimpleQueue[Callable[[], None]]"] | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawn(start: Callable[[], None]) -> None:
+    """Run ``start`` (a child process's start) on one thread that lives as long as this
+    process: the child's parent-death signal fires when the thread that forked it ends,
+    not the process, so a child started from a request's worker thread or a watcher that
+    stops first would be killed with that thread."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None or not _SPAWNER[0].is_alive():
+            jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+            thread = threading.Thread(target=_serve_spawns, args=(jobs,), name="agentlog-spawner", daemon=True)
+            thread.start()
+            _SPAWNER = (thread, jobs)
+        jobs = _SPAWNER[1]
+    done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+
+    def job() -> None:
+        try:
+            start()
+        except BaseException as error:  # noqa: BLE001 - handed back to the caller
+            done.put(error)
+        else:
+            done.put(None)
+
+    jobs.put(job)
+    error = done.get()
+    if error is not None:
+        raise error
+
+
+def _serve_spawns(jobs: "queue.SimpleQueue[Callable[[], None]]") -> None:
+    while True:
+        jobs.get()()
+
+
 class SinkProcess:
     """The server's handle on its sink process: start, calls, stop."""
 
@@ -200,7 +239,7 @@ class SinkProcess:
                                    args=(settings.to_env(), self.address, self.authkey, os.getpid()))  # fmt: skip
 
     def start(self, timeout: float = 120.0) -> None:
-        self.process.start()
+        _spawn(self.process.start)
         deadline = time.monotonic() + timeout
         while True:
             try:
