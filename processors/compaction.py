@@ -140,7 +140,8 @@ def verdict(record: Any, state: dict[str, Any], folded: Sequence[Envelope] = (),
     for item in parsed.observations:
         for i in _cited(item):
             if i not in observed and kinds.get(i) != "fact":
-                return None, f"an observation cites {i!r}, {kinds[i]}, not {FACTUAL}"
+                what = kinds.get(i, "an event the previous record only guessed at or listed as done")
+                return None, f"an observation cites {i!r}, {what}, not {FACTUAL}"
     return parsed, ""
 
 

@@ -377,3 +377,11 @@ def test_agentlog_run_s_loop_runs_the_llm_summariser_beside_it_and_publishes_wha
         stop.set()
         loop.join()
         service.close()
+
+
+def test_an_llm_observation_citing_what_the_last_record_only_guessed_is_rejected_with_a_reason_not_an_error() -> None:
+    state = {"goal": None, "constraints": [], "files": []}
+    folded = [ev("e1", "error", {"message": "disk full", "code": "ENOSPC"}, 0)]
+    previous = HandoffRecord(hypotheses=[{"text": "maybe the cache", "source_event_id": "h1"}])
+    record, reason = verdict({"observations": [{"text": "x", "source_event_id": "h1"}]}, state, folded, previous)
+    assert record is None and reason.startswith("an observation cites 'h1', an event the previous record only guessed")
