@@ -114,7 +114,8 @@ def bench_served(n_events: int, n_threads: int, data_dir: Path) -> dict[str, Any
                 break
             time.sleep(0.05)
         elapsed = time.perf_counter() - t0
-        children = [int(c) for c in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
+        children = [int(c) for task in Path(f"/proc/{server.pid}/task").iterdir()
+                    for c in (task / "children").read_text().split()]  # any thread's children
         rss = {"server": _peak_rss_mib(server.pid), "sinks": sum(_peak_rss_mib(c) for c in children)}
     finally:
         server.terminate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -34,3 +35,15 @@ def call(event_id: str, call_id: str, t: float = 0.0, tool: str = "bash", **extr
 def result(event_id: str, call_id: str, t: float = 0.0, status: str = "ok", output: str = "out",
            **extra: Any) -> Envelope:  # fmt: skip
     return ev(event_id, "tool_result", {"call_id": call_id, "output": output, "status": status}, t, **extra)
+
+
+def child_pids(pid: int) -> list[int]:
+    """A live process's children, whichever of its threads started them (Linux's
+    ``/proc/<pid>/task/<tid>/children`` lists each thread's own)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+    return out

@@ -18,7 +18,7 @@ import pytest
 
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
-from tests.helpers import raw
+from tests.helpers import child_pids, raw
 
 
 class GatedLog:
@@ -172,7 +172,7 @@ def test_a_hand_off_that_fails_is_applied_again_from_the_checkpoint_and_reaches_
 
 
 def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return child_pids(pid)
 
 
 def _sink_process_of(pid: int) -> int:

@@ -114,3 +114,14 @@ def test_a_state_read_redacts_with_its_list_item_memo_exactly_as_without_it() ->
     assert memo and "hunter" not in orjson.dumps(warm).decode() and "sk-live" not in orjson.dumps(warm).decode()
     warm["plan"][0]["text"] = "changed by a caller"
     assert redact_value(state, memo) == plain  # a hit is a fresh copy: a caller's change never leaks
+
+
+def test_the_cache_bound_counts_a_large_event_and_a_search_document_by_their_text() -> None:
+    from agentlog.streams.api.context_cache import BoundedCache
+    from agentlog.processors.validation import validate
+
+    big = validate(raw("big", "message", {"role": "user", "text": "x" * 200_000}, 0))
+    cache: BoundedCache[object] = BoundedCache(max_entries=100, max_bytes=300_000)
+    cache["a"] = big
+    cache["b"] = {"text": "y" * 200_000, "event_id": "b"}
+    assert len(cache) == 1 and cache.bytes <= 300_000  # the second pushed the first out

@@ -27,6 +27,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.cli.demo import iter_synthetic_events
 from agentlog.streams.embedded.publisher import LocalPublisher
 from tests.conftest import free_port
+from tests.helpers import child_pids
 
 EVENTS = int(os.environ.get("AGENTLOG_CRASH_EVENTS", "100000"))
 KILLS = 20
@@ -104,7 +105,7 @@ def _sink_process(server: int, tries: int = 100) -> int | None:
     """The pid of ``agentlog run``'s sink process (its spawned child), once it runs."""
     for _ in range(tries):
         try:
-            for child in Path(f"/proc/{server}/task/{server}/children").read_text().split():
+            for child in child_pids(server):
                 if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
                     return int(child)
         except OSError:  # a child that just ended

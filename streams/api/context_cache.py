@@ -5,8 +5,8 @@ change (an accepted event never changes; the state is keyed by its own bytes), s
 answer is byte for byte the one a cold request computes. In memory only: a read still
 writes nothing durable, and a restart starts cold.
 
-Bounded: at most ``CONTEXT_CACHE_BYTES`` of text in total (a string counts its length, an
-event its raw size estimate) and ``CONTEXT_CACHE_ENTRIES`` entries per cache, least
+Bounded: at most ``CONTEXT_CACHE_BYTES`` per cache (a string counts its length, an
+event its JSON, a search document its values) and ``CONTEXT_CACHE_ENTRIES`` entries per cache, least
 recently used out first. One ``ContextCache`` per service instance (``cache_for``), never
 shared between services, so tests and deployments stay apart."""
 
@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
 import orjson
+from pydantic import BaseModel
 
 from agentlog.processors.redaction import redact_value
 from agentlog.schemas.events import Envelope
@@ -87,11 +88,17 @@ class BoundedCache(MutableMapping[Any, V], Generic[V]):
 
 
 def _size(value: Any) -> int:
+    """About what ``value`` holds, by its text: an event by its JSON, a search document by
+    its values (an event of 1 MiB counts 1 MiB, not a flat guess)."""
     if isinstance(value, (str, bytes)):
         return len(value) + 64
     if isinstance(value, (tuple, list)):
         return sum(_size(v) for v in value) + 64
-    return 1024  # an event: its texts are bounded by the event size limit; a fair estimate
+    if isinstance(value, dict):
+        return sum(_size(v) for v in value.values()) + 64
+    if isinstance(value, BaseModel):
+        return len(value.model_dump_json()) + 256
+    return 64
 
 
 class ContextCache:
@@ -156,7 +163,9 @@ _MAKING = threading.Lock()  # two first requests at once still share one cache
 
 
 def cache_for(service: Any) -> ContextCache:
-    """The service's own cache, made on its first context request and gone with it."""
+    """The service's own cache, made on its first context request and gone with it (a view
+    of a service names it in ``cache_owner``: one set of caches per service)."""
+    service = getattr(service, "cache_owner", service)
     try:
         cache = _CACHES.get(service)
         if cache is None:

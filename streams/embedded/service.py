@@ -54,12 +54,14 @@ from agentlog.streams.sink_guard import StoreUnavailable
 
 log = logging.getLogger("agentlog.service")
 
-ACTIVE_SCAN_LIMIT = 2000
+ACTIVE_SCAN_LIMIT = 1000
 """In-process (no server, so no sink stage running beside), a search that would not drain
 (a context's recall) still writes the sinks first once more events than this wait for the
 index: read-your-writes scans those events on every search, so an agent loop that only
 publishes and reads contexts would otherwise pay for a backlog that only grows. Under
-``agentlog run`` the sink process keeps the backlog short and no read ever writes."""
+``agentlog run`` the sink process keeps the backlog short and no read ever writes. It is
+also how many of a thread's newest unindexed events that scan reads, so in-process none
+is ever past its reach."""
 
 RETRY_MAX_S = 30.0
 """The longest wait between retries of a store that is down."""
@@ -115,7 +117,7 @@ class EmbeddedService(MemoryOperations):
         self.sink_queue = AcceptedQueue(str(settings.path("state.db")))
         self.driver = self._new_driver()
         self.sinks = self._new_sinks()
-        # One view for every context request: its caches (``cache_for``) live as long as it.
+        # One view for every context request (it reads the service's caches).
         self._answering = _Answering(self)
         # Serialises the processor and readers of its in-memory state (the HTTP server runs
         # the processor in a background thread); ``sink_lock`` serialises the sink stage.
@@ -479,7 +481,7 @@ class EmbeddedService(MemoryOperations):
             current_window = tp.state.window_id if tp is not None else DEFAULT_WINDOW
             closed = dict(tp.state.closed_windows) if tp is not None else {}
         cache = cache_for(self)  # these events are searched again on every request until indexed
-        events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible)
+        events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible, ACTIVE_SCAN_LIMIT)
                   if isinstance(e := cache.parse(r.value, validate), Envelope))  # fmt: skip
         return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query), cache.docs)
 
@@ -722,6 +724,7 @@ class _Answering:
 
     def __init__(self, service: EmbeddedService) -> None:
         self._service = service
+        self.cache_owner = service  # the service's own caches (``cache_for``), not a second set
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._service, name)
