@@ -66,6 +66,17 @@ def naive_context(service: EmbeddedService, thread_id: str, budget: int) -> list
     return kept
 
 
+def load_long_threads(service: EmbeddedService, lengths: tuple[int, ...], budget: int) -> None:
+    """One ``long-<n>`` thread of each length, published, processed and written to every
+    sink, and one context request each (it warms what a request reads, and writes nothing)."""
+    for n in lengths:
+        stream = long_thread(f"long-{n}", n)
+        while chunk := list(islice(stream, 20_000)):
+            service.publish(b"\n".join(chunk))
+        service.catch_up()
+        context_for(service, f"long-{n}", budget)
+
+
 def bench_context(lengths: tuple[int, ...] = (1_000, 10_000, 100_000), budget: int = 8_000,
                   calls: int = 200) -> list[dict[str, Any]]:  # fmt: skip
     rows = []
@@ -73,13 +84,7 @@ def bench_context(lengths: tuple[int, ...] = (1_000, 10_000, 100_000), budget: i
         service = EmbeddedService(Settings(data_dir=Path(tmp)))
         try:
             # All threads live in one store, so only their lengths differ between rows.
-            for n in lengths:
-                stream = long_thread(f"long-{n}", n)
-                while chunk := list(islice(stream, 20_000)):
-                    service.publish(b"\n".join(chunk))
-                service.catch_up()
-                context_for(service, f"long-{n}", budget)  # the first call compacts the window
-                service.catch_up()
+            load_long_threads(service, lengths, budget)
             for n in lengths:
                 thread = f"long-{n}"
                 lat, cpu = [], []

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import tempfile
 import time
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from agentlog.bench.context import long_thread
+from agentlog.bench.context import load_long_threads
 from agentlog.bench.run import percentiles
 from agentlog.processors.redaction import redact_value
 from agentlog.streams.api import context as api_context
@@ -25,6 +24,8 @@ class _Forgetful(context_cache.ContextCache):
     """A cache that remembers nothing: each call does the whole work, as before caching."""
 
     texts = None  # type: ignore[assignment]
+    items = None  # type: ignore[assignment]  # the state redacted whole, every time
+    docs = None  # type: ignore[assignment]  # unindexed events' documents built on every search
 
     def __init__(self) -> None:  # no stores at all
         pass
@@ -54,13 +55,7 @@ def run(lengths: tuple[int, ...] = (1_000, 10_000, 100_000), rounds: int = 10, c
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-ctxcache-") as tmp:
         service = EmbeddedService(Settings(data_dir=Path(tmp)))
         try:
-            for n in lengths:
-                stream = long_thread(f"long-{n}", n)
-                while chunk := list(islice(stream, 20_000)):
-                    service.publish(b"\n".join(chunk))
-                service.catch_up()
-                api_context.context_for(service, f"long-{n}", budget)  # the first call compacts the window
-                service.catch_up()
+            load_long_threads(service, lengths, budget)
             for n in lengths:
                 thread = f"long-{n}"
                 samples: dict[bool, tuple[list[float], list[float]]] = {True: ([], []), False: ([], [])}

@@ -125,3 +125,10 @@ def test_the_cache_bound_counts_a_large_event_and_a_search_document_by_their_tex
     cache["a"] = big
     cache["b"] = {"text": "y" * 200_000, "event_id": "b"}
     assert len(cache) == 1 and cache.bytes <= 300_000  # the second pushed the first out
+
+
+def test_the_caches_on_or_off_benchmark_runs_and_both_sides_answer_the_same() -> None:
+    from agentlog.bench import context_cache as bench
+
+    rows = bench.run((300,), rounds=2, calls=2)  # it asserts the two sides' answers are equal
+    assert [r["events"] for r in rows] == [300] and {"cached", "uncached"} <= set(rows[0])
