@@ -12,7 +12,6 @@ from typing import Any
 
 from agentlog.bench.context import load_long_threads
 from agentlog.bench.run import percentiles
-from agentlog.processors.redaction import redact_value
 from agentlog.streams.api import context as api_context
 from agentlog.streams.api import context_cache
 from agentlog.streams.config import Settings
@@ -35,9 +34,6 @@ class _Forgetful(context_cache.ContextCache):
 
     def read_event(self, source: Any, event_id: str) -> Any:
         return source.read_event(event_id)
-
-    def redacted_state(self, thread_id: str, state: dict[str, Any]) -> dict[str, Any]:
-        return redact_value(state)  # type: ignore[no-any-return]
 
 
 _OFF = _Forgetful()

@@ -49,7 +49,7 @@ def test_a_context_is_byte_identical_with_warm_caches_and_cold(service: Embedded
         feed([service], session(batch * 40, 40))
         rng.shuffle(requests)  # warm: each request after others of other budgets and queries
         warm = {r: orjson.dumps(context_for(service, "t1", *r)) for r in requests}
-        assert len(cache.texts) and len(cache.parsed) and len(cache.states)  # the warm side used them
+        assert len(cache.texts) and len(cache.parsed) and len(cache.items)  # the warm side used them
         for r in rng.sample(requests, len(requests)):
             cache.clear()  # as a fresh service: nothing remembered
             assert orjson.dumps(context_for(service, "t1", *r)) == warm[r], (batch, r)

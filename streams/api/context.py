@@ -28,7 +28,8 @@ class ContextSource(Protocol):
 
     settings: Settings
 
-    def state(self, thread_id: str) -> dict[str, Any]: ...
+    def state(self, thread_id: str) -> dict[str, Any]:
+        """The state as users see it: already redacted when ``settings.redact`` is on."""
     def orphans(self, thread_id: str) -> set[str]: ...
     def window(self, thread_id: str, after: Sequence[str], limit: int) -> list[Envelope]:
         """The thread's newest ``limit`` accepted events after the events named in
@@ -60,8 +61,7 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     recall = recall_for(reads, state, window, latest, orphans, query) or None
     facts = service.memory_facts(state["project"])
     redact = service.settings.redact
-    shown_state = cache.redacted_state(thread_id, state) if redact else state
-    result = assemble(shown_state, window, tokens, budget, latest, orphans, recall, memory=facts,
+    result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts,
                       redact_secrets=redact, memo=cache.texts, state_redacted=redact)  # fmt: skip
     out = result.as_dict()
     out["thread_id"] = thread_id

@@ -1,7 +1,8 @@
 """What one service remembers between context requests, so that a request does not redo
 the work of the one before: the redacted texts of the window's events, the events recall
-reads, the redacted state. Each is the result of a pure function of something that does not
-change (an accepted event never changes; the state is keyed by its own bytes), so a cached
+reads, the redaction of the state's lists. Each is the result of a pure function of
+something that does not change (an accepted event never changes; a list is keyed by its
+own JSON), so a cached
 answer is byte for byte the one a cold request computes. In memory only: a read still
 writes nothing durable, and a restart starts cold.
 
@@ -18,10 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
-import orjson
 from pydantic import BaseModel
 
-from agentlog.processors.redaction import redact_value
 from agentlog.schemas.events import Envelope
 
 CONTEXT_CACHE_ENTRIES = 20_000
@@ -105,37 +104,21 @@ class ContextCache:
     """The caches of one service: ``texts`` (event id, part) -> redacted text, for
     ``agentlog.processors.context.build_units``; ``events`` event id -> the accepted
     ``Envelope`` (read by recall; frozen); ``parsed`` an accepted record's raw bytes -> its
-    ``Envelope`` (the window's records, parsed once); ``states`` thread id -> (the state's
-    bytes, its redaction's bytes); ``items`` a state list item's JSON -> its redaction's
-    JSON (``agentlog.processors.redaction.redact_value``'s memo); ``docs`` the search
+    ``Envelope`` (the window's records, parsed once); ``items`` a state list (or list
+    item)'s JSON -> its redaction's JSON, for the service's state reads (``agentlog.processors.redaction.redact_value``'s memo); ``docs`` the search
     document of an event not yet indexed (``agentlog.processors.records.active_hits``)."""
 
     def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES) -> None:
         self.texts: BoundedCache[str] = BoundedCache(max_entries, max_bytes)
         self.events: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
         self.parsed: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
-        self.states: BoundedCache[tuple[bytes, bytes]] = BoundedCache(max(1, max_entries // 10), max_bytes)
         self.items: BoundedCache[bytes] = BoundedCache(max_entries, max_bytes)
         self.docs: BoundedCache[dict[str, Any]] = BoundedCache(max_entries, max_bytes)
 
     def clear(self) -> None:
         """Forget everything: the next request works it all out again (gives the same)."""
-        for part in (self.texts, self.events, self.parsed, self.states, self.items, self.docs):
+        for part in (self.texts, self.events, self.parsed, self.items, self.docs):
             part.clear()
-
-    def redacted_state(self, thread_id: str, state: dict[str, Any]) -> dict[str, Any]:
-        """``redact_value(state)``, remembered per thread while the state's bytes are the
-        same: a fresh copy every time (the caller may change what it gets)."""
-        try:
-            raw = orjson.dumps(state)
-        except TypeError:  # not plain JSON (cannot be the state of a service): no cache
-            return redact_value(state)  # type: ignore[no-any-return]
-        cached = self.states.get(thread_id)
-        if cached is not None and cached[0] == raw:
-            return orjson.loads(cached[1])  # type: ignore[no-any-return]
-        redacted = redact_value(state, self.items)
-        self.states[thread_id] = (raw, orjson.dumps(redacted))
-        return redacted  # type: ignore[no-any-return]
 
     def parse(self, raw: bytes, validate: Callable[[bytes], Any]) -> Any:
         """``validate(raw)``, remembered by the record's bytes when it is an ``Envelope``
