@@ -9,7 +9,7 @@ says what to do.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -30,6 +30,9 @@ MAX_TIME_MS = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: a time bound past this is a typo, and overflows the index's i64."""
 ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 """SPEC §2: ``event_id`` and ``thread_id`` are 1–128 chars of ``[A-Za-z0-9._:-]``."""
+ContextFormat = Literal["generic", "openai", "anthropic"]
+CONTEXT_FORMATS: tuple[str, ...] = ("generic", "openai", "anthropic")
+"""Shapes a context's messages come in (``agentlog.processors.formats.render_context``)."""
 
 
 def _no_nul(value: str) -> str:
@@ -112,6 +115,8 @@ class ContextQuery(_Strict):
     budget: int = Field(..., ge=1, le=MAX_BUDGET, description="token budget, e.g. 4000")
     query: Text | None = Field(None, description="recall evidence matching this query (default: the latest user message and the goal)")
     model: Name | None = Field(None, description="model family, to choose the tokenizer")
+    format: ContextFormat = Field("generic", description="shape of the messages: generic (the default), openai "
+                                  "(Chat Completions messages) or anthropic (Messages system and messages)")
 
 
 class MemoryQuery(_Strict):
@@ -153,6 +158,13 @@ def check_search_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise ValueError(f"search limit must be between 1 and {MAX_SEARCH_LIMIT}, not {limit!r}")
     return limit
+
+
+def check_format(format: str) -> str:  # noqa: A002
+    """The context format every path applies: generic, openai or anthropic."""
+    if format not in CONTEXT_FORMATS:
+        raise ValueError(f"context format must be one of {', '.join(CONTEXT_FORMATS)}, not {format!r}")
+    return format
 
 
 def check_budget(budget: int) -> int:
@@ -232,8 +244,8 @@ def _example(model: type[BaseModel]) -> str:
 
 
 __all__ = [
-    "ID_PATTERN", "MAX_BUDGET", "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "ConsolidateBody", "ContextQuery",
+    "CONTEXT_FORMATS", "ContextFormat", "ID_PATTERN", "MAX_BUDGET", "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "ConsolidateBody", "ContextQuery",
     "EventPath", "LeaseBody", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery", "SqlBody",
-    "DEFAULT_THREAD_LIMIT", "MAX_THREAD_LIMIT", "ThreadListQuery", "ThreadPath", "check_budget",
+    "DEFAULT_THREAD_LIMIT", "MAX_THREAD_LIMIT", "ThreadListQuery", "ThreadPath", "check_budget", "check_format",
     "bad_id", "check_search_limit", "once", "parse_body", "refusal", "parse_path", "parse_query", "thread_list_query",
 ]  # fmt: skip

@@ -129,8 +129,10 @@ class RemoteService:
         return self._get(f"/threads/{thread_id}/state")
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
-                model: str | None = None) -> dict[str, Any]:  # fmt: skip
-        return self._get(f"/threads/{thread_id}/context", budget=budget, query=query, model=model)
+                model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
+        # generic is the route's default: not sent, so an older server still answers it
+        shape = None if format == "generic" else format
+        return self._get(f"/threads/{thread_id}/context", budget=budget, query=query, model=model, format=shape)
 
     def read(self, event_id: str) -> dict[str, Any]:
         return self._get(f"/events/{event_id}")

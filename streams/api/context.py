@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentlog.processors.context import assemble
+from agentlog.processors.formats import render_context
 from agentlog.processors.tokens import counter, encoding_for
 from agentlog.schemas.events import Envelope
-from agentlog.schemas.requests import check_budget
+from agentlog.schemas.requests import check_budget, check_format
 from agentlog.streams.api.context_cache import ContextCache, cache_for
 from agentlog.streams.api.recall import recall_for
 from agentlog.streams.config import Settings
@@ -42,8 +43,9 @@ class ContextSource(Protocol):
 
 
 def context_for(service: ContextSource, thread_id: str, budget: int, query: str | None = None,
-                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+                model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
     check_budget(budget)
+    check_format(format)
     cache = cache_for(service)  # what earlier requests worked out: the answer stays the same
     reads = _CachedReads(service, cache)
     state = service.state(thread_id)
@@ -66,7 +68,8 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     out = result.as_dict()
     out["thread_id"] = thread_id
     out["meta"]["summary_covers_through"] = state.get("summary_covers_through")
-    return out
+    # The one place a provider's shape is made: every deployment answers through here.
+    return render_context(out, format)
 
 
 class _CachedReads:

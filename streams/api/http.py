@@ -174,7 +174,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
     @app.get("/threads/{thread_id}/context", name="context", responses=errors(400, 404, *READS),
              summary="the thread's context assembled under a token budget")  # fmt: skip
     def context(thread_id: Id, q: Annotated[ContextQuery, Query()]) -> Response:
-        return json(service.context(thread_id, q.budget, q.query, q.model))
+        return json(service.context(thread_id, q.budget, q.query, q.model, q.format))
 
     @app.get("/search", name="search", summary="keyword search over events", response_model=SearchAnswer,
              responses=errors(400, *READS))  # fmt: skip

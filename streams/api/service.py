@@ -52,8 +52,9 @@ class Service(Protocol):
         """The thread's working state (``NotFound`` if it has no events)."""
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
-                model: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """The model's working set for the thread within ``budget`` tokens."""
+                model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
+        """The model's working set for the thread within ``budget`` tokens; ``format``
+        (generic, openai, anthropic) is the shape of its messages (docs/providers.md)."""
 
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                tool_name: str | None = None, window_id: str | None = None, project: str | None = None,

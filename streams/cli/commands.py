@@ -85,8 +85,8 @@ def cmd_threads(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
-    ask = lambda svc: svc.context(args.thread, args.budget, args.query, args.model)  # noqa: E731
-    return _answer(args, settings, ask, render.print_context)
+    ask = lambda svc: svc.context(args.thread, args.budget, args.query, args.model, args.format)  # noqa: E731
+    return _answer(args, settings, ask, render.print_context if args.format == "generic" else render.print_payload)
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:

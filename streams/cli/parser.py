@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
+from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.streams.cli.commands import (
     cmd_bench, cmd_context, cmd_demo, cmd_memory, cmd_publish, cmd_read, cmd_rebuild, cmd_run, cmd_schema,
@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, required=True, help="token budget (o200k_base tokens)")
     p.add_argument("--query", help="recall evidence matching this query (default: the latest user message and the goal)")
     p.add_argument("--model", help="model family, to choose the tokenizer (default o200k_base)")
+    p.add_argument("--format", choices=CONTEXT_FORMATS, default="generic",
+                   help="openai: print the Chat Completions request's messages; anthropic: the Messages "
+                        "request's system and messages (as JSON, ready to send; --json: the whole answer). "
+                        "Default generic: the context as agentlog assembles it")
     p = add("search", cmd_search, "keyword search over events; hits say whether they came from the index or active state")
     p.add_argument("query", metavar="QUERY")
     p.add_argument("--thread", help="only this thread (and see its not-yet-indexed events)")

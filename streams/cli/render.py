@@ -122,6 +122,12 @@ def print_context(result: dict[str, Any]) -> None:
         print(f"--- {m['role']}{' ' + m['tool_call_id'] if m.get('tool_call_id') else ''}\n{content}")
 
 
+def print_payload(result: dict[str, Any]) -> None:
+    """A provider-format context as the request fields it fills, JSON ready to send."""
+    fields = {k: result[k] for k in ("system", "messages") if k in result}
+    print(orjson.dumps(fields, option=orjson.OPT_INDENT_2).decode())
+
+
 def print_search(result: dict[str, Any]) -> None:
     for h in result["hits"]:
         print(f"{h['score']:7.3f} [{h['source']}] {h['event_id']} {h['thread_id']} {h['kind']} "

@@ -365,10 +365,10 @@ class EmbeddedService(MemoryOperations):
                 "warnings": self.warnings()}  # fmt: skip
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
-                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+                model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
         # Recall searches the thread (and its children) with read-your-writes from the
         # active state: it never waits for the sinks either.
-        return context_for(self._answering, thread_id, budget, query, model)
+        return context_for(self._answering, thread_id, budget, query, model, format)
 
     def threads(self) -> list[str]:
         self._settle()

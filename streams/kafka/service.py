@@ -222,8 +222,8 @@ class StoreQueries:
         return {**result, "partial": bool(others or warnings), "warnings": warnings}
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
-                model: str | None = None) -> dict[str, Any]:  # fmt: skip
-        return context_for(self, thread_id, budget, query, model)
+                model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
+        return context_for(self, thread_id, budget, query, model, format)
 
     def memory_facts(self, project: str) -> list[dict[str, Any]]:
         if self._memory is None:
@@ -302,11 +302,11 @@ class WorkerService:
         return self.stores.state(thread_id)
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
-                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+                model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
         if (owner := self._owner(thread_id)) is not None:
-            return _asked(owner, lambda s: s.context(thread_id, budget, query, model))
+            return _asked(owner, lambda s: s.context(thread_id, budget, query, model, format))
         self._wait()
-        return self.stores.context(thread_id, budget, query, model)
+        return self.stores.context(thread_id, budget, query, model, format)
 
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                tool_name: str | None = None, window_id: str | None = None, project: str | None = None,

@@ -152,7 +152,7 @@ class SinkService:
         raise NotServedHere(THREADS_ELSEWHERE)
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
-                model: str | None = None) -> dict[str, Any]:  # fmt: skip
+                model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
         raise NotServedHere(THREADS_ELSEWHERE)
 
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
