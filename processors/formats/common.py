@@ -43,7 +43,6 @@ class History:
     step_ms: int = 1
     start: int = 0
     events: list[Envelope] = field(default_factory=list)
-    tool_names: dict[str, str] = field(default_factory=dict)
     _parts: dict[int, int] = field(default_factory=dict)
 
     def add(self, index: int, kind: str, payload: dict[str, Any]) -> None:
@@ -65,14 +64,12 @@ class History:
             self.add(index, "message", {"role": role, "text": text})
 
     def call(self, index: int, call_id: str, name: str, arguments: Any) -> None:
-        self.tool_names[call_id] = name
         self.add(index, "tool_call", {"call_id": call_id, "tool_name": name, "arguments": parse_arguments(arguments)})
 
     def result(self, index: int, call_id: str, output: str, status: str = "ok") -> None:
-        payload: dict[str, Any] = {"call_id": call_id, "output": output, "status": status}
-        if call_id in self.tool_names:
-            payload["tool_name"] = self.tool_names[call_id]
-        self.add(index, "tool_result", payload)
+        # No tool name: pairing takes the call's, and a result stays the same event whether
+        # or not its call is in the same import (``start``).
+        self.add(index, "tool_result", {"call_id": call_id, "output": output, "status": status})
 
 
 def _rfc3339(ts: datetime) -> str:
@@ -116,13 +113,15 @@ def part_text(part: Any) -> str:
     if isinstance(part, str):
         return part
     kind = part.get("type") if isinstance(part, dict) else None
+    if kind is None:  # not a content part (a shell call's output, say): its JSON
+        return orjson.dumps(part).decode()
     if kind in _TEXT_PARTS:
         return str(part.get("text") or "")
     if kind == "refusal":
         return f"[refusal] {part.get('refusal') or ''}"
     if kind in _IMAGE_PARTS:
         return IMAGE_MARKER
-    return marker(str(kind or "content").replace("_", " "))
+    return marker(str(kind).replace("_", " "))
 
 
 def content_texts(content: Any) -> list[str]:
