@@ -9,7 +9,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.formats import IMAGE_MARKER, anthropic, openai_chat, openai_responses, render_context
+from agentlog.processors.formats import anthropic, openai_chat, openai_responses
+from agentlog.processors.formats.common import IMAGE_MARKER
+from agentlog.processors.formats.render import render_context
 from agentlog.processors.formats.paired import no_result_text
 from agentlog.schemas.events import Envelope
 from tests.provider_payloads import (

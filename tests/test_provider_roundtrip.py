@@ -22,7 +22,8 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.formats import IMAGE_MARKER, anthropic, openai_chat, openai_responses
+from agentlog.processors.formats import anthropic, openai_chat, openai_responses
+from agentlog.processors.formats.common import IMAGE_MARKER
 from agentlog.schemas.events import Envelope
 from agentlog.sinks.base import StoreError
 from agentlog.streams.api.client import RemoteService

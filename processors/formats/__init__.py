@@ -1,28 +1,7 @@
 """Provider formats in and out (pure): OpenAI Chat Completions, OpenAI Responses and
 Anthropic Messages histories as agentlog events, and an assembled context as either
-provider's request payload. docs/providers.md says what maps to what."""
+provider's request payload. docs/providers.md says what maps to what.
 
-from __future__ import annotations
-
-from typing import Any
-
-from agentlog.processors.formats import anthropic, openai_chat, openai_responses
-from agentlog.processors.formats.common import IMAGE_MARKER
-from agentlog.schemas.requests import CONTEXT_FORMATS, ContextFormat
-
-
-def render_context(context: dict[str, Any], format: str = "generic") -> dict[str, Any]:  # noqa: A002
-    """A ``context`` answer with its ``messages`` in ``format``: ``generic`` is the answer as
-    it is; ``openai`` gives Chat Completions ``messages``; ``anthropic`` a Messages request's
-    ``system`` and ``messages``. Sections and meta stay; ``format`` names the shape."""
-    if format == "generic":
-        return context
-    if format == "openai":
-        return {**context, "format": format, "messages": openai_chat.render(context["messages"])}
-    if format == "anthropic":
-        return {**context, "format": format, **anthropic.render(context["messages"])}
-    raise ValueError(f"context format must be one of {', '.join(CONTEXT_FORMATS)}, not {format!r}")
-
-
-__all__ = ["CONTEXT_FORMATS", "ContextFormat", "IMAGE_MARKER", "anthropic", "openai_chat", "openai_responses",
-           "render_context"]
+Modules: ``openai_chat``, ``openai_responses``, ``anthropic`` (each ``to_events``;
+``openai_chat`` and ``anthropic`` also ``render``), ``render.render_context`` (a context answer in a format),
+``common`` (ids, times, markers), ``paired`` (calls next to their results)."""

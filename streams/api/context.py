@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentlog.processors.context import assemble
-from agentlog.processors.formats import render_context
+from agentlog.processors.formats.render import render_context
 from agentlog.processors.tokens import counter, encoding_for
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import check_budget, check_format
