@@ -139,6 +139,8 @@ def ask(svc: Any) -> dict[str, Any]:
         "thread_list_newest": capture(lambda: svc.thread_list(project=PROJECT, limit=1)),
         "context": capture(lambda: svc.context(MAIN, BUDGET)),
         "context_query": capture(lambda: svc.context(MAIN, BUDGET, query="session_ttl")),
+        # A provider's shape is made in one place; every deployment must route ``format`` to it.
+        "context_anthropic": capture(lambda: svc.context(MAIN, BUDGET, format="anthropic")),
         "search_thread": capture(lambda: svc.search("session_ttl", thread_id=MAIN, limit=50)),
         "search_child": capture(lambda: svc.search("session_ttl", thread_id=CHILD, limit=50)),
         "search_tool": capture(
@@ -196,7 +198,7 @@ def normalise(op: str, answer: Any) -> Any:
 
 
 COMPARED = ("publish", "publish_late", "search_read_your_writes", "state", "state_child", "state_missing",
-            "thread_list", "thread_list_newest", "context", "context_query", "search_thread", "search_child", "search_tool",
+            "thread_list", "thread_list_newest", "context", "context_query", "context_anthropic", "search_thread", "search_child", "search_tool",
             "search_after", "read", "read_missing",
             *(f"sql_{n}" for n in range(len(SQL))))  # fmt: skip
 """Compared field by field. Not compared: ``catch_up`` (how much was pending when it ran
