@@ -171,7 +171,7 @@ GENERIC: list[dict[str, Any]] = [
     {"role": "tool", "tool_call_id": "call:1", "content": "[status: error] 1 failed"},
     {"role": "system", "content": "A reminder inside the conversation."},
     {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "not json"}}]},
+        {"id": "c2", "type": "function", "function": {"name": "fs.list", "arguments": "not json"}}]},
     {"role": "tool", "tool_call_id": "c2", "content": "a b"},
     {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c3", "type": "function", "function": {"name": "deploy", "arguments": "{}"}}]},
@@ -196,6 +196,8 @@ def test_a_call_without_its_result_is_never_a_dangling_tool_call_in_either_paylo
     assert any(b["type"] == "text" and b["text"].startswith("[tool call c3 deploy") for b in blocks)
     assert answer["system"] == "Goal: fix CI"
     assert blocks[1]["input"] == {"k": "ttl"} and blocks[4]["input"] == {"arguments": "not json"}
+    # A tool name the APIs would refuse (an MCP server's dotted name) is rewritten, in both.
+    assert blocks[4]["name"] == "fs_list" == messages[5]["tool_calls"][0]["function"]["name"]
 
 
 def test_call_ids_the_anthropic_api_would_refuse_are_rewritten_alike_in_use_and_result_and_never_collide() -> None:

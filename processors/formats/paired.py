@@ -8,6 +8,7 @@ becomes a text turn that says so, and a result whose call is missing a user text
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,16 @@ class Calls:
 
 
 Turn = Text | Calls
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def api_name(name: str) -> str:
+    """A tool name as both APIs accept one (letters, digits, ``_``, ``-``, at most 64):
+    as it is when it already is (a name you define a tool with always is), else with the
+    other characters replaced (an MCP tool's ``server.tool``, say)."""
+    return name if _NAME.match(name) else (re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "tool")
 
 
 def no_result_text(call: dict[str, Any]) -> str:
@@ -83,11 +94,11 @@ def turns(messages: list[dict[str, Any]]) -> list[Turn]:
                 continue
             used.add(found)
             fn = call.get("function") or {}
-            calls.append(Call(str(call["id"]), str(fn.get("name")), _text(fn.get("arguments")),
+            calls.append(Call(str(call["id"]), api_name(str(fn.get("name"))), _text(fn.get("arguments")),
                               _text(messages[found].get("content"))))  # fmt: skip
         if calls:
             out.append(Calls(tuple(calls)))
     return out
 
 
-__all__ = ["Call", "Calls", "Text", "Turn", "no_result_text", "orphan_result_text", "turns"]
+__all__ = ["Call", "Calls", "Text", "Turn", "api_name", "no_result_text", "orphan_result_text", "turns"]
