@@ -1,0 +1,286 @@
+"""Issue 16, items 4 and 5: a LangChain callback handler and OpenTelemetry GenAI ingest
+(``POST /v1/traces``), both against a running ``agentlog run`` (with an API token). The
+bar: for the same scripted agent run, each gives the same thread state and ``tool_calls``
+rows as publishing the equivalent events by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+pytest.importorskip("langchain_core")
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse  # noqa: E402
+from opentelemetry.sdk.resources import Resource  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
+
+from agentlog.integrations.langchain import AgentlogCallbackHandler  # noqa: E402
+from agentlog.streams.api.client import RemoteService  # noqa: E402
+from tests import scripted_agent as script  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+
+TOKEN = "otlp-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON_TYPE = {**AUTH, "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One ``agentlog run`` for the module (each test uses threads of its own)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    port = free_port()
+    env.update(AGENTLOG_DATA_DIR=str(tmp_path_factory.mktemp("otlp") / "data"), AGENTLOG_HTTP_PORT=str(port),
+               AGENTLOG_API_TOKEN=TOKEN)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"agentlog run did not start: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
+        time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def remote(server: str) -> Iterator[RemoteService]:
+    svc = RemoteService(server, TOKEN)
+    yield svc
+    svc.close()
+
+
+def rows(remote: RemoteService, statement: str) -> list[dict[str, Any]]:
+    result = remote.sql(statement)
+    return [dict(zip(result.columns, row)) for row in result.rows]
+
+
+def tool_calls(remote: RemoteService, thread: str) -> list[dict[str, Any]]:
+    remote.catch_up()
+    return rows(remote, f"SELECT * FROM tool_calls FINAL WHERE thread_id = '{thread}' ORDER BY call_id")
+
+
+def events(remote: RemoteService, thread: str) -> list[dict[str, Any]]:
+    found = rows(remote, f"SELECT event_id, kind, payload, turn_id FROM events WHERE thread_id = '{thread}' "
+                         "ORDER BY ts, event_id")  # fmt: skip
+    return [{**r, "payload": json.loads(r["payload"])} for r in found]
+
+
+def tracer_to(server: str, headers: dict[str, str] = AUTH) -> tuple[Any, TracerProvider]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "scripted-agent"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{server}/v1/traces", headers=headers)))
+    return provider.get_tracer("tests.scripted_agent"), provider
+
+
+def export(server: str, thread: str) -> None:
+    tracer, provider = tracer_to(server)
+    script.run_otel(tracer, thread)
+    assert provider.force_flush(30_000)
+    provider.shutdown()
+
+
+def run_langchain(remote: RemoteService, thread: str) -> list[bytes]:
+    """The scripted LangChain run; the bodies the handler published, in order."""
+    sent: list[bytes] = []
+
+    class Recording:
+        def publish(self, data: bytes) -> Any:
+            sent.append(data)
+            return remote.publish(data)
+
+    assert script.run_langchain(AgentlogCallbackHandler(Recording()), thread) == script.ANSWER
+    return sent
+
+
+def otlp_json(*spans: dict[str, Any]) -> bytes:
+    return orjson.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "hand"}}]}, "scopeSpans": [{"spans": list(spans)}]}]})
+
+
+def attr(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {"key": key, "value": {"kvlistValue": {"values": [attr(k, v) for k, v in value.items()]}}}
+    typed = {str: "stringValue", bool: "boolValue", int: "intValue", float: "doubleValue"}[type(value)]
+    return {"key": key, "value": {typed: str(value) if typed == "intValue" else value}}
+
+
+def span(span_id: str, start_ms: int, end_ms: int, *, error: str | None = None, **attributes: Any) -> dict[str, Any]:
+    t0 = 1_780_000_000_000
+    return {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": span_id, "name": "span",
+            "startTimeUnixNano": str((t0 + start_ms) * 1_000_000), "endTimeUnixNano": str((t0 + end_ms) * 1_000_000),
+            "attributes": [attr(k.replace("__", "."), v) for k, v in attributes.items()],
+            **({"status": {"code": 2, "message": error}} if error else {})}  # fmt: skip
+
+
+# -- the LangChain handler -------------------------------------------------------------
+
+
+def test_the_langchain_handler_publishes_a_real_agent_loop_as_messages_calls_results_and_a_turn_end(
+    remote: RemoteService,
+) -> None:
+    sent = run_langchain(remote, "lc-loop")
+    found = events(remote, "lc-loop")
+    assert [(e["kind"], e["payload"].get("role") or e["payload"].get("call_id")) for e in found] == [
+        ("message", "user"), ("tool_call", "call_1"), ("tool_result", "call_1"), ("tool_call", "call_2"),
+        ("tool_result", "call_2"), ("message", "assistant"), ("turn_end", None)]  # fmt: skip
+    assert found[1]["payload"]["arguments"] == {"city": "Paris"}  # the model's own arguments
+    assert len({e["turn_id"] for e in found}) == 1  # the outermost run is the turn
+    pairs = {r["call_id"]: r for r in tool_calls(remote, "lc-loop")}
+    assert pairs["call_1"]["status"] == "ok" and pairs["call_1"]["latency_ms"] >= script.TOOL_SECONDS * 1000
+    assert pairs["call_2"]["status"] == "error" and not pairs["call_2"]["synthetic"]
+    # Ids come from LangChain's run ids: the same callbacks delivered again change nothing.
+    again = [remote.publish(body) for body in sent]
+    assert sum(r.rejected for r in again) == 0
+    remote.catch_up()
+    assert remote.state("lc-loop")["event_count"] == 7
+
+
+def test_a_call_the_model_asked_for_but_never_ran_gets_a_synthetic_result_at_the_turns_end(
+    remote: RemoteService,
+) -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.runnables import RunnableLambda
+
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="", tool_calls=[
+        {"name": "deploy", "args": {"env": "prod"}, "id": "call_never"}])]))  # fmt: skip
+    handler = AgentlogCallbackHandler(remote, thread_id="lc-unrun")
+    RunnableLambda(lambda q, config: model.invoke(q, config)).invoke("deploy it", {"callbacks": [handler]})
+    [pair] = tool_calls(remote, "lc-unrun")
+    assert (pair["call_id"], pair["tool_name"], pair["status"], pair["synthetic"]) == ("call_never", "deploy", "missing", True)
+
+
+# -- OTLP ------------------------------------------------------------------------------
+
+
+def test_the_otel_sdks_exporter_sends_genai_spans_that_become_calls_with_their_span_latency(
+    server: str, remote: RemoteService,
+) -> None:
+    export(server, "otel-sdk")
+    pairs = {r["call_id"]: r for r in tool_calls(remote, "otel-sdk")}
+    assert pairs["call_1"]["status"] == "ok" and pairs["call_1"]["latency_ms"] >= script.TOOL_SECONDS * 1000
+    assert pairs["call_2"]["status"] == "error"
+    kinds = [e["kind"] for e in events(remote, "otel-sdk")]
+    assert kinds == ["message", "tool_call", "tool_result", "tool_call", "tool_result", "message", "turn_end"]
+
+
+def test_an_otlp_json_post_maps_spans_and_keeps_an_unknown_span_as_a_rejection_with_its_reason(
+    server: str, remote: RemoteService,
+) -> None:
+    body = otlp_json(
+        span("00000000000000a1", 0, 120, gen_ai__operation__name="execute_tool", gen_ai__conversation__id="otel-json",
+             gen_ai__tool__name="pytest", gen_ai__tool__call__id="c9", gen_ai__tool__call__arguments='{"k": "login"}',
+             gen_ai__tool__call__result="1 passed"),
+        span("00000000000000a2", 200, 250, error="exit 2", gen_ai__operation__name="execute_tool",
+             gen_ai__conversation__id="otel-json", gen_ai__tool__name="ruff", error__type="CalledProcessError"),
+        span("00000000000000a3", 0, 5, http__method="GET"),
+    )  # fmt: skip
+    answer = httpx.post(f"{server}/v1/traces", content=body, headers=JSON_TYPE)
+    assert answer.status_code == 200, answer.text
+    partial = answer.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and "no gen_ai.operation.name" in partial["errorMessage"]
+    pairs = {r["call_id"]: r for r in tool_calls(remote, "otel-json")}
+    assert (pairs["c9"]["status"], pairs["c9"]["latency_ms"]) == ("ok", 120)
+    failed = pairs["00000000000000a2"]  # no gen_ai.tool.call.id: the span id is the call's
+    assert (failed["status"], failed["latency_ms"]) == ("error", 50)
+    assert remote.read(failed["result_event_id"])["event"]["payload"]["output"] == "CalledProcessError: exit 2"
+    [dead] = rows(remote, "SELECT reason, raw FROM rejected_events WHERE position(raw, '00000000000000a3') > 0")
+    assert dead["reason"].startswith("otlp_unmapped") and json.loads(dead["raw"])["otlp_span"]["attributes"] == {
+        "service.name": "hand", "http.method": "GET"}
+    # An exporter's retry of the same spans publishes the same events: nothing changes.
+    again = httpx.post(f"{server}/v1/traces", content=body, headers=JSON_TYPE).json()
+    assert again["partialSuccess"]["rejectedSpans"] == "1"  # only the unknown span, again
+    remote.catch_up()
+    assert remote.state("otel-json")["event_count"] == 4
+
+
+def test_a_protobuf_answer_is_an_export_trace_service_response_with_partial_success(server: str) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    s = request.resource_spans.add().scope_spans.add().spans.add()
+    s.trace_id, s.span_id, s.name = bytes(range(16)), bytes(range(8)), "db.query"
+    answer = httpx.post(f"{server}/v1/traces", content=request.SerializeToString(),
+                        headers={**AUTH, "Content-Type": "application/x-protobuf"})  # fmt: skip
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/x-protobuf"
+    decoded = ExportTraceServiceResponse.FromString(answer.content)
+    assert decoded.partial_success.rejected_spans == 1 and "db.query" in decoded.partial_success.error_message
+
+
+def test_hostile_otlp_bodies_get_a_clear_4xx_lose_nothing_and_the_next_request_works(
+    server: str, remote: RemoteService,
+) -> None:
+    before = rows(remote, "SELECT count() AS n FROM events")[0]["n"]
+    protobuf = {**AUTH, "Content-Type": "application/x-protobuf"}
+    cases = [
+        (b"\x0a\xff\xff\xff\xff\x0f", protobuf, 400, "does not decode"),
+        (_deep_protobuf(200), protobuf, 400, "does not decode"),  # deeper than protobuf parses
+        (_deep_protobuf(30), protobuf, 400, "nests deeper"),  # parses, but deeper than attributes go
+        (otlp_json(), {**AUTH, "Content-Type": "text/plain"}, 415, "Content-Type"),
+        (b"[" * 5000 + b"]" * 5000, JSON_TYPE, 400, "does not parse"),
+        (orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span("00000000000000b1", 0, 1, gen_ai__operation__name="chat",
+                gen_ai__conversation__id="deep", x=_nested(30))]}]}]}), JSON_TYPE, 400, "nests deeper"),  # fmt: skip
+        (otlp_json(span("zz", 0, 1)), JSON_TYPE, 400, "spanId"),
+        (otlp_json(), {"Content-Type": "application/json"}, 401, "token"),
+    ]
+    for body, headers, status, says in cases:
+        answer = httpx.post(f"{server}/v1/traces", content=body, headers=headers)
+        assert answer.status_code == status and says in answer.json()["error"], (status, says, answer.text)
+    # A huge attribute: the span's event passes the event size limit, so it is dead-lettered
+    # (its reason says so), the other span of the request is kept, and OTLP is told.
+    huge = otlp_json(
+        span("00000000000000c1", 0, 1, gen_ai__operation__name="execute_tool", gen_ai__conversation__id="otel-huge",
+             gen_ai__tool__name="cat", gen_ai__tool__call__result="x" * (2 * 1024 * 1024)),
+        span("00000000000000c2", 0, 1, gen_ai__operation__name="execute_tool", gen_ai__conversation__id="otel-huge",
+             gen_ai__tool__name="ls", gen_ai__tool__call__result="ok"),
+    )  # fmt: skip
+    answer = httpx.post(f"{server}/v1/traces", content=huge, headers=JSON_TYPE)
+    assert answer.status_code == 200 and answer.json()["partialSuccess"]["rejectedSpans"] == "1", answer.text
+    assert "too_large" in answer.json()["partialSuccess"]["errorMessage"]
+    assert httpx.post(f"{server}/v1/traces", content=otlp_json(), headers=JSON_TYPE).json() == {}
+    remote.catch_up()
+    assert rows(remote, "SELECT count() AS n FROM events")[0]["n"] == before + 3  # c1's call, c2's call and result
+    assert [(r["tool_name"], r["status"]) for r in tool_calls(remote, "otel-huge")] == [("ls", "ok")]
+
+
+def _deep_protobuf(depth: int) -> bytes:
+    """An export whose one attribute is key-value lists nested ``depth`` deep."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    s = request.resource_spans.add().scope_spans.add().spans.add()
+    s.trace_id, s.span_id = bytes(range(16)), bytes(range(8))
+    pair = s.attributes.add()
+    pair.key, value = "x", pair.value
+    for _ in range(depth):
+        pair = value.kvlist_value.values.add()
+        pair.key, value = "k", pair.value
+    value.string_value = "leaf"
+    return request.SerializeToString()
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": "x"}
+    for _ in range(depth):
+        value = {"k": value}
+    return value
