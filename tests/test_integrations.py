@@ -284,3 +284,53 @@ def _nested(depth: int) -> dict[str, Any]:
     for _ in range(depth):
         value = {"k": value}
     return value
+
+
+# -- the bar: three ways to tell one run, one result ----------------------------------
+
+ID_KEYS = {"event_id", "last_event_id", "latest_user_message_id", "call_event_id", "result_event_id"}
+"""Event ids: each path derives its own (LangChain run ids, OTel span ids, the hand's
+choice); what they point at is compared through the events themselves."""
+TIME_KEYS = {"ts", "last_ts", "newest_ts", "call_ts", "result_ts", "updated_at"}
+"""Event times are each run's wall clock (the three runs happen one after another)."""
+OTHER_KEYS = {
+    "thread_id",  # three threads in one server, by construction
+    "turn_id",  # each path's own turn: the outermost run's id, the trace id, the hand's "turn-1"
+    "version",  # a row version is a position in the shared topic, not a property of the run
+    "latency_ms",  # the real duration of each run's tools; checked apart, not equal to the microsecond
+}
+
+
+def normalised(value: Any) -> Any:
+    """``value`` with the fields that must differ between paths (above) replaced by a mark."""
+    if isinstance(value, dict):
+        return {k: f"<{k}>" if k in ID_KEYS | TIME_KEYS | OTHER_KEYS and v is not None else normalised(v)
+                for k, v in value.items()}  # fmt: skip
+    if isinstance(value, list):
+        return [normalised(v) for v in value]
+    return value
+
+
+def test_langchain_and_otlp_give_the_same_state_and_tool_calls_rows_as_the_events_published_by_hand(
+    server: str, remote: RemoteService,
+) -> None:
+    remote.publish(b"\n".join(orjson.dumps(e) for e in script.hand_events("same-hand")))
+    run_langchain(remote, "same-lc")
+    export(server, "same-otel")
+    threads = ("same-hand", "same-lc", "same-otel")
+    pairs = {t: tool_calls(remote, t) for t in threads}
+    states = {t: remote.state(t) for t in threads}
+    logged = {t: [(e["kind"], e["payload"]) for e in events(remote, t)] for t in threads}
+    for thread in threads:
+        assert len(pairs[thread]) == 2 and states[thread]["event_count"] == 7, thread
+        # Each path measured the tool's real time, not a stand-in.
+        assert pairs[thread][0]["latency_ms"] >= script.TOOL_SECONDS * 1000, thread
+        assert normalised(pairs[thread]) == normalised(pairs["same-hand"]), thread
+        assert normalised(states[thread]) == normalised(states["same-hand"]), thread
+        assert logged[thread] == logged["same-hand"], thread  # every event's kind and payload, in order
+    # The normalised fields still say the same things, each in its own path's terms.
+    for thread in threads:
+        state, calls = states[thread], pairs[thread]
+        assert state["latest_user_message_id"] == next(e["event_id"] for e in events(remote, thread) if e["kind"] == "message")
+        assert state["failures"][0]["event_id"] == calls[1]["result_event_id"]
+        assert len({c["turn_id"] for c in calls}) == 1
