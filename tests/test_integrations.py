@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -334,3 +335,31 @@ def test_langchain_and_otlp_give_the_same_state_and_tool_calls_rows_as_the_event
         assert state["latest_user_message_id"] == next(e["event_id"] for e in events(remote, thread) if e["kind"] == "message")
         assert state["failures"][0]["event_id"] == calls[1]["result_event_id"]
         assert len({c["turn_id"] for c in calls}) == 1
+
+
+def test_on_kafka_the_handler_and_the_otlp_ingest_publish_to_the_topic_and_dead_letter_with_the_reason(
+    kafka_bootstrap: str, tmp_path: Path,
+) -> None:
+    from agentlog.streams.api.otlp import ingest
+    from agentlog.streams.config import Settings
+    from agentlog.streams.kafka.publisher import KafkaPublisher
+    from agentlog.streams.kafka.topics import DLQ, EVENTS, topic
+    from tests.test_poison_kafka import consume
+
+    namespace = f"hooks{uuid.uuid4().hex[:8]}"
+    publisher = KafkaPublisher(Settings(data_dir=tmp_path, kafka_bootstrap=kafka_bootstrap, kafka_namespace=namespace))
+    try:
+        assert script.run_langchain(AgentlogCallbackHandler(publisher), "kafka-lc") == script.ANSWER
+        body = otlp_json(span("00000000000000d1", 0, 40, gen_ai__operation__name="execute_tool",
+                              gen_ai__conversation__id="kafka-otel", gen_ai__tool__name="ls"),
+                         span("00000000000000d2", 0, 1, db__system="sqlite"))  # fmt: skip
+        assert ingest(publisher, body, "application/json")[0] == 1
+    finally:
+        publisher.close()
+    published = [orjson.loads(v) for v, _ in consume(kafka_bootstrap, topic(EVENTS, namespace))]
+    assert [e["kind"] for e in published if e["thread_id"] == "kafka-lc"] == [
+        "message", "tool_call", "tool_result", "tool_call", "tool_result", "message", "turn_end"]  # fmt: skip
+    assert [e["kind"] for e in published if e["thread_id"] == "kafka-otel"] == ["tool_call", "tool_result"]
+    [(letter, headers)] = consume(kafka_bootstrap, topic(DLQ, namespace))
+    assert orjson.loads(letter)["otlp_span"]["span_id"] == "00000000000000d2"
+    assert headers["reason"].decode().startswith("otlp_unmapped: span 'span' has no gen_ai.operation.name")
