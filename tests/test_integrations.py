@@ -254,14 +254,18 @@ def test_hostile_otlp_bodies_get_a_clear_4xx_lose_nothing_and_the_next_request_w
              gen_ai__tool__name="cat", gen_ai__tool__call__result="x" * (2 * 1024 * 1024)),
         span("00000000000000c2", 0, 1, gen_ai__operation__name="execute_tool", gen_ai__conversation__id="otel-huge",
              gen_ai__tool__name="ls", gen_ai__tool__call__result="ok"),
+        span("00000000000000c3", 0, 1, http__body="y" * (2 * 1024 * 1024)),  # unmapped, and huge
     )  # fmt: skip
     answer = httpx.post(f"{server}/v1/traces", content=huge, headers=JSON_TYPE)
-    assert answer.status_code == 200 and answer.json()["partialSuccess"]["rejectedSpans"] == "1", answer.text
+    assert answer.status_code == 200 and answer.json()["partialSuccess"]["rejectedSpans"] == "2", answer.text
     assert "too_large" in answer.json()["partialSuccess"]["errorMessage"]
     assert httpx.post(f"{server}/v1/traces", content=otlp_json(), headers=JSON_TYPE).json() == {}
     remote.catch_up()
     assert rows(remote, "SELECT count() AS n FROM events")[0]["n"] == before + 3  # c1's call, c2's call and result
     assert [(r["tool_name"], r["status"]) for r in tool_calls(remote, "otel-huge")] == [("ls", "ok")]
+    [letter] = rows(remote, "SELECT reason, length(raw) AS n FROM rejected_events WHERE position(raw, '00000000000000c3') > 0")
+    assert letter["reason"].startswith("otlp_unmapped") and "kept the first" in letter["reason"]
+    assert letter["n"] == 1024 * 1024  # a dead letter is bounded as an oversized event is
 
 
 def _deep_protobuf(depth: int) -> bytes:
@@ -363,3 +367,50 @@ def test_on_kafka_the_handler_and_the_otlp_ingest_publish_to_the_topic_and_dead_
     [(letter, headers)] = consume(kafka_bootstrap, topic(DLQ, namespace))
     assert orjson.loads(letter)["otlp_span"]["span_id"] == "00000000000000d2"
     assert headers["reason"].decode().startswith("otlp_unmapped: span 'span' has no gen_ai.operation.name")
+
+
+def test_a_model_and_a_tool_called_alone_are_published_and_leave_nothing_behind_in_the_handler(
+    remote: RemoteService,
+) -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    handler = AgentlogCallbackHandler(remote, thread_id="lc-alone")
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="", tool_calls=[
+        {"name": "get_weather", "args": {"city": "Oslo"}, "id": "call_o"}])]))  # fmt: skip
+    answer = model.invoke("weather in Oslo?", {"callbacks": [handler]})
+    tool(script.get_weather).invoke(answer.tool_calls[0], {"callbacks": [handler]})
+    [pair] = tool_calls(remote, "lc-alone")
+    assert (pair["call_id"], pair["tool_name"], pair["status"]) == ("call_o", "get_weather", "ok")
+    assert handler._runs == {} and handler._turns == {}  # a long-lived handler does not grow
+
+
+def test_a_langgraph_agent_is_published_under_its_own_thread_id_with_its_parallel_tool_calls(
+    remote: RemoteService,
+) -> None:
+    pytest.importorskip("langgraph")  # the bench extra, which CI installs
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    model = GenericFakeChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": c} for c, n, a in script.CALLS]),
+        AIMessage(content=script.ANSWER)]))  # fmt: skip
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", ToolNode([tool(f) for f in script.TOOLS.values()], handle_tool_errors=True))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    handler = AgentlogCallbackHandler(remote)  # no thread of its own: LangGraph's names it
+    graph.compile().invoke({"messages": [("user", script.QUESTION)]},
+                           {"callbacks": [handler], "configurable": {"thread_id": "lg-graph"}})  # fmt: skip
+    pairs = {r["call_id"]: (r["tool_name"], r["status"], r["synthetic"]) for r in tool_calls(remote, "lg-graph")}
+    assert pairs == {"call_1": ("get_weather", "ok", False), "call_2": ("read_file", "error", False)}
+    kinds = [e["kind"] for e in events(remote, "lg-graph")]
+    assert (kinds[0], kinds[-2:], sorted(kinds[1:-2])) == (
+        "message", ["message", "turn_end"], ["tool_call", "tool_call", "tool_result", "tool_result"])
+    assert handler._runs == {} and handler._turns == {}

@@ -151,15 +151,19 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
         message = getattr(generation, "message", None)
         text = text_of(message.content) if message is not None else (generation.text if generation else "")
         with self._lock:
-            turn = self._turns.setdefault(run.turn_id, _Turn())
-            for call in getattr(message, "tool_calls", None) or []:
-                if call.get("id"):
-                    turn.asked[call["id"]] = (call["name"], dict(call.get("args") or {}), ts)
+            if run.root:  # a model called alone: its calls will be the tools' own runs, if any
+                self._turns.pop(run.turn_id, None)
+            elif (turn := self._turns.get(run.turn_id)) is not None:
+                for call in getattr(message, "tool_calls", None) or []:
+                    if call.get("id"):
+                        turn.asked[call["id"]] = (call["name"], dict(call.get("args") or {}), ts)
         if text:
             self._publish(run, f"lc:{run_id}:out", "message", {"role": "assistant", "text": text}, ts)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
+        if run is not None and run.root:
+            self._turns.pop(run.turn_id, None)
         if run is not None:
             self._publish(run, f"lc:{run_id}:error", "error", {"message": str(error), "code": type(error).__name__})
 
@@ -184,6 +188,8 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
 
     def _result(self, run_id: UUID, output: str, status: str) -> None:
         run = self._runs.pop(run_id, None)
+        if run is not None and run.root:  # a tool called alone is its own turn
+            self._turns.pop(run.turn_id, None)
         if run is not None and run.call_id is not None:
             self._publish(run, f"lc:{run_id}:result", "tool_result",
                           {"call_id": run.call_id, "output": output, "status": status, "tool_name": run.tool_name})  # fmt: skip

@@ -21,7 +21,7 @@ def publish_to(bus: Topic, data: bytes, max_bytes: int,
     records = split_records(data)
     METRICS.published.inc(len(records))
     accepted, rejected, report = check_records(records, max_bytes, bus.first_copies)
-    rejected = with_letters(rejected, report, dead_letters)
+    rejected = with_letters(rejected, report, dead_letters, max_bytes)
     report.last_offset = bus.append(accepted, rejected)
     for raw, reason in rejected[:20]:
         log.warning("rejected record: %s (%d bytes)", reason, len(raw))

@@ -31,7 +31,7 @@ class KafkaPublisher(Publisher):
         records = split_records(data)
         METRICS.published.inc(len(records))
         accepted, rejected, report = check_records(records, self.settings.max_event_bytes)
-        rejected = with_letters(rejected, report, dead_letters)
+        rejected = with_letters(rejected, report, dead_letters, self.settings.max_event_bytes)
         for thread_id, _event_id, raw in accepted:
             self.producer.send(self.events_topic, key=thread_id.encode(), value=raw)
         for raw, reason in rejected:
