@@ -237,7 +237,7 @@ def test_hostile_otlp_bodies_get_a_clear_4xx_lose_nothing_and_the_next_request_w
         (b"\x0a\xff\xff\xff\xff\x0f", protobuf, 400, "does not decode"),
         (_deep_protobuf(200), protobuf, 400, "does not decode"),  # deeper than protobuf parses
         (_deep_protobuf(30), protobuf, 400, "nests deeper"),  # parses, but deeper than attributes go
-        (otlp_json(), {**AUTH, "Content-Type": "text/plain"}, 415, "Content-Type"),
+        (otlp_json(), {**AUTH, "Content-Type": "text/plain"}, 415, "application/x-protobuf"),
         (b"[" * 5000 + b"]" * 5000, JSON_TYPE, 400, "does not parse"),
         (orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span("00000000000000b1", 0, 1, gen_ai__operation__name="chat",
                 gen_ai__conversation__id="deep", x=_nested(30))]}]}]}), JSON_TYPE, 400, "nests deeper"),  # fmt: skip

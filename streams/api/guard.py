@@ -121,6 +121,9 @@ def check_content_type(method: str, content_type: str | None, path: str = "") ->
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if path == OTLP_PATH and media == "application/x-protobuf":
         return None
+    if media not in WRITE_TYPES and path == OTLP_PATH:
+        return RequestError(415, f"POST {OTLP_PATH} takes OTLP as `Content-Type: application/x-protobuf` or "
+                            f"application/json, not {content_type!r}")  # fmt: skip
     if media not in WRITE_TYPES:
         return RequestError(415, f"a POST must say `Content-Type: application/json` (or application/x-ndjson "
                             f"for JSON lines), not {content_type!r}")  # fmt: skip
