@@ -51,7 +51,8 @@ class Span:
         """The span as JSON-able data: what a dead letter keeps of it."""
         return {"trace_id": self.trace_id, "span_id": self.span_id, "parent_span_id": self.parent_span_id,
                 "name": self.name, "start_time_unix_nano": self.start_ns, "end_time_unix_nano": self.end_ns,
-                "status": {"error": self.error, "message": self.status_message}, "attributes": self.attributes}  # fmt: skip
+                "status": {"error": self.error, "message": self.status_message},
+                "attributes": self.attributes}  # fmt: skip
 
 
 @dataclass
@@ -136,8 +137,9 @@ def _tool(b: _Builder) -> None:
     call_id = str(attrs.get("gen_ai.tool.call.id") or span.span_id)
     name = str(attrs["gen_ai.tool.name"])
     arguments = _json_value(attrs.get("gen_ai.tool.call.arguments", {}))
-    b.add("call", "tool_call", span.start_ns, {"call_id": call_id, "tool_name": name,
-                                               "arguments": arguments if isinstance(arguments, (dict, str)) else _text(arguments)})  # fmt: skip
+    if not isinstance(arguments, (dict, str)):  # the wire format takes an object or a string
+        arguments = _text(arguments)
+    b.add("call", "tool_call", span.start_ns, {"call_id": call_id, "tool_name": name, "arguments": arguments})
     result = attrs.get("gen_ai.tool.call.result")
     output = _text(result) if result is not None else (b.failure() if span.error else "")
     b.add("result", "tool_result", span.end_ns, {"call_id": call_id, "output": output, "tool_name": name,

@@ -113,10 +113,12 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
             self._turns.setdefault(run.turn_id, _Turn())
             return run
 
+    def _event(self, run: _Run, event_id: str, kind: str, payload: dict[str, Any], ts: str) -> dict[str, Any]:
+        return {"event_id": event_id, "thread_id": run.thread_id, "kind": kind, "ts": ts, "turn_id": run.turn_id,
+                **self.envelope, "payload": payload}  # fmt: skip
+
     def _publish(self, run: _Run, event_id: str, kind: str, payload: dict[str, Any], ts: str | None = None) -> None:
-        event = {"event_id": event_id, "thread_id": run.thread_id, "kind": kind, "ts": ts or self.clock(),
-                 "turn_id": run.turn_id, **self.envelope, "payload": payload}  # fmt: skip
-        self._send([event])
+        self._send([self._event(run, event_id, kind, payload, ts or self.clock())])
 
     def _send(self, events: Sequence[dict[str, Any]]) -> None:
         if events:
@@ -137,10 +139,8 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
                 break
             new.append(message)
         ts = self.clock()
-        self._send([{"event_id": f"lc:{run_id}:in:{n}", "thread_id": run.thread_id, "kind": "message", "ts": ts,
-                     "turn_id": run.turn_id, **self.envelope,
-                     "payload": {"role": INPUT_ROLES[m.type], "text": text_of(m.content)}}
-                    for n, m in enumerate(reversed(new))])  # fmt: skip
+        payloads = [{"role": INPUT_ROLES[m.type], "text": text_of(m.content)} for m in reversed(new)]
+        self._send([self._event(run, f"lc:{run_id}:in:{n}", "message", p, ts) for n, p in enumerate(payloads)])
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._runs.pop(run_id, None)
@@ -191,8 +191,8 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
         if run is not None and run.root:  # a tool called alone is its own turn
             self._turns.pop(run.turn_id, None)
         if run is not None and run.call_id is not None:
-            self._publish(run, f"lc:{run_id}:result", "tool_result",
-                          {"call_id": run.call_id, "output": output, "status": status, "tool_name": run.tool_name})  # fmt: skip
+            payload = {"call_id": run.call_id, "output": output, "status": status, "tool_name": run.tool_name}
+            self._publish(run, f"lc:{run_id}:result", "tool_result", payload)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         if isinstance(output, ToolMessage):

@@ -99,7 +99,8 @@ def _json_value(value: Any, depth: int = 0) -> Any:
         raise _refuse(f"an attribute nests deeper than {MAX_DEPTH} levels")
     value = _object(value, "an attribute value (AnyValue)")
     if "arrayValue" in value:
-        return [_json_value(v, depth + 1) for v in _list(_object(value["arrayValue"], "arrayValue").get("values"), "arrayValue.values")]
+        items = _list(_object(value["arrayValue"], "arrayValue").get("values"), "arrayValue.values")
+        return [_json_value(v, depth + 1) for v in items]
     if "kvlistValue" in value:
         return _json_attributes(_object(value["kvlistValue"], "kvlistValue").get("values"), depth + 1)
     if "intValue" in value:  # int64 travels as a string in JSON
