@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from pydantic_core import from_json
 
 from agentlog.processors.duplicates import conflict_reason, same_content
-from agentlog.processors.validation import Rejection, validate
+from agentlog.processors.validation import Rejection, bounded_letter, validate
 
 _JSON_SPACE = " \t\n\r"
 
@@ -79,8 +79,9 @@ class PublishReport:
 class Publisher(Protocol):
     """Where ``agentlog publish`` sends a body: the embedded topic file or Kafka."""
 
-    def publish(self, data: bytes) -> PublishReport:
-        """Check every record, send the accepted ones and dead-letter the rest."""
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> PublishReport:
+        """Check every record, send the accepted ones and dead-letter the rest (and
+        ``dead_letters``, records a caller refused itself, with their reasons)."""
 
     def close(self) -> None: ...
 
@@ -121,4 +122,13 @@ def check_records(
     return accepted, [(raw, why) for _, raw, why in rejected], report
 
 
-__all__ = ["FirstCopies", "PublishReport", "Publisher", "check_records", "split_records"]
+def with_letters(rejected: list[tuple[bytes, str]], report: PublishReport,
+                 dead_letters: Sequence[tuple[bytes, str]], max_bytes: int) -> list[tuple[bytes, str]]:  # fmt: skip
+    """The checked rejections and a caller's own ``dead_letters`` (each bounded to
+    ``max_bytes``, as an oversized record is), all to dead-letter; the report counts the
+    latter (it lists by record number only records of the body)."""
+    report.rejected += len(dead_letters)
+    return [*rejected, *(bounded_letter(raw, why, max_bytes) for raw, why in dead_letters)]
+
+
+__all__ = ["FirstCopies", "with_letters", "PublishReport", "Publisher", "check_records", "split_records"]

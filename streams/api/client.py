@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import httpx
 
 from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
-from agentlog.streams.api.service import NotFound, Unavailable
+from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
 from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.client")
@@ -115,7 +116,9 @@ class RemoteService:
     def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._check(lambda: self.http.post(path, content=json.dumps(body or {}), headers=JSON))
 
-    def publish(self, data: bytes) -> PublishReport:
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> PublishReport:
+        if dead_letters:  # an ingest adapter runs in the server, beside its topic
+            raise NotServedHere("dead letters are written by the server itself (POST /v1/traces takes OTLP)")
         return PublishReport(**self._check(lambda: self.http.post("/events", content=data, headers=NDJSON)))
 
     def catch_up(self, on_progress: Any = None) -> dict[str, Any]:

@@ -31,6 +31,9 @@ from agentlog.streams.config import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WRITE_TYPES = frozenset({"application/json", "application/x-ndjson", "application/jsonl"})
+OTLP_PATH = "/v1/traces"
+"""OpenTelemetry's route also takes its protobuf encoding (not a type a browser may send
+cross-origin without asking first, so the rule above holds)."""
 OPEN_PATHS = frozenset({"/healthz"})
 """Routes that answer without the token: liveness only (no data)."""
 
@@ -112,10 +115,15 @@ def check_token(policy: Policy, path: str, authorization: str | None) -> Request
     return None
 
 
-def check_content_type(method: str, content_type: str | None) -> RequestError | None:
+def check_content_type(method: str, content_type: str | None, path: str = "") -> RequestError | None:
     if method.upper() != "POST":
         return None
     media = (content_type or "").split(";", 1)[0].strip().lower()
+    if path == OTLP_PATH and media == "application/x-protobuf":
+        return None
+    if media not in WRITE_TYPES and path == OTLP_PATH:
+        return RequestError(415, f"POST {OTLP_PATH} takes OTLP as `Content-Type: application/x-protobuf` or "
+                            f"application/json, not {content_type!r}")  # fmt: skip
     if media not in WRITE_TYPES:
         return RequestError(415, f"a POST must say `Content-Type: application/json` (or application/x-ndjson "
                             f"for JSON lines), not {content_type!r}")  # fmt: skip
@@ -142,7 +150,7 @@ def refusal(policy: Policy, method: str, path: str, headers: Mapping[str, str]) 
     return (check_host(policy, headers.get("host"), headers.get("origin"))
             or check_token(policy, path, headers.get("authorization"))
             or check_length(policy, headers.get("content-length"))
-            or check_content_type(method, headers.get("content-type")))  # fmt: skip
+            or check_content_type(method, headers.get("content-type"), path))  # fmt: skip
 
 
 async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:

@@ -32,6 +32,7 @@ from agentlog.schemas.responses import (
 )  # fmt: skip
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
+from agentlog.streams.api import otlp
 from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
 from agentlog.streams.api.service import NotFound, NotServedHere, Service, Unavailable
 from agentlog.streams.metrics import METRICS
@@ -160,6 +161,13 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
               response_model=PublishReport, responses=errors(400, *WRITES), openapi_extra=EVENTS_BODY)  # fmt: skip
     def publish(data: Annotated[bytes, Depends(raw)]) -> Response:
         return json(service.publish(data).as_dict())
+
+    @app.post("/v1/traces", name="otlp", summary="OpenTelemetry GenAI spans (OTLP/HTTP, protobuf or JSON) as events",
+              responses=errors(400, *WRITES), openapi_extra=otlp.TRACES_DOC)  # fmt: skip
+    def traces(request: Request, data: Annotated[bytes, Depends(raw)]) -> Response:
+        rejected, reason = otlp.ingest(service, data, request.headers.get("content-type"))
+        content, media = otlp.response(otlp.media_type(request.headers.get("content-type")), rejected, reason)
+        return Response(content, media_type=media)
 
     @app.get("/threads", name="threads", response_model=ThreadList, responses=errors(400, *READS),
              summary="every thread's summary row, newest activity first")  # fmt: skip

@@ -12,7 +12,7 @@ an in-process answer from a remote one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentlog.sinks.base import QueryResult
@@ -40,9 +40,11 @@ class NotServedHere(RuntimeError):
 class Service(Protocol):
     """Publish, query and maintain one deployment's threads."""
 
-    def publish(self, data: bytes) -> PublishReport:
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> PublishReport:
         """Validate JSON or JSON-lines ``data`` and append what is valid to the topic;
-        the report counts accepted and rejected records, with each rejection's reason."""
+        the report counts accepted and rejected records, with each rejection's reason.
+        ``dead_letters`` (bytes, reason) are records an ingest adapter could not map to
+        events (OTLP spans): dead-lettered beside the rejections, counted, not listed."""
 
     def thread_list(self, project: str | None = None, status: str | None = None,
                     limit: int = 100) -> dict[str, Any]:  # fmt: skip

@@ -198,8 +198,8 @@ class EmbeddedService(MemoryOperations):
 
     # -- writes -----------------------------------------------------------------------
 
-    def publish(self, data: bytes) -> PublishReport:
-        return publish_to(self.bus, data, self.settings.max_event_bytes)
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> PublishReport:
+        return publish_to(self.bus, data, self.settings.max_event_bytes, dead_letters)
 
     def catch_up(self, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Drain what is pending (``run --until-idle``) through every sink, checkpoint.

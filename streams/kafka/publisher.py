@@ -4,12 +4,14 @@ compression and batching; rejects go to the dead-letter topic with their reason.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kafka import KafkaProducer
 
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.topics import DLQ, EVENTS, ensure_topics, topic
 from agentlog.streams.metrics import METRICS
-from agentlog.streams.publish_check import PublishReport, Publisher, check_records, split_records
+from agentlog.streams.publish_check import PublishReport, Publisher, check_records, split_records, with_letters
 
 
 class KafkaPublisher(Publisher):
@@ -25,10 +27,11 @@ class KafkaPublisher(Publisher):
             max_request_size=settings.max_event_bytes + 64 * 1024, **settings.kafka_security.kafka_python(),
         )  # fmt: skip
 
-    def publish(self, data: bytes) -> PublishReport:
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> PublishReport:
         records = split_records(data)
         METRICS.published.inc(len(records))
         accepted, rejected, report = check_records(records, self.settings.max_event_bytes)
+        rejected = with_letters(rejected, report, dead_letters, self.settings.max_event_bytes)
         for thread_id, _event_id, raw in accepted:
             self.producer.send(self.events_topic, key=thread_id.encode(), value=raw)
         for raw, reason in rejected:

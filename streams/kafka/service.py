@@ -231,12 +231,12 @@ class StoreQueries:
         _version, facts = self._memory.published()
         return [f for f in facts.values() if f["project"] == project]
 
-    def publish(self, data: bytes) -> Any:
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> Any:
         if self._publisher is None:
             from agentlog.streams.kafka.publisher import KafkaPublisher  # noqa: PLC0415
 
             self._publisher = KafkaPublisher(self.settings)
-        return self._publisher.publish(data)
+        return self._publisher.publish(data, dead_letters)
 
     def sql(self, statement: str) -> QueryResult:
         return self.log.query(statement)
@@ -283,8 +283,8 @@ class WorkerService:
         url = self.worker.owner(thread_id)
         return None if url is None else RemoteService(str(url), self.settings.api_token, busy_seconds=0)
 
-    def publish(self, data: bytes) -> Any:
-        return self.stores.publish(data)
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> Any:
+        return self.stores.publish(data, dead_letters)
 
     def thread_list(self, project: str | None = None, status: str | None = None,
                     limit: int = DEFAULT_THREAD_LIMIT) -> dict[str, Any]:  # fmt: skip

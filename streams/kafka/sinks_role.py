@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
@@ -141,8 +142,8 @@ class SinkService:
         self.sinks = sinks
         self.stores = StoreQueries(settings, lambda _thread: None, sinks.log_store, sinks.index, Unlogged())
 
-    def publish(self, data: bytes) -> Any:
-        return self.stores.publish(data)
+    def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> Any:
+        return self.stores.publish(data, dead_letters)
 
     def thread_list(self, project: str | None = None, status: str | None = None,
                     limit: int = DEFAULT_THREAD_LIMIT) -> dict[str, Any]:  # fmt: skip

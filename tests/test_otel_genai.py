@@ -1,0 +1,71 @@
+"""Issue 16, item 5, the pure half: what each GenAI span means for its thread
+(``agentlog.processors.otel_genai``), without a server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentlog.processors.otel_genai import Span, map_spans
+from agentlog.processors.validation import validate
+from agentlog.schemas.events import Envelope
+
+T0 = 1_780_000_000_000_000_000  # ns
+
+
+def span(span_id: str, start_ms: int, end_ms: int, parent: str = "", error: str = "", **attributes: Any) -> Span:
+    attrs = {"gen_ai.conversation.id": "t1", **{k.replace("__", "."): v for k, v in attributes.items()}}
+    return Span("ab" * 16, span_id, "s", T0 + start_ms * 1_000_000, T0 + end_ms * 1_000_000, parent,
+                bool(error), error, attrs)  # fmt: skip
+
+
+def kinds(spans: list[Span]) -> list[tuple[str, dict[str, Any]]]:
+    mapped = map_spans(spans)
+    for _, event in mapped.events:  # every event is a valid one of the wire format
+        assert isinstance(validate(json.dumps(event).encode()), Envelope), event
+    return [(e["kind"], e["payload"]) for _, e in mapped.events]
+
+
+def test_a_chat_span_publishes_only_the_input_after_the_models_last_answer_and_the_outputs_text() -> None:
+    history = [{"role": "system", "parts": [{"type": "text", "content": "be brief"}]},
+               {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+               {"role": "assistant", "parts": [{"type": "text", "content": "hello"}]},
+               {"role": "user", "parts": [{"type": "text", "content": "what time"}, {"type": "text", "content": " is it?"}]}]  # fmt: skip
+    output = [{"role": "assistant", "parts": [{"type": "text", "content": "noon"}]}]
+    assert kinds([span("01", 0, 5, gen_ai__operation__name="chat", gen_ai__input__messages=json.dumps(history),
+                       gen_ai__output__messages=output)]) == [  # structured attributes work as JSON text does
+        ("message", {"role": "user", "text": "what time is it?"}), ("message", {"role": "assistant", "text": "noon"})]  # fmt: skip
+
+
+def test_a_failed_chat_span_is_an_error_event_and_a_failed_agent_an_error_before_its_turn_end() -> None:
+    chat = span("01", 0, 5, error="rate limited", gen_ai__operation__name="chat", error__type="RateLimitError")
+    agent = span("02", 0, 9, error="gave up", gen_ai__operation__name="invoke_agent")
+    assert kinds([agent, chat]) == [("error", {"message": "RateLimitError: rate limited", "code": "RateLimitError"}),
+                                    ("error", {"message": "gave up"}), ("turn_end", {})]  # fmt: skip
+
+
+def test_a_nested_agent_span_is_a_sub_agent_spawned_and_exited() -> None:
+    child = span("03", 2, 4, parent="02", gen_ai__operation__name="invoke_agent", gen_ai__agent__name="researcher")
+    assert kinds([child]) == [("agent_spawn", {"child_agent_id": "researcher"}),
+                              ("agent_exit", {"child_agent_id": "researcher", "status": "ok"})]  # fmt: skip
+
+
+def test_events_come_in_event_time_whatever_order_the_spans_arrive_in_and_ids_are_the_spans() -> None:
+    spans = [span("0a", 10, 30, gen_ai__operation__name="execute_tool", gen_ai__tool__name="ls", gen_ai__tool__call__id="c"),
+             span("0b", 0, 40, gen_ai__operation__name="invoke_agent")]  # fmt: skip
+    forward, backward = map_spans(spans), map_spans(spans[::-1])
+    assert [e for _, e in forward.events] == [e for _, e in backward.events]
+    assert [e["event_id"] for _, e in forward.events] == [
+        f"otel:{'ab' * 16}:0a:call", f"otel:{'ab' * 16}:0a:result", f"otel:{'ab' * 16}:0b:turn_end"]
+    assert {e["turn_id"] for _, e in forward.events} == {"ab" * 16}
+
+
+def test_spans_that_mean_nothing_here_are_unmapped_with_a_reason_each() -> None:
+    spans = [span("01", 0, 1), span("02", 0, 1, gen_ai__operation__name="embeddings"),
+             span("03", 0, 1, gen_ai__operation__name="execute_tool"),
+             Span("ab" * 16, "04", "chat x", 0, 1, attributes={"gen_ai.operation.name": "chat"})]  # fmt: skip
+    mapped = map_spans(spans)
+    assert mapped.events == []
+    reasons = dict(mapped.unmapped)
+    assert "no gen_ai.operation.name" in reasons[0] and "'embeddings' is not mapped" in reasons[1]
+    assert "no gen_ai.tool.name" in reasons[2] and "no gen_ai.conversation.id" in reasons[3]
