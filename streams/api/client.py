@@ -82,6 +82,11 @@ def _reason(response: httpx.Response) -> str:
         return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
+class Unreachable(StoreError):
+    """No answer from the server (connection refused, reset or timed out): the same
+    request may succeed later, unlike a refusal (``StoreError``)."""
+
+
 class RemoteService:
     """The ``Service`` of a server elsewhere (``agentlog run`` or a Kafka worker), through its
     HTTP API: every answer is the server's, every refusal the same exception."""
@@ -100,7 +105,7 @@ class RemoteService:
             try:
                 response = send()
             except httpx.HTTPError as error:
-                raise StoreError(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
+                raise Unreachable(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
             if response.status_code != 503 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -200,4 +205,4 @@ class RemoteService:
         self.http.close()
 
 
-__all__ = ["SERVER_FILE", "RemoteService", "answers", "data_dir_identity", "server_url"]
+__all__ = ["SERVER_FILE", "RemoteService", "Unreachable", "answers", "data_dir_identity", "server_url"]
