@@ -1,0 +1,248 @@
+"""Issue 16's Python client: a thread handle that publishes typed events, a bounded
+buffer with retries that never duplicate, and the same answers from every target."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentlog
+from agentlog.client import AsyncClient, Client, PublishRefused
+from agentlog.client.client import TIMEOUT_OUTPUT
+from agentlog.sinks.base import StoreError
+from agentlog.streams.api.client import RemoteService
+from agentlog.streams.api.service import Unavailable
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.publish_check import PublishReport
+from tests.client_server import TOKEN, Server
+from tests.conftest import free_port
+from tests.tcp_proxy import TcpProxy
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = Server(tmp_path_factory.mktemp("client-server") / "data", free_port()).start()
+    yield running
+    running.stop()
+
+
+def script(client: Any) -> None:
+    """One agent turn touching every helper of the thread handle."""
+    t = client.thread("s1", project="billing")
+    t.goal("make the login test pass")
+    t.constraint("do not touch the database", constraint_id="no-db")
+    t.user("the login test fails with KeyError, fix it")
+    t.plan(["reproduce", "fix", ("verify", "run the suite", "pending")])
+    with t.tool_call("pytest", {"k": "login"}, call_id="c1") as call:
+        call.result("FAILED test_login - KeyError: 'user'", status="error", exit_code=1)
+    t.file_changed("app/login.py")
+    with t.tool_call("pytest", {"k": "login"}, call_id="c2") as call:
+        call.result("1 passed", exit_code=0)
+    child = t.spawn("s1-review", role="reviewer")
+    child.goal("review the login fix")
+    child.exit(summary="the fix looks right")
+    t.approval("merge the fix", approval_id="a1")
+    t.decision("a1", "approved", by="lead")
+    t.assistant("fixed: the session lacked the user key")
+    t.end_turn()
+
+
+async def async_script(client: AsyncClient) -> None:
+    """``script`` through ``AsyncClient``."""
+    t = client.thread("s1", project="billing")
+    await t.goal("make the login test pass")
+    await t.constraint("do not touch the database", constraint_id="no-db")
+    await t.user("the login test fails with KeyError, fix it")
+    await t.plan(["reproduce", "fix", ("verify", "run the suite", "pending")])
+    async with t.tool_call("pytest", {"k": "login"}, call_id="c1") as call:
+        await call.result("FAILED test_login - KeyError: 'user'", status="error", exit_code=1)
+    await t.file_changed("app/login.py")
+    async with t.tool_call("pytest", {"k": "login"}, call_id="c2") as call:
+        await call.result("1 passed", exit_code=0)
+    child = await t.spawn("s1-review", role="reviewer")
+    await child.goal("review the login fix")
+    await child.exit(summary="the fix looks right")
+    await t.approval("merge the fix", approval_id="a1")
+    await t.decision("a1", "approved", by="lead")
+    await t.assistant("fixed: the session lacked the user key")
+    await t.end_turn()
+
+
+def outcome(client: Any) -> dict[str, Any]:
+    """What a run left, without the event times (each run has its own clock)."""
+    state = client.state("s1").model_dump()
+    timeless = {k: v for k, v in state.items() if k not in ("last_ts", "newest_ts")}
+    for name in ("failures", "agents", "files", "decided_approvals"):
+        timeless[name] = [{k: v for k, v in item.items() if k != "ts"} for item in timeless[name]]
+    pairs = client.sql("SELECT thread_id, call_id, tool_name, status, synthetic, output_bytes FROM tool_calls FINAL "
+                       "ORDER BY call_id").rows  # fmt: skip
+    events = client.sql("SELECT event_id, kind, thread_id, turn_id FROM events ORDER BY event_id").rows
+    context = client.context("s1", budget=3000, query="KeyError")
+    return {"state": timeless, "pairs": pairs, "events": events, "messages": context.messages,
+            "child": client.state("s1-review").goal}  # fmt: skip
+
+
+def test_the_same_script_gives_the_same_state_pairs_events_and_context_embedded_over_http_and_async(
+    tmp_path: Path, server: Server
+) -> None:
+    with Client(tmp_path / "embedded", id_prefix="run") as embedded:
+        script(embedded)
+        local = outcome(embedded)
+    with Client(server.url, token=TOKEN, id_prefix="run") as remote:
+        script(remote)
+        over_http = outcome(remote)
+
+    async def run_async() -> dict[str, Any]:
+        async with AsyncClient(tmp_path / "async", id_prefix="run") as client:
+            await async_script(client)
+            await client.flush()
+            return await asyncio.to_thread(outcome, client.sync)
+
+    assert over_http == local
+    assert asyncio.run(run_async()) == local
+    assert local["state"]["goal"]["text"] == "make the login test pass"
+    assert [p[1:4] for p in local["pairs"]] == [["c1", "pytest", "error"], ["c2", "pytest", "ok"]]
+    assert len(local["events"]) == 16
+
+
+def test_spawn_links_the_child_thread_and_exit_reports_to_the_parent(tmp_path: Path) -> None:
+    with Client(tmp_path / "data") as client:
+        parent = client.thread("p", project="billing")
+        child = parent.spawn("p-child", role="tester")
+        child.user("run the tests")
+        child.exit("done", summary="all green")
+        agents = parent.state().agents
+        assert [(a["agent_id"], a["thread_id"], a["role"], a["summary"]) for a in agents] == \
+            [("p-child", "p-child", "tester", "all green")]  # fmt: skip
+        assert client.state("p-child").project == "billing"
+        assert client.read(agents[0]["event_id"]).event["payload"]["child_thread_id"] == "p-child"
+        with pytest.raises(ValueError, match="spawn"):
+            client.thread("alone").exit()
+
+
+def test_an_exception_in_a_tool_call_block_becomes_an_error_result_with_its_latency_and_is_raised(
+    tmp_path: Path,
+) -> None:
+    with Client(tmp_path / "data") as client:
+        t = client.thread("t")
+        with pytest.raises(KeyError):
+            with t.tool_call("deploy", {"env": "prod"}) as call:
+                time.sleep(0.02)
+                raise KeyError("token")
+        assert call.status == "error" and call.latency_ms is not None and call.latency_ms >= 20
+        row = client.sql("SELECT status, latency_ms, output_bytes FROM tool_calls FINAL").rows
+        assert row[0][0] == "error" and row[0][1] >= 20
+        found = client.search("token", thread_id="t", kind="tool_result").hits
+        assert found and "KeyError" in found[0].snippet
+
+
+def test_a_tool_call_never_given_a_result_gets_a_timeout_result_when_the_client_closes(tmp_path: Path) -> None:
+    with Client(tmp_path / "data") as client:
+        t = client.thread("t")
+        with t.tool_call("long_job", {"n": 1}):
+            pass  # finished elsewhere, never reported
+        with t.tool_call("quick") as done:
+            done.result("ok")
+        assert len(t.state().pending_calls) == 1
+    with Client(tmp_path / "data") as again:
+        rows = again.sql("SELECT tool_name, status FROM tool_calls FINAL ORDER BY tool_name").rows
+        assert rows == [["long_job", "timeout"], ["quick", "ok"]]
+        output = again.sql("SELECT payload FROM events WHERE kind = 'tool_result' AND payload LIKE '%timeout%'")
+        assert TIMEOUT_OUTPUT in output.rows[0][0]
+
+
+class Flaky:
+    """A real ``EmbeddedService`` whose publish first fails as a deployment that is away
+    would: 503s (``Unavailable``), then a refused connection."""
+
+    def __init__(self, service: EmbeddedService, failures: list[Exception]) -> None:
+        self.service = service
+        self.failures = failures
+        self.attempts = 0
+
+    def publish(self, data: bytes) -> PublishReport:
+        self.attempts += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return self.service.publish(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.service, name)
+
+
+def test_a_publish_answered_503_or_refused_is_retried_with_back_off_and_stored_once(settings: Settings) -> None:
+    from agentlog.streams.api.client import Unreachable
+
+    service = EmbeddedService(settings)
+    flaky = Flaky(service, [Unavailable("catching up"), Unavailable("catching up"), Unreachable("connection refused")])
+    client = Client(flaky, batch_size=100)
+    t = client.thread("t")
+    ids = [t.user(f"message {i}") for i in range(50)]
+    started = time.monotonic()
+    client.flush()
+    assert flaky.attempts == 4  # three failures, then the same batch once more
+    assert time.monotonic() - started >= 0.05 * (0.5 + 1 + 2) * 0.5  # backed off, with jitter
+    assert client.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [[50, 50]]
+    assert client.read(ids[-1]).event["payload"]["text"] == "message 49"
+    client.close()
+    service.close()
+
+
+def test_a_refusal_is_never_retried_and_says_why(server: Server) -> None:
+    class Counting(RemoteService):
+        attempts = 0
+
+        def publish(self, data: bytes) -> PublishReport:
+            Counting.attempts += 1
+            return super().publish(data)
+
+    client = Client(Counting(server.url, "wrong-token", busy_seconds=0.0))
+    client.thread("t").user("hello")
+    started = time.monotonic()
+    with pytest.raises(PublishRefused, match="token"):
+        client.flush()
+    assert Counting.attempts == 1 and time.monotonic() - started < 2.0
+    with pytest.raises(StoreError, match="token"):  # a read is refused the same way, at once
+        client.state("t")
+    client.connection.close()
+
+
+def test_records_the_deployment_rejects_are_reported_with_their_reasons_and_the_rest_stored(server: Server) -> None:
+    with Client(server.url, token=TOKEN) as client:
+        client.thread("fine").user("kept")
+        client.thread("not an id").user("refused")  # a space is outside the id alphabet
+        with pytest.raises(PublishRefused) as refused:
+            client.flush()
+        assert "1 of 2 events rejected" in str(refused.value)
+        assert "invalid_event" in refused.value.rejections[0]["reason"]
+        assert client.state("fine").event_count == 1
+
+
+def test_the_buffer_is_bounded_publishing_waits_while_the_server_is_away_and_nothing_is_lost(server: Server) -> None:
+    proxy = TcpProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+    proxy.stop()  # the server is unreachable: connections refused
+    client = Client(f"http://127.0.0.1:{proxy.port}", token=TOKEN, capacity=50, batch_size=10)
+    t = client.thread("bounded")
+    queued = []
+    writer = threading.Thread(target=lambda: queued.extend(t.user(f"m{i}") for i in range(300)))
+    writer.start()
+    time.sleep(1.0)
+    assert writer.is_alive(), "publishing should wait for room, not grow the buffer"
+    assert client.pending <= 50 + 10  # the buffer, and at most one batch in a request
+    proxy.start()
+    writer.join(timeout=60)
+    client.flush()
+    assert client.sql("SELECT count(), uniqExact(event_id) FROM events WHERE thread_id = 'bounded'").rows == [[300, 300]]
+    client.close()
+    proxy.stop()
+
+
+def test_the_package_exports_the_client_lazily() -> None:
+    assert agentlog.Client is Client and agentlog.AsyncClient is AsyncClient
