@@ -62,7 +62,8 @@ class Buffer:
         self._stalled = False  # a batch gave up (DeliveryFailed): wait for the next flush()
         self._closed = False
         self._errors: list[ClientError] = []
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # ``put`` takes it directly: cheaper than the condition's wrapper
+        self._cond = threading.Condition(self._lock)
         self.sent = 0  # events the deployment answered for (accepted or rejected)
         self._thread = threading.Thread(target=self._run, name="agentlog-client-sender", daemon=True)
         self._thread.start()
@@ -72,11 +73,13 @@ class Buffer:
     def put(self, raw: bytes, timeout: float | None = None) -> None:
         """Queue one encoded event; waits while the buffer is full (``timeout``: at most
         so long, then ``ClientError``)."""
-        with self._cond:
-            if not self._wait(lambda: len(self._items) < self.policy.capacity or self._stalled or self._closed,
-                              timeout):  # fmt: skip
-                raise ClientError(f"the client's buffer stayed full ({self.policy.capacity} events) for {timeout} s")
-            self._check_open()
+        with self._lock:
+            if len(self._items) >= self.policy.capacity or self._closed:  # else the fast path: room now
+                if not self._wait(lambda: len(self._items) < self.policy.capacity or self._stalled or self._closed,
+                                  timeout):  # fmt: skip
+                    raise ClientError(f"the client's buffer stayed full ({self.policy.capacity} events) "
+                                      f"for {timeout} s")  # fmt: skip
+                self._check_open()
             self._append(raw)
 
     def offer(self, raw: bytes) -> bool:
@@ -89,11 +92,15 @@ class Buffer:
             return True
 
     def _append(self, raw: bytes) -> None:
-        if not self._items:
+        items = self._items
+        if not items:
             self._oldest = time.monotonic()
-        self._items.append(raw)
-        if len(self._items) == 1 or len(self._items) >= self.policy.batch_size:
-            self._cond.notify_all()
+            items.append(raw)
+            self._cond.notify()  # the sender starts the interval's clock
+        else:
+            items.append(raw)
+            if len(items) == self.policy.batch_size:
+                self._cond.notify()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
-from datetime import datetime, timezone
+import time
 from typing import Any
 
 import orjson
 
 
+_second: list[Any] = [None, ""]  # the last whole second formatted, and its text
+
+
 def now_ts() -> str:
-    """The current time as RFC 3339 UTC with microseconds (what the log keeps)."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """The current time as RFC 3339 UTC with microseconds (what the log keeps). The date
+    and time of day are formatted once a second: this runs once per event."""
+    now = time.time()
+    second = int(now)
+    if _second[0] != second:
+        _second[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second[0] = second
+    return f"{_second[1]}.{int((now - second) * 1_000_000):06d}Z"
 
 
 class EventIds:
@@ -28,25 +36,23 @@ class EventIds:
 
     def __init__(self, prefix: str | None = None) -> None:
         self.prefix = prefix or os.urandom(6).hex()
-        self._counter = itertools.count(1)
-        self._lock = threading.Lock()  # ``next`` on a count is atomic in CPython; the lock says so
+        self._counter = itertools.count(1)  # ``next`` on it is atomic: threads may share a client
 
     def next(self) -> str:
-        with self._lock:
-            n = next(self._counter)
-        return f"{self.prefix}-{n}"
+        return f"{self.prefix}-{next(self._counter)}"
 
 
-def encode(event_id: str, thread_id: str, kind: str, payload: dict[str, Any], envelope: dict[str, Any],
+def envelope(**fields: Any) -> dict[str, Any]:
+    """The optional envelope fields an event carries (``project``, ``agent_id``,
+    ``turn_id``, ``window_id``, ...), those left ``None`` out."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def encode(event_id: str, thread_id: str, kind: str, payload: dict[str, Any], fields: dict[str, Any],
            ts: str | None = None) -> bytes:  # fmt: skip
-    """One event as a JSON line's bytes (without the newline). ``envelope``: the optional
-    envelope fields (``project``, ``agent_id``, ``turn_id``, ``window_id``, ...), ``None``
-    values left out."""
-    event = {"event_id": event_id, "thread_id": thread_id, "kind": kind, "ts": ts or now_ts(), "payload": payload}
-    for key, value in envelope.items():
-        if value is not None:
-            event[key] = value
-    return orjson.dumps(event)
+    """One event as a JSON line's bytes (without the newline); ``fields``: an ``envelope``."""
+    return orjson.dumps({"event_id": event_id, "thread_id": thread_id, "kind": kind, "ts": ts or now_ts(),
+                         "payload": payload, **fields})  # fmt: skip
 
 
-__all__ = ["EventIds", "encode", "now_ts"]
+__all__ = ["EventIds", "encode", "envelope", "now_ts"]

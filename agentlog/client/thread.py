@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agentlog.client.events import encode
+from agentlog.client.events import encode, envelope
 
 if TYPE_CHECKING:
     from agentlog.client.client import Client
@@ -34,21 +34,22 @@ class ThreadBase(Generic[R]):
         self.window_id = window_id
         self.parent = parent  # the thread that spawned this one (``spawn``), for ``exit``
         self.turn = 1
+        self._envelope = self._fields()
 
     @property
     def turn_id(self) -> str:
         """The current turn's id (``end_turn`` starts the next one)."""
         return f"turn-{self.turn}"
 
-    def _event(self, kind: str, payload: dict[str, Any], event_id: str | None = None) -> tuple[str, bytes]:
-        event_id = event_id or self.client.ids.next()
-        envelope = {"project": self.project, "agent_id": self.agent_id, "turn_id": self.turn_id,
-                    "window_id": self.window_id}  # fmt: skip
-        return event_id, encode(event_id, self.thread_id, kind, payload, envelope)
+    def _fields(self) -> dict[str, Any]:
+        # Once per turn, not per event.
+        return envelope(project=self.project, agent_id=self.agent_id, turn_id=self.turn_id, window_id=self.window_id)
 
     def publish(self, kind: str, payload: dict[str, Any], event_id: str | None = None) -> R:
         """Any kind of event with this thread's envelope (the typed methods cover the usual ones)."""
-        return self.client._send(*self._event(kind, payload, event_id))  # type: ignore[no-any-return]
+        event_id = event_id or self.client.ids.next()
+        raw = encode(event_id, self.thread_id, kind, payload, self._envelope)
+        return self.client._send(event_id, raw)  # type: ignore[no-any-return]
 
     # -- conversation -------------------------------------------------------------------------
 
@@ -67,6 +68,7 @@ class ThreadBase(Generic[R]):
         """End the current turn (its calls still open get ``missing`` results) and start the next."""
         sent = self.publish("turn_end", {})
         self.turn += 1
+        self._envelope = self._fields()
         return sent
 
     # -- what the agent works towards ----------------------------------------------------------
@@ -126,7 +128,11 @@ class ThreadBase(Generic[R]):
     def tool_result(self, call_id: str, output: str, status: str = "ok", tool_name: str | None = None,
                     exit_code: int | None = None) -> R:  # fmt: skip
         """A tool call's result, published on its own (``tool_call`` blocks do it for you)."""
-        payload = _some(call_id=call_id, output=output, status=status, tool_name=tool_name, exit_code=exit_code)
+        payload: dict[str, Any] = {"call_id": call_id, "output": output, "status": status}
+        if tool_name is not None:
+            payload["tool_name"] = tool_name
+        if exit_code is not None:
+            payload["exit_code"] = exit_code
         return self.publish("tool_result", payload)
 
     # -- sub-agents ----------------------------------------------------------------------------
