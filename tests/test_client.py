@@ -33,9 +33,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     running.stop()
 
 
-def script(client: Any) -> None:
+def script(client: Any, thread: str = "s1") -> None:
     """One agent turn touching every helper of the thread handle."""
-    t = client.thread("s1", project="billing")
+    t = client.thread(thread, project="billing")
     t.goal("make the login test pass")
     t.constraint("do not touch the database", constraint_id="no-db")
     t.user("the login test fails with KeyError, fix it")
@@ -45,7 +45,7 @@ def script(client: Any) -> None:
     t.file_changed("app/login.py")
     with t.tool_call("pytest", {"k": "login"}, call_id="c2") as call:
         call.result("1 passed", exit_code=0)
-    child = t.spawn("s1-review", role="reviewer")
+    child = t.spawn(f"{thread}-review", role="reviewer")
     child.goal("review the login fix")
     child.exit(summary="the fix looks right")
     t.approval("merge the fix", approval_id="a1")
@@ -54,9 +54,9 @@ def script(client: Any) -> None:
     t.end_turn()
 
 
-async def async_script(client: AsyncClient) -> None:
+async def async_script(client: AsyncClient, thread: str = "s1") -> None:
     """``script`` through ``AsyncClient``."""
-    t = client.thread("s1", project="billing")
+    t = client.thread(thread, project="billing")
     await t.goal("make the login test pass")
     await t.constraint("do not touch the database", constraint_id="no-db")
     await t.user("the login test fails with KeyError, fix it")
@@ -66,7 +66,7 @@ async def async_script(client: AsyncClient) -> None:
     await t.file_changed("app/login.py")
     async with t.tool_call("pytest", {"k": "login"}, call_id="c2") as call:
         await call.result("1 passed", exit_code=0)
-    child = await t.spawn("s1-review", role="reviewer")
+    child = await t.spawn(f"{thread}-review", role="reviewer")
     await child.goal("review the login fix")
     await child.exit(summary="the fix looks right")
     await t.approval("merge the fix", approval_id="a1")
@@ -75,18 +75,35 @@ async def async_script(client: AsyncClient) -> None:
     await t.end_turn()
 
 
-def outcome(client: Any) -> dict[str, Any]:
-    """What a run left, without the event times (each run has its own clock)."""
-    state = client.state("s1").model_dump()
+PAIRS = "SELECT thread_id, call_id, tool_name, status, synthetic, output_bytes FROM tool_calls FINAL " \
+        "WHERE thread_id = '{t}' ORDER BY call_id"  # fmt: skip
+EVENTS = "SELECT event_id, kind, thread_id, turn_id FROM events WHERE thread_id IN ('{t}', '{t}-review') " \
+         "ORDER BY event_id"  # fmt: skip
+
+
+def _timeless(state: dict[str, Any]) -> dict[str, Any]:
+    """A state without its event times (each run has its own clock)."""
     timeless = {k: v for k, v in state.items() if k not in ("last_ts", "newest_ts")}
     for name in ("failures", "agents", "files", "decided_approvals"):
         timeless[name] = [{k: v for k, v in item.items() if k != "ts"} for item in timeless[name]]
-    pairs = client.sql("SELECT thread_id, call_id, tool_name, status, synthetic, output_bytes FROM tool_calls FINAL "
-                       "ORDER BY call_id").rows  # fmt: skip
-    events = client.sql("SELECT event_id, kind, thread_id, turn_id FROM events ORDER BY event_id").rows
-    context = client.context("s1", budget=3000, query="KeyError")
-    return {"state": timeless, "pairs": pairs, "events": events, "messages": context.messages,
-            "child": client.state("s1-review").goal}  # fmt: skip
+    return timeless
+
+
+def outcome(client: Any, thread: str = "s1") -> dict[str, Any]:
+    """What a run left: the thread's state, pairs, events and context, the child's goal."""
+    context = client.context(thread, budget=3000, query="KeyError")
+    return {"state": _timeless(client.state(thread).model_dump()), "pairs": client.sql(PAIRS.format(t=thread)).rows,
+            "events": client.sql(EVENTS.format(t=thread)).rows, "messages": context.messages,
+            "child": client.state(f"{thread}-review").goal}  # fmt: skip
+
+
+async def async_outcome(client: AsyncClient, thread: str = "s1") -> dict[str, Any]:
+    """``outcome`` through ``AsyncClient``'s awaited reads."""
+    context = await client.context(thread, budget=3000, query="KeyError")
+    return {"state": _timeless((await client.state(thread)).model_dump()),
+            "pairs": (await client.sql(PAIRS.format(t=thread))).rows,
+            "events": (await client.sql(EVENTS.format(t=thread))).rows, "messages": context.messages,
+            "child": (await client.state(f"{thread}-review")).goal}  # fmt: skip
 
 
 def test_the_same_script_gives_the_same_state_pairs_events_and_context_embedded_over_http_and_async(
@@ -99,14 +116,20 @@ def test_the_same_script_gives_the_same_state_pairs_events_and_context_embedded_
         script(remote)
         over_http = outcome(remote)
 
-    async def run_async() -> dict[str, Any]:
-        async with AsyncClient(tmp_path / "async", id_prefix="run") as client:
-            await async_script(client)
-            await client.flush()
-            return await asyncio.to_thread(outcome, client.sync)
+    async def run_async(target: Any, prefix: str, thread: str, **options: Any) -> dict[str, Any]:
+        async with AsyncClient(target, id_prefix=prefix, **options) as client:
+            assert (client._http is not None) == str(target).startswith("http")  # reads awaited over HTTP
+            await async_script(client, thread)
+            return await async_outcome(client, thread)
 
     assert over_http == local
-    assert asyncio.run(run_async()) == local
+    assert asyncio.run(run_async(tmp_path / "async", "run", "s1")) == local
+    # over HTTP with httpx's async client, on the same server: another thread and id prefix,
+    # so compared with an embedded run of that thread and prefix
+    with Client(tmp_path / "embedded-x1", id_prefix="arun") as embedded:
+        script(embedded, "x1")
+        local_x1 = outcome(embedded, "x1")
+    assert asyncio.run(run_async(server.url, "arun", "x1", token=TOKEN)) == local_x1
     assert local["state"]["goal"]["text"] == "make the login test pass"
     assert [p[1:4] for p in local["pairs"]] == [["c1", "pytest", "error"], ["c2", "pytest", "ok"]]
     assert len(local["events"]) == 16

@@ -2,19 +2,24 @@
 
 Publishing never blocks the event loop: an event goes into the same bounded buffer at
 once when there is room and waits in a worker thread when it is full (back-pressure as
-an ``await``). Flushes and reads run the ``Client``'s calls in a worker thread, so the
-embedded stores and the HTTP transport behave exactly as they do for ``Client``.
+an ``await``); the buffer's sender publishes in the background as for ``Client``. Reads
+of a server go through httpx's async client (``aio_http``); reads of the embedded
+stores, and flushes, run the ``Client``'s calls in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentlog.client.aio_http import AsyncHttpReads
 from agentlog.client.client import TIMEOUT_OUTPUT, Client
+from agentlog.client.errors import DeliveryFailed, transient
+from agentlog.streams.api.client import RemoteService
 from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList
 from agentlog.client.thread import ThreadBase, ToolCallBase
 from agentlog.streams.api.service import Service
@@ -30,9 +35,32 @@ class AsyncClient:
         self.sync = Client(target, **options)
         self.ids = self.sync.ids
         self._open_calls = self.sync._open_calls
+        service = self.sync.service
+        reader = getattr(service, "reader", service)  # Kafka: the worker's API, if named
+        self._http = AsyncHttpReads(reader) if isinstance(reader, RemoteService) else None
 
     async def _run(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(functools.partial(call, *args, **kwargs))
+
+    async def _read(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """A read after a flush: awaited over HTTP, else the ``Client``'s in a worker thread;
+        retried on transient errors as ``Client`` retries."""
+        if self._http is None:
+            return await self._run(getattr(self.sync, name), *args, **kwargs)
+        await self.flush()
+        policy = self.sync.policy
+        deadline = time.monotonic() + policy.retry_seconds
+        delay = policy.backoff_s
+        while True:
+            try:
+                return await getattr(self._http, name)(*args, **kwargs)
+            except Exception as error:
+                if not transient(error):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise DeliveryFailed(f"no answer after {policy.retry_seconds:g} s: {error}") from error
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, policy.backoff_max_s)
 
     def thread(self, thread_id: str, project: str | None = None, agent_id: str | None = None,
                window_id: str | None = None) -> AsyncThread:  # fmt: skip
@@ -50,7 +78,11 @@ class AsyncClient:
         """Give open tool calls a ``timeout`` result, publish the buffer, release the target."""
         for call in list(self._open_calls.values()):
             await call._result(TIMEOUT_OUTPUT, "timeout", None)
-        await self._run(self.sync.close)
+        try:
+            await self._run(self.sync.close)
+        finally:
+            if self._http is not None:
+                await self._http.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -59,23 +91,23 @@ class AsyncClient:
         await self.close()
 
     async def state(self, thread_id: str) -> State:
-        return await self._run(self.sync.state, thread_id)
+        return State.model_validate(await self._read("state", thread_id))
 
     async def context(self, thread_id: str, budget: int, query: str | None = None,
                       model: str | None = None) -> Context:  # fmt: skip
-        return await self._run(self.sync.context, thread_id, budget, query, model)
+        return Context.model_validate(await self._read("context", thread_id, budget, query, model))
 
     async def search(self, query: str, **filters: Any) -> SearchAnswer:
-        return await self._run(self.sync.search, query, **filters)
+        return SearchAnswer.model_validate(await self._read("search", query, **filters))
 
     async def read(self, event_id: str) -> LoggedEvent:
-        return await self._run(self.sync.read, event_id)
+        return LoggedEvent.model_validate(await self._read("read", event_id))
 
     async def sql(self, statement: str) -> SqlResult:
-        return await self._run(self.sync.sql, statement)
+        return SqlResult.model_validate(await self._read("sql", statement))
 
     async def threads(self, project: str | None = None, status: str | None = None, limit: int = 100) -> ThreadList:
-        return await self._run(self.sync.threads, project, status, limit)
+        return ThreadList.model_validate(await self._read("threads", project, status, limit))
 
 
 class AsyncThread(ThreadBase[Awaitable[str]]):
