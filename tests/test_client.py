@@ -4,6 +4,8 @@ buffer with retries that never duplicate, and the same answers from every target
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -269,3 +271,16 @@ def test_the_buffer_is_bounded_publishing_waits_while_the_server_is_away_and_not
 
 def test_the_package_exports_the_client_lazily() -> None:
     assert agentlog.Client is Client and agentlog.AsyncClient is AsyncClient
+
+
+def test_a_client_never_closed_publishes_its_buffer_when_the_program_exits(tmp_path: Path) -> None:
+    program = ("from agentlog import Client\n"
+               f"t = Client({str(tmp_path / 'data')!r}, flush_interval=600).thread('t')\n"
+               "for i in range(10):\n    t.user(f'm{i}')\n"
+               "with t.tool_call('left_open'):\n    pass\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with Client(tmp_path / "data") as client:
+        assert client.sql("SELECT kind, count() FROM events GROUP BY kind ORDER BY kind").rows == \
+            [["message", 10], ["tool_call", 1], ["tool_result", 1]]  # fmt: skip
+        assert client.sql("SELECT status FROM tool_calls FINAL").rows == [["timeout"]]

@@ -3,7 +3,11 @@ the same way whichever deployment answers (see ``agentlog.client.targets``)."""
 
 from __future__ import annotations
 
+import atexit
+import functools
+import logging
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +22,7 @@ from agentlog.streams.api.service import Service
 from agentlog.streams.config import Settings
 
 T = TypeVar("T")
+log = logging.getLogger("agentlog.client")
 
 TIMEOUT_OUTPUT = "no result before the client closed"
 
@@ -45,6 +50,10 @@ class Client:
         self._open_calls: dict[str, ToolCallBase] = {}
         self._buffer = Buffer(self.service.publish, self.policy)
         self._closed = False
+        # A client never closed still publishes its buffer when the interpreter exits
+        # normally (the sender is a daemon thread: it would die with events in hand).
+        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     def __repr__(self) -> str:
         return f"<agentlog.Client {self.connection.where}>"
@@ -82,6 +91,7 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._at_exit)
         try:
             for call in list(self._open_calls.values()):
                 call._result(TIMEOUT_OUTPUT, "timeout", None)
@@ -140,6 +150,16 @@ class Client:
 
     def threads(self, project: str | None = None, status: str | None = None, limit: int = 100) -> ThreadList:
         return ThreadList.model_validate(self._read(lambda: self.service.thread_list(project, status, limit)))
+
+
+def _close_at_exit(ref: weakref.ref[Client]) -> None:
+    client = ref()
+    if client is None or client._closed:
+        return
+    try:
+        client.close()
+    except Exception as error:  # noqa: BLE001 - at exit there is no caller left to raise to
+        log.error("agentlog client: closing at exit failed: %s", error)
 
 
 __all__ = ["Client"]
