@@ -220,6 +220,25 @@ def test_a_publish_answered_503_or_refused_is_retried_with_back_off_and_stored_o
     service.close()
 
 
+def test_a_batch_stops_growing_at_its_byte_limit_so_big_tool_outputs_go_in_several_requests(settings: Settings) -> None:
+    service = EmbeddedService(settings)
+    sizes: list[int] = []
+
+    class Recording(Flaky):
+        def publish(self, data: bytes) -> PublishReport:
+            sizes.append(len(data))
+            return super().publish(data)
+
+    with Client(Recording(service, []), max_batch_bytes=1_000_000) as client:
+        t = client.thread("big")
+        for i in range(10):
+            t.tool_result(f"c{i}", "x" * 300_000)
+        client.flush()
+        assert client.sql("SELECT count() FROM events").scalar() == 10
+    service.close()
+    assert len(sizes) >= 4 and max(sizes) < 1_000_000
+
+
 def test_a_refusal_is_never_retried_and_says_why(server: Server) -> None:
     class Counting(RemoteService):
         attempts = 0

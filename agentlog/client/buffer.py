@@ -40,6 +40,9 @@ class BatchPolicy:
     backoff_s: float = 0.05
     """The first wait between retries; it doubles up to ``backoff_max_s``."""
     backoff_max_s: float = 2.0
+    max_batch_bytes: int = 8 * 1024 * 1024
+    """A batch stops growing at this size (one event bigger still goes alone): a server
+    refuses a request over ``AGENTLOG_MAX_REQUEST_BYTES`` (64 MiB by default)."""
 
     def __post_init__(self) -> None:
         if self.capacity < 1 or self.batch_size < 1:
@@ -167,9 +170,8 @@ class Buffer:
                     self._cond.wait(None if wait == float("inf") else wait)
                 if not self._items or self._stalled:
                     return  # closed, and empty or given up on (close() raised why)
-                n = min(len(self._items), self.policy.batch_size)
-                batch = [self._items.popleft() for _ in range(n)]
-                self._inflight = n
+                batch = self._take()
+                self._inflight = len(batch)
                 if self._items:
                     self._oldest = time.monotonic()
             failed: ClientError | None = None
@@ -192,6 +194,16 @@ class Buffer:
                             return
                 self.sent += 0 if isinstance(failed, DeliveryFailed) else len(batch)
                 self._cond.notify_all()
+
+    def _take(self) -> list[bytes]:
+        """The next batch: up to ``batch_size`` events and ``max_batch_bytes``, at least one."""
+        items = self._items
+        batch = [items.popleft()]
+        size = len(batch[0])
+        while items and len(batch) < self.policy.batch_size and size + len(items[0]) < self.policy.max_batch_bytes:
+            size += len(items[0]) + 1
+            batch.append(items.popleft())
+        return batch
 
     def _deliver(self, batch: list[bytes]) -> None:
         data = b"\n".join(batch)

@@ -4,10 +4,8 @@ the same way whichever deployment answers (see ``agentlog.client.targets``)."""
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,9 +39,10 @@ class Client:
     def __init__(self, target: str | Path | Service | None = None, *, token: str | None = None,
                  kafka: str | None = None, worker: str | None = None, settings: Settings | None = None,
                  batch_size: int = 500, capacity: int = 10_000, flush_interval: float = 0.2,
-                 retry_seconds: float = 120.0, id_prefix: str | None = None) -> None:  # fmt: skip
+                 retry_seconds: float = 120.0, max_batch_bytes: int = 8 * 1024 * 1024,
+                 id_prefix: str | None = None) -> None:  # fmt: skip
         self.policy = BatchPolicy(capacity=capacity, batch_size=batch_size, interval_s=flush_interval,
-                                  retry_seconds=retry_seconds)  # fmt: skip
+                                  retry_seconds=retry_seconds, max_batch_bytes=max_batch_bytes)  # fmt: skip
         self.connection = connect(target, token=token, kafka=kafka, worker=worker, settings=settings)
         self.service: Service = self.connection.service
         self.ids = EventIds(id_prefix)
@@ -51,9 +50,9 @@ class Client:
         self._buffer = Buffer(self.service.publish, self.policy)
         self._closed = False
         # A client never closed still publishes its buffer when the interpreter exits
-        # normally (the sender is a daemon thread: it would die with events in hand).
-        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
-        atexit.register(self._at_exit)
+        # normally (the sender is a daemon thread: it would die with events in hand). The
+        # hook holds the client until then, even if the program dropped it.
+        atexit.register(self._close_at_exit)
 
     def __repr__(self) -> str:
         return f"<agentlog.Client {self.connection.where}>"
@@ -91,13 +90,19 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self._at_exit)
+        atexit.unregister(self._close_at_exit)
         try:
             for call in list(self._open_calls.values()):
                 call._result(TIMEOUT_OUTPUT, "timeout", None)
             self._buffer.close()
         finally:
             self.connection.close()
+
+    def _close_at_exit(self) -> None:
+        try:
+            self.close()
+        except Exception as error:  # noqa: BLE001 - at exit there is no caller left to raise to
+            log.error("agentlog client: closing at exit failed: %s", error)
 
     def __enter__(self) -> Client:
         return self
@@ -150,16 +155,6 @@ class Client:
 
     def threads(self, project: str | None = None, status: str | None = None, limit: int = 100) -> ThreadList:
         return ThreadList.model_validate(self._read(lambda: self.service.thread_list(project, status, limit)))
-
-
-def _close_at_exit(ref: weakref.ref[Client]) -> None:
-    client = ref()
-    if client is None or client._closed:
-        return
-    try:
-        client.close()
-    except Exception as error:  # noqa: BLE001 - at exit there is no caller left to raise to
-        log.error("agentlog client: closing at exit failed: %s", error)
 
 
 __all__ = ["Client"]
