@@ -256,6 +256,12 @@ def test_a_refusal_is_never_retried_and_says_why(server: Server) -> None:
     with pytest.raises(StoreError, match="token"):  # a read is refused the same way, at once
         client.state("t")
     client.connection.close()
+    with Client(server.url, token=TOKEN) as good:
+        good.thread("t").user("hello")
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="budget"):  # HTTP 400: a bad parameter, said, never retried
+            good.context("t", budget=-5)
+        assert time.monotonic() - started < 2.0
 
 
 def test_records_the_deployment_rejects_are_reported_with_their_reasons_and_the_rest_stored(server: Server) -> None:
