@@ -4,6 +4,7 @@ buffer with retries that never duplicate, and the same answers from every target
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -26,6 +27,14 @@ from agentlog.streams.publish_check import PublishReport
 from tests.client_server import TOKEN, Server
 from tests.conftest import free_port
 from tests.tcp_proxy import TcpProxy
+
+
+@pytest.fixture(autouse=True)
+def _no_agentlog_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data directory's client reads AGENTLOG_* as the command does: these tests' stores
+    are their own (no shared OpenSearch index named by the environment)."""
+    for name in [n for n in os.environ if n.startswith("AGENTLOG_")]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="module")

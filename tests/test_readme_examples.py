@@ -32,8 +32,8 @@ def test_the_first_usage_section_publishes_a_tool_call_and_gets_a_context_with_t
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == re.findall(r"print\(.*\)\s+# (.+)", snippet)
-    from agentlog import Client  # what the snippet left in its data directory, read back
+    from agentlog import Client, Settings  # what the snippet left in its data directory, read back
 
-    with Client(tmp_path / "agent-data") as client:
+    with Client(tmp_path / "agent-data", settings=Settings(data_dir=tmp_path / "agent-data")) as client:
         assert client.sql("SELECT tool_name, status FROM tool_calls FINAL").rows == [["pytest", "error"]]
         assert client.sql("SELECT count() FROM events WHERE thread_id = 't1'").scalar() == 3

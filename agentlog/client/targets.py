@@ -12,6 +12,7 @@ Engines load only for the target chosen: an HTTP client never loads chDB or tant
 from __future__ import annotations
 
 import dataclasses
+import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ class Connection:
 def _embedded(data_dir: Path, settings: Settings | None, token: str | None) -> Connection:
     from agentlog.streams.cli.backend import backend  # noqa: PLC0415 - loads the engines
 
-    base = settings or Settings.from_env({"AGENTLOG_DATA_DIR": str(data_dir)})
+    # The directory's settings as the command line reads them: AGENTLOG_* and its agentlog.toml.
+    base = settings or Settings.from_env({**os.environ, "AGENTLOG_DATA_DIR": str(data_dir)})
     base = dataclasses.replace(base, data_dir=data_dir, kafka_bootstrap=None, api_token=token or base.api_token)
     stack = ExitStack()
     service = stack.enter_context(backend(base))
