@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.publisher import LocalPublisher
 
 from agentlog.client import Client
 from agentlog.client.events import now_ts
-from agentlog.streams.config import Settings
-from agentlog.streams.embedded.publisher import LocalPublisher
 
 BATCH = 500
 """Events per publish on both sides (the client's default batch size)."""

@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import agentlog
-from agentlog.client import AsyncClient, Client, PublishRefused
-from agentlog.client.client import TIMEOUT_OUTPUT
 from agentlog.sinks.base import StoreError
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import Unavailable
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
 from agentlog.streams.publish_check import PublishReport
+
+import agentlog
+from agentlog.client import AsyncClient, Client, PublishRefused
+from agentlog.client.client import TIMEOUT_OUTPUT
 from tests.client_server import TOKEN, Server
 from tests.conftest import free_port
 from tests.tcp_proxy import TcpProxy

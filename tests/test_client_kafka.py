@@ -8,12 +8,12 @@ import uuid
 
 import orjson
 import pytest
-from kafka import KafkaConsumer
-
-from agentlog.client import Client
 from agentlog.streams.api.service import NotServedHere
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.topics import EVENTS, topic
+from kafka import KafkaConsumer
+
+from agentlog.client import Client
 from tests.test_client import script
 
 

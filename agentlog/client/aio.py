@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 from agentlog.client.aio_http import AsyncHttpReads
 from agentlog.client.client import TIMEOUT_OUTPUT, Client
 from agentlog.client.errors import DeliveryFailed, transient
-from agentlog.streams.api.client import RemoteService
 from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList
 from agentlog.client.thread import ThreadBase, ToolCallBase
+from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import Service
 
 T = TypeVar("T")

@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 
-
 _second: list[Any] = [None, ""]  # the last whole second formatted, and its text
 
 

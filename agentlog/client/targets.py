@@ -21,7 +21,7 @@ from agentlog.sinks.base import QueryResult
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import NotServedHere, Service
 from agentlog.streams.config import Settings
-from agentlog.streams.publish_check import PublishReport, Publisher
+from agentlog.streams.publish_check import Publisher, PublishReport
 
 
 class Connection:

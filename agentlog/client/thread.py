@@ -10,7 +10,7 @@ they are created, never at send time.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agentlog.client.events import encode, envelope
