@@ -17,4 +17,17 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["KINDS", "Envelope", "Settings", "__version__"]
+_CLIENT = ("AsyncClient", "Client")
+
+
+def __getattr__(name: str) -> object:
+    """``agentlog.Client`` and ``agentlog.AsyncClient``, imported when first named (``import
+    agentlog`` stays light for the command and the publishers)."""
+    if name in _CLIENT:
+        import agentlog.client  # noqa: PLC0415
+
+        return getattr(agentlog.client, name)
+    raise AttributeError(f"module 'agentlog' has no attribute {name!r}")
+
+
+__all__ = ["KINDS", "AsyncClient", "Client", "Envelope", "Settings", "__version__"]

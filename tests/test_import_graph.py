@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGES = ("agentlog.processors", "agentlog.schemas", "agentlog.sinks", "agentlog.streams", "agentlog.bench")
+PACKAGES = ("agentlog.processors", "agentlog.schemas", "agentlog.sinks", "agentlog.streams", "agentlog.bench",
+            "agentlog.client")  # fmt: skip
 CORE = ("agentlog.processors", "agentlog.schemas")
-ADAPTERS = ("agentlog.streams", "agentlog.sinks", "agentlog.bench")
+ADAPTERS = ("agentlog.streams", "agentlog.sinks", "agentlog.bench", "agentlog.client")
 
 
 def _package(module: str) -> str:
@@ -125,5 +126,6 @@ def _loads(module: str) -> set[str]:
 
 
 def test_the_publishers_and_the_http_client_load_neither_chdb_nor_tantivy() -> None:
-    for module in ("agentlog.streams.kafka.publisher", "agentlog.streams.embedded.publisher", "agentlog.streams.api.client"):
+    for module in ("agentlog.streams.kafka.publisher", "agentlog.streams.embedded.publisher", "agentlog.streams.api.client",
+                   "agentlog.client"):  # fmt: skip
         assert {"chdb", "tantivy"} & _loads(module) == set(), module

@@ -83,6 +83,22 @@ def _reason(response: httpx.Response) -> str:
         return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
+def answer_of(response: httpx.Response) -> Any:
+    """A server's answer as the service's: its JSON, or the exception its status means."""
+    if response.status_code == 404:
+        raise NotFound(_reason(response))
+    if response.status_code == 503:
+        raise Unavailable(_reason(response))
+    if response.status_code >= 400:
+        raise StoreError(_reason(response))
+    return response.json()
+
+
+class Unreachable(StoreError):
+    """No answer from the server (connection refused, reset or timed out): the same
+    request may succeed later, unlike a refusal (``StoreError``)."""
+
+
 class RemoteService:
     """The ``Service`` of a server elsewhere (``agentlog run`` or a Kafka worker), through its
     HTTP API: every answer is the server's, every refusal the same exception."""
@@ -101,17 +117,11 @@ class RemoteService:
             try:
                 response = send()
             except httpx.HTTPError as error:
-                raise StoreError(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
+                raise Unreachable(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
             if response.status_code != 503 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        if response.status_code == 404:
-            raise NotFound(_reason(response))
-        if response.status_code == 503:
-            raise Unavailable(_reason(response))
-        if response.status_code >= 400:
-            raise StoreError(_reason(response))
-        return response.json()
+        return answer_of(response)
 
     def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._check(lambda: self.http.post(path, content=json.dumps(body or {}), headers=JSON))
@@ -205,4 +215,4 @@ class RemoteService:
         self.http.close()
 
 
-__all__ = ["SERVER_FILE", "RemoteService", "answers", "data_dir_identity", "server_url"]
+__all__ = ["SERVER_FILE", "RemoteService", "Unreachable", "answer_of", "answers", "data_dir_identity", "server_url"]

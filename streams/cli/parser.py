@@ -124,11 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processor-events", type=int, default=200_000, help="events for the processors-only run")
     p.add_argument("--memory-facts", type=int, default=100_000, help="facts for the memory benchmark")
     p.add_argument("--kafka-events", type=int, default=100_000, help="events for the Kafka benchmark")
+    p.add_argument("--client-events", type=int, default=30_000, help="events for the client benchmark")
     p.add_argument("--step-lengths", type=_lengths, default=(200, 2_000, 20_000), metavar="N,N,...",
                    help="thread lengths of the step benchmark (default 200,2000,20000)")
     p.add_argument("--steps", type=int, default=200, help="measured steps per series of the step benchmark")
     p.add_argument("--json", action="store_true", help="with --only fidelity: its figures as one JSON object")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "step", "kafka", "rebuild"],
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "step", "kafka", "rebuild",
+                                         "client"],
                    default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
                         "context (assembly vs thread length, naive baseline, search, retention table), "
@@ -139,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "pip install 'agentlog[bench]'), "
                         "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
                         "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
-                        "of an --events log, without a server and through one; not part of 'all')")
+                        "of an --events log, without a server and through one; not part of 'all'), client (publishing "
+                        "--client-events through agentlog.Client beside writing the same JSON lines yourself, "
+                        "per-event cost and ratio)")
     return parser
 
 

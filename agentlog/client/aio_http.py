@@ -1,0 +1,59 @@
+"""``AsyncClient``'s reads of a server with httpx's async client: the routes and the
+answers ``RemoteService`` reads synchronously (``answer_of`` maps a status to the same
+exception), so an asyncio program reads without tying up a worker thread per request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from agentlog.streams.api.client import RemoteService, Unreachable, answer_of
+
+
+class AsyncHttpReads:
+    """The read operations of the server ``remote`` talks to, awaited."""
+
+    def __init__(self, remote: RemoteService) -> None:
+        auth = {k: v for k, v in remote.http.headers.items() if k.lower() == "authorization"}
+        self.url = remote.url
+        self.http = httpx.AsyncClient(base_url=remote.url, timeout=120.0, follow_redirects=True, headers=auth)
+
+    async def _send(self, method: str, path: str, params: dict[str, Any] | None = None,
+                    body: dict[str, Any] | None = None) -> Any:  # fmt: skip
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = await self.http.request(method, path, params=query, json=body)
+        except httpx.HTTPError as error:
+            raise Unreachable(f"no agentlog server answers at {self.url} ({error})") from error
+        return answer_of(response)
+
+    async def state(self, thread_id: str) -> Any:
+        return await self._send("GET", f"/threads/{thread_id}/state")
+
+    async def context(self, thread_id: str, budget: int, query: str | None, model: str | None) -> Any:
+        return await self._send("GET", f"/threads/{thread_id}/context", {"budget": budget, "query": query,
+                                                                         "model": model})  # fmt: skip
+
+    async def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
+                     tool_name: str | None = None, project: str | None = None, limit: int = 10,
+                     window_id: str | None = None, after: str | None = None, since_ms: int | None = None,
+                     until_ms: int | None = None) -> Any:  # fmt: skip
+        return await self._send("GET", "/search", {
+            "q": query, "thread": thread_id, "kind": kind, "tool": tool_name, "window": window_id,
+            "project": project, "after": after, "since_ms": since_ms, "until_ms": until_ms, "limit": limit})  # fmt: skip
+
+    async def read(self, event_id: str) -> Any:
+        return await self._send("GET", f"/events/{event_id}")
+
+    async def sql(self, statement: str) -> Any:
+        return await self._send("POST", "/sql", body={"sql": statement})
+
+    async def threads(self, project: str | None, status: str | None, limit: int) -> Any:
+        return await self._send("GET", "/threads", {"project": project, "status": status, "limit": limit})
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+
+__all__ = ["AsyncHttpReads"]

@@ -1,0 +1,71 @@
+"""Typed answers of the client's reads. Where the HTTP API declares an answer's model
+(``agentlog.schemas.responses``) the client returns that model; the state, a context
+and a logged event are described here, with their main fields typed and every other
+field the deployment sends kept (``extra``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agentlog.schemas.responses import SearchAnswer, SqlAnswer, ThreadList
+
+
+class _Open(BaseModel):
+    # A newer server may add fields: they are kept, never refused.
+    model_config = ConfigDict(extra="allow")
+
+
+class State(_Open):
+    """A thread's working state (``agentlog state``)."""
+
+    thread_id: str
+    project: str = "default"
+    window_id: str | None = None
+    goal: dict[str, Any] | None = None
+    constraints: list[dict[str, Any]] = []
+    plan: list[dict[str, Any]] = []
+    tasks: list[dict[str, Any]] = []
+    files: list[dict[str, Any]] = []
+    agents: list[dict[str, Any]] = []
+    pending_calls: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    pending_approvals: list[dict[str, Any]] = []
+    summary: dict[str, Any] | None = None
+    event_count: int = 0
+    last_event_id: str | None = None
+
+
+class Context(_Open):
+    """The model's working set for a thread within a token budget (``agentlog context``):
+    ``messages`` is ready to send to a chat API."""
+
+    thread_id: str
+    messages: list[dict[str, Any]]
+    sections: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    """The budget, the tokens used, and what was dropped (``dropped``), per section."""
+
+
+class LoggedEvent(_Open):
+    """One event as logged (``source``: ``log``, or ``active`` if accepted and not logged yet)."""
+
+    event: dict[str, Any]
+    source: str | None = None
+    offset: int | None = None
+
+
+class SqlResult(SqlAnswer):
+    """An analyst query's columns and rows."""
+
+    def records(self) -> list[dict[str, Any]]:
+        """Each row as a dict keyed by column."""
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+    def scalar(self) -> Any:
+        """The first column of the first row (``SELECT count() ...``)."""
+        return self.rows[0][0] if self.rows and self.rows[0] else None
+
+
+__all__ = ["Context", "LoggedEvent", "SearchAnswer", "SqlResult", "State", "ThreadList"]

@@ -1,0 +1,320 @@
+"""Issue 16's Python client: a thread handle that publishes typed events, a bounded
+buffer with retries that never duplicate, and the same answers from every target."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentlog.sinks.base import StoreError
+from agentlog.streams.api.client import RemoteService
+from agentlog.streams.api.service import Unavailable
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.publish_check import PublishReport
+
+import agentlog
+from agentlog.client import AsyncClient, Client, PublishRefused
+from agentlog.client.client import TIMEOUT_OUTPUT
+from tests.client_server import TOKEN, Server
+from tests.conftest import free_port
+from tests.tcp_proxy import TcpProxy
+
+
+@pytest.fixture(autouse=True)
+def _no_agentlog_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data directory's client reads AGENTLOG_* as the command does: these tests' stores
+    are their own (no shared OpenSearch index named by the environment)."""
+    for name in [n for n in os.environ if n.startswith("AGENTLOG_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = Server(tmp_path_factory.mktemp("client-server") / "data", free_port()).start()
+    yield running
+    running.stop()
+
+
+def script(client: Any, thread: str = "s1") -> None:
+    """One agent turn touching every helper of the thread handle."""
+    t = client.thread(thread, project="billing")
+    t.goal("make the login test pass")
+    t.constraint("do not touch the database", constraint_id="no-db")
+    t.user("the login test fails with KeyError, fix it")
+    t.plan(["reproduce", "fix", ("verify", "run the suite", "pending")])
+    with t.tool_call("pytest", {"k": "login"}, call_id="c1") as call:
+        call.result("FAILED test_login - KeyError: 'user'", status="error", exit_code=1)
+    t.file_changed("app/login.py")
+    with t.tool_call("pytest", {"k": "login"}, call_id="c2") as call:
+        call.result("1 passed", exit_code=0)
+    child = t.spawn(f"{thread}-review", role="reviewer")
+    child.goal("review the login fix")
+    child.exit(summary="the fix looks right")
+    t.approval("merge the fix", approval_id="a1")
+    t.decision("a1", "approved", by="lead")
+    t.assistant("fixed: the session lacked the user key")
+    t.end_turn()
+
+
+async def async_script(client: AsyncClient, thread: str = "s1") -> None:
+    """``script`` through ``AsyncClient``."""
+    t = client.thread(thread, project="billing")
+    await t.goal("make the login test pass")
+    await t.constraint("do not touch the database", constraint_id="no-db")
+    await t.user("the login test fails with KeyError, fix it")
+    await t.plan(["reproduce", "fix", ("verify", "run the suite", "pending")])
+    async with t.tool_call("pytest", {"k": "login"}, call_id="c1") as call:
+        await call.result("FAILED test_login - KeyError: 'user'", status="error", exit_code=1)
+    await t.file_changed("app/login.py")
+    async with t.tool_call("pytest", {"k": "login"}, call_id="c2") as call:
+        await call.result("1 passed", exit_code=0)
+    child = await t.spawn(f"{thread}-review", role="reviewer")
+    await child.goal("review the login fix")
+    await child.exit(summary="the fix looks right")
+    await t.approval("merge the fix", approval_id="a1")
+    await t.decision("a1", "approved", by="lead")
+    await t.assistant("fixed: the session lacked the user key")
+    await t.end_turn()
+
+
+PAIRS = "SELECT thread_id, call_id, tool_name, status, synthetic, output_bytes FROM tool_calls FINAL " \
+        "WHERE thread_id = '{t}' ORDER BY call_id"  # fmt: skip
+EVENTS = "SELECT event_id, kind, thread_id, turn_id FROM events WHERE thread_id IN ('{t}', '{t}-review') " \
+         "ORDER BY event_id"  # fmt: skip
+
+
+def _timeless(state: dict[str, Any]) -> dict[str, Any]:
+    """A state without its event times (each run has its own clock)."""
+    timeless = {k: v for k, v in state.items() if k not in ("last_ts", "newest_ts")}
+    for name in ("failures", "agents", "files", "decided_approvals"):
+        timeless[name] = [{k: v for k, v in item.items() if k != "ts"} for item in timeless[name]]
+    return timeless
+
+
+def outcome(client: Any, thread: str = "s1") -> dict[str, Any]:
+    """What a run left: the thread's state, pairs, events and context, the child's goal."""
+    context = client.context(thread, budget=3000, query="KeyError")
+    return {"state": _timeless(client.state(thread).model_dump()), "pairs": client.sql(PAIRS.format(t=thread)).rows,
+            "events": client.sql(EVENTS.format(t=thread)).rows, "messages": context.messages,
+            "child": client.state(f"{thread}-review").goal}  # fmt: skip
+
+
+async def async_outcome(client: AsyncClient, thread: str = "s1") -> dict[str, Any]:
+    """``outcome`` through ``AsyncClient``'s awaited reads."""
+    context = await client.context(thread, budget=3000, query="KeyError")
+    return {"state": _timeless((await client.state(thread)).model_dump()),
+            "pairs": (await client.sql(PAIRS.format(t=thread))).rows,
+            "events": (await client.sql(EVENTS.format(t=thread))).rows, "messages": context.messages,
+            "child": (await client.state(f"{thread}-review")).goal}  # fmt: skip
+
+
+def test_the_same_script_gives_the_same_state_pairs_events_and_context_embedded_over_http_and_async(
+    tmp_path: Path, server: Server
+) -> None:
+    with Client(tmp_path / "embedded", id_prefix="run") as embedded:
+        script(embedded)
+        local = outcome(embedded)
+    with Client(server.url, token=TOKEN, id_prefix="run") as remote:
+        script(remote)
+        over_http = outcome(remote)
+
+    async def run_async(target: Any, prefix: str, thread: str, **options: Any) -> dict[str, Any]:
+        async with AsyncClient(target, id_prefix=prefix, **options) as client:
+            assert (client._http is not None) == str(target).startswith("http")  # reads awaited over HTTP
+            await async_script(client, thread)
+            return await async_outcome(client, thread)
+
+    assert over_http == local
+    assert asyncio.run(run_async(tmp_path / "async", "run", "s1")) == local
+    # over HTTP with httpx's async client, on the same server: another thread and id prefix,
+    # so compared with an embedded run of that thread and prefix
+    with Client(tmp_path / "embedded-x1", id_prefix="arun") as embedded:
+        script(embedded, "x1")
+        local_x1 = outcome(embedded, "x1")
+    assert asyncio.run(run_async(server.url, "arun", "x1", token=TOKEN)) == local_x1
+    assert local["state"]["goal"]["text"] == "make the login test pass"
+    assert [p[1:4] for p in local["pairs"]] == [["c1", "pytest", "error"], ["c2", "pytest", "ok"]]
+    assert len(local["events"]) == 16
+
+
+def test_spawn_links_the_child_thread_and_exit_reports_to_the_parent(tmp_path: Path) -> None:
+    with Client(tmp_path / "data") as client:
+        parent = client.thread("p", project="billing")
+        child = parent.spawn("p-child", role="tester")
+        child.user("run the tests")
+        child.exit("done", summary="all green")
+        agents = parent.state().agents
+        assert [(a["agent_id"], a["thread_id"], a["role"], a["summary"]) for a in agents] == \
+            [("p-child", "p-child", "tester", "all green")]  # fmt: skip
+        assert client.state("p-child").project == "billing"
+        assert client.read(agents[0]["event_id"]).event["payload"]["child_thread_id"] == "p-child"
+        with pytest.raises(ValueError, match="spawn"):
+            client.thread("alone").exit()
+
+
+def test_an_exception_in_a_tool_call_block_becomes_an_error_result_with_its_latency_and_is_raised(
+    tmp_path: Path,
+) -> None:
+    with Client(tmp_path / "data") as client:
+        t = client.thread("t")
+        with pytest.raises(KeyError):
+            with t.tool_call("deploy", {"env": "prod"}) as call:
+                time.sleep(0.02)
+                raise KeyError("token")
+        assert call.status == "error" and call.latency_ms is not None and call.latency_ms >= 20
+        row = client.sql("SELECT status, latency_ms, output_bytes FROM tool_calls FINAL").rows
+        assert row[0][0] == "error" and row[0][1] >= 20
+        found = client.search("token", thread_id="t", kind="tool_result").hits
+        assert found and "KeyError" in found[0].snippet
+
+
+def test_a_tool_call_never_given_a_result_gets_a_timeout_result_when_the_client_closes(tmp_path: Path) -> None:
+    with Client(tmp_path / "data") as client:
+        t = client.thread("t")
+        with t.tool_call("long_job", {"n": 1}):
+            pass  # finished elsewhere, never reported
+        with t.tool_call("quick") as done:
+            done.result("ok")
+        assert len(t.state().pending_calls) == 1
+    with Client(tmp_path / "data") as again:
+        rows = again.sql("SELECT tool_name, status FROM tool_calls FINAL ORDER BY tool_name").rows
+        assert rows == [["long_job", "timeout"], ["quick", "ok"]]
+        output = again.sql("SELECT payload FROM events WHERE kind = 'tool_result' AND payload LIKE '%timeout%'")
+        assert TIMEOUT_OUTPUT in output.rows[0][0]
+
+
+class Flaky:
+    """A real ``EmbeddedService`` whose publish first fails as a deployment that is away
+    would: 503s (``Unavailable``), then a refused connection."""
+
+    def __init__(self, service: EmbeddedService, failures: list[Exception]) -> None:
+        self.service = service
+        self.failures = failures
+        self.attempts = 0
+
+    def publish(self, data: bytes) -> PublishReport:
+        self.attempts += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return self.service.publish(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.service, name)
+
+
+def test_a_publish_answered_503_or_refused_is_retried_with_back_off_and_stored_once(settings: Settings) -> None:
+    from agentlog.streams.api.client import Unreachable
+
+    service = EmbeddedService(settings)
+    flaky = Flaky(service, [Unavailable("catching up"), Unavailable("catching up"), Unreachable("connection refused")])
+    client = Client(flaky, batch_size=100)
+    t = client.thread("t")
+    ids = [t.user(f"message {i}") for i in range(50)]
+    started = time.monotonic()
+    client.flush()
+    assert flaky.attempts == 4  # three failures, then the same batch once more
+    assert time.monotonic() - started >= 0.05 * (0.5 + 1 + 2) * 0.5  # backed off, with jitter
+    assert client.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [[50, 50]]
+    assert client.read(ids[-1]).event["payload"]["text"] == "message 49"
+    client.close()
+    service.close()
+
+
+def test_a_batch_stops_growing_at_its_byte_limit_so_big_tool_outputs_go_in_several_requests(settings: Settings) -> None:
+    service = EmbeddedService(settings)
+    sizes: list[int] = []
+
+    class Recording(Flaky):
+        def publish(self, data: bytes) -> PublishReport:
+            sizes.append(len(data))
+            return super().publish(data)
+
+    with Client(Recording(service, []), max_batch_bytes=1_000_000) as client:
+        t = client.thread("big")
+        for i in range(10):
+            t.tool_result(f"c{i}", "x" * 300_000)
+        client.flush()
+        assert client.sql("SELECT count() FROM events").scalar() == 10
+    service.close()
+    assert len(sizes) >= 4 and max(sizes) < 1_000_000
+
+
+def test_a_refusal_is_never_retried_and_says_why(server: Server) -> None:
+    class Counting(RemoteService):
+        attempts = 0
+
+        def publish(self, data: bytes) -> PublishReport:
+            Counting.attempts += 1
+            return super().publish(data)
+
+    client = Client(Counting(server.url, "wrong-token", busy_seconds=0.0))
+    client.thread("t").user("hello")
+    started = time.monotonic()
+    with pytest.raises(PublishRefused, match="token"):
+        client.flush()
+    assert Counting.attempts == 1 and time.monotonic() - started < 2.0
+    with pytest.raises(StoreError, match="token"):  # a read is refused the same way, at once
+        client.state("t")
+    client.connection.close()
+    with Client(server.url, token=TOKEN) as good:
+        good.thread("t").user("hello")
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="budget"):  # HTTP 400: a bad parameter, said, never retried
+            good.context("t", budget=-5)
+        assert time.monotonic() - started < 2.0
+
+
+def test_records_the_deployment_rejects_are_reported_with_their_reasons_and_the_rest_stored(server: Server) -> None:
+    with Client(server.url, token=TOKEN) as client:
+        client.thread("fine").user("kept")
+        client.thread("not an id").user("refused")  # a space is outside the id alphabet
+        with pytest.raises(PublishRefused) as refused:
+            client.flush()
+        assert "1 of 2 events rejected" in str(refused.value)
+        assert "invalid_event" in refused.value.rejections[0]["reason"]
+        assert client.state("fine").event_count == 1
+
+
+def test_the_buffer_is_bounded_publishing_waits_while_the_server_is_away_and_nothing_is_lost(server: Server) -> None:
+    proxy = TcpProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+    proxy.stop()  # the server is unreachable: connections refused
+    client = Client(f"http://127.0.0.1:{proxy.port}", token=TOKEN, capacity=50, batch_size=10)
+    t = client.thread("bounded")
+    queued = []
+    writer = threading.Thread(target=lambda: queued.extend(t.user(f"m{i}") for i in range(300)))
+    writer.start()
+    time.sleep(1.0)
+    assert writer.is_alive(), "publishing should wait for room, not grow the buffer"
+    assert client.pending <= 50 + 10  # the buffer, and at most one batch in a request
+    proxy.start()
+    writer.join(timeout=60)
+    client.flush()
+    assert client.sql("SELECT count(), uniqExact(event_id) FROM events WHERE thread_id = 'bounded'").rows == [[300, 300]]
+    client.close()
+    proxy.stop()
+
+
+def test_the_package_exports_the_client_lazily() -> None:
+    assert agentlog.Client is Client and agentlog.AsyncClient is AsyncClient
+
+
+def test_a_client_never_closed_publishes_its_buffer_when_the_program_exits(tmp_path: Path) -> None:
+    program = ("from agentlog import Client\n"
+               f"t = Client({str(tmp_path / 'data')!r}, flush_interval=600).thread('t')\n"
+               "for i in range(10):\n    t.user(f'm{i}')\n"
+               "with t.tool_call('left_open'):\n    pass\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with Client(tmp_path / "data") as client:
+        assert client.sql("SELECT kind, count() FROM events GROUP BY kind ORDER BY kind").rows == \
+            [["message", 10], ["tool_call", 1], ["tool_result", 1]]  # fmt: skip
+        assert client.sql("SELECT status FROM tool_calls FINAL").rows == [["timeout"]]
