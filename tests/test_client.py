@@ -318,3 +318,37 @@ def test_a_client_never_closed_publishes_its_buffer_when_the_program_exits(tmp_p
         assert client.sql("SELECT kind, count() FROM events GROUP BY kind ORDER BY kind").rows == \
             [["message", 10], ["tool_call", 1], ["tool_result", 1]]  # fmt: skip
         assert client.sql("SELECT status FROM tool_calls FINAL").rows == [["timeout"]]
+
+
+ANTHROPIC_HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": "the build fails, look at it"},
+    {"role": "assistant", "content": [
+        {"type": "text", "text": "Running both checks."},
+        {"type": "tool_use", "id": "toolu_1", "name": "pytest", "input": {"k": "build"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "ruff", "input": {}}]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "1 failed", "is_error": True},
+        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "All checks passed"}]},
+    {"role": "assistant", "content": "pytest fails; ruff is clean."},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["embedded", "http"])
+def test_a_provider_history_goes_in_through_a_thread_and_comes_out_as_either_providers_payload(
+        target: str, tmp_path: Path, server: Server) -> None:  # fmt: skip
+    from tests.provider_payloads import anthropic_request, openai_pairs, openai_request  # noqa: PLC0415
+
+    where = str(tmp_path / "data") if target == "embedded" else server.url
+    with Client(where, token=None if target == "embedded" else TOKEN) as client:
+        t = client.thread(f"hist-{target}", project="billing")
+        ids = t.history(ANTHROPIC_HISTORY, format="anthropic", system="Be brief.", at="2026-12-01T09:00:00Z")
+        again = t.history(ANTHROPIC_HISTORY, format="anthropic", system="Be brief.", at="2026-12-01T09:00:00Z")
+        assert ids == again  # the same ids: the second import stores nothing
+        anthropic = t.context(budget=50_000, format="anthropic")
+        openai = t.context(budget=50_000, format="openai")
+        rows = client.sql(f"SELECT count() AS n FROM events WHERE thread_id = 'hist-{target}'").rows
+    assert anthropic.format == "anthropic" and anthropic.system
+    anthropic_request(anthropic.model_dump())  # validates against anthropic's own request type
+    openai_request(openai.messages)
+    assert sorted(call for call, _ in openai_pairs(openai.messages)) == ["toolu_1", "toolu_2"]
+    assert rows[0][0] == len(ids)

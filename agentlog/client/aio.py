@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,8 +94,8 @@ class AsyncClient:
         return State.model_validate(await self._read("state", thread_id))
 
     async def context(self, thread_id: str, budget: int, query: str | None = None,
-                      model: str | None = None) -> Context:  # fmt: skip
-        return Context.model_validate(await self._read("context", thread_id, budget, query, model))
+                      model: str | None = None, format: str = "generic") -> Context:  # noqa: A002 # fmt: skip
+        return Context.model_validate(await self._read("context", thread_id, budget, query, model, format))
 
     async def search(self, query: str, **filters: Any) -> SearchAnswer:
         return SearchAnswer.model_validate(await self._read("search", query, **filters))
@@ -132,8 +132,14 @@ class AsyncThread(ThreadBase[Awaitable[str]]):
     async def state(self) -> State:
         return await self.client.state(self.thread_id)
 
-    async def context(self, budget: int, query: str | None = None, model: str | None = None) -> Context:
-        return await self.client.context(self.thread_id, budget=budget, query=query, model=model)
+    async def context(self, budget: int, query: str | None = None, model: str | None = None,
+                      format: str = "generic") -> Context:  # noqa: A002 # fmt: skip
+        return await self.client.context(self.thread_id, budget=budget, query=query, model=model, format=format)
+
+    async def history(self, items: Iterable[Mapping[str, Any]], format: str,  # type: ignore[override] # noqa: A002
+                      system: str | None = None, at: str | None = None) -> list[str]:  # fmt: skip
+        """``Thread.history``, awaited: the events in order."""
+        return [await sent for sent in super().history(items, format, system, at)]
 
     async def search(self, query: str, **filters: Any) -> SearchAnswer:
         return await self.client.search(query, thread_id=self.thread_id, **filters)

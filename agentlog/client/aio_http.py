@@ -31,9 +31,11 @@ class AsyncHttpReads:
     async def state(self, thread_id: str) -> Any:
         return await self._send("GET", f"/threads/{thread_id}/state")
 
-    async def context(self, thread_id: str, budget: int, query: str | None, model: str | None) -> Any:
-        return await self._send("GET", f"/threads/{thread_id}/context", {"budget": budget, "query": query,
-                                                                         "model": model})  # fmt: skip
+    async def context(self, thread_id: str, budget: int, query: str | None, model: str | None,
+                      format: str = "generic") -> Any:  # noqa: A002 # fmt: skip
+        return await self._send("GET", f"/threads/{thread_id}/context", {
+            "budget": budget, "query": query, "model": model,
+            "format": None if format == "generic" else format})  # fmt: skip
 
     async def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                      tool_name: str | None = None, project: str | None = None, limit: int = 10,

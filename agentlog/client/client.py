@@ -132,9 +132,12 @@ class Client:
         """The thread's working state (``NotFound`` if it has no events)."""
         return State.model_validate(self._read(lambda: self.service.state(thread_id)))
 
-    def context(self, thread_id: str, budget: int, query: str | None = None, model: str | None = None) -> Context:
-        """The model's working set for the thread within ``budget`` tokens."""
-        return Context.model_validate(self._read(lambda: self.service.context(thread_id, budget, query, model)))
+    def context(self, thread_id: str, budget: int, query: str | None = None, model: str | None = None,
+                format: str = "generic") -> Context:  # noqa: A002 # fmt: skip
+        """The model's working set for the thread within ``budget`` tokens; ``format``
+        ``openai`` or ``anthropic`` gives it as that provider's request payload."""
+        return Context.model_validate(self._read(lambda: self.service.context(thread_id, budget, query, model,
+                                                                              format=format)))  # fmt: skip
 
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                tool_name: str | None = None, project: str | None = None, limit: int = 10,

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from agentlog.schemas.events import Envelope
+
 _second: list[Any] = [None, ""]  # the last whole second formatted, and its text
 
 
@@ -55,3 +57,24 @@ def encode(event_id: str, thread_id: str, kind: str, payload: dict[str, Any], fi
 
 
 __all__ = ["EventIds", "encode", "envelope", "now_ts"]
+
+
+HISTORY_FORMATS = ("openai", "openai_responses", "anthropic")
+"""What ``Thread.history`` imports: Chat Completions messages, Responses input items,
+Anthropic Messages."""
+
+
+def history_events(items: Any, format: str, thread_id: str, project: str, system: str | None,  # noqa: A002
+                   agent_id: str, at: str | None = None) -> list[Envelope]:  # fmt: skip
+    """A provider's history as envelopes of ``thread_id`` (``agentlog.processors.formats``)."""
+    from agentlog.processors.formats import anthropic, openai_chat, openai_responses  # noqa: PLC0415 - on use
+
+    common: dict[str, Any] = {"at": at, "agent_id": agent_id}
+    if format == "openai":
+        return openai_chat.to_events(items, thread_id, project, **common)
+    if format == "openai_responses":
+        return openai_responses.to_events(items, thread_id, project, **common)
+    if format == "anthropic":
+        return anthropic.to_events(items, thread_id, project, system=system, **common)
+    raise ValueError(f"history format must be one of {', '.join(HISTORY_FORMATS)}, not {format!r}")
+

@@ -43,6 +43,10 @@ class Context(_Open):
 
     thread_id: str
     messages: list[dict[str, Any]]
+    format: str = "generic"
+    """``openai``/``anthropic``: ``messages`` (and ``system``) are that provider's payload."""
+    system: Any = None
+    """The system prompt of an ``anthropic`` payload (the other formats keep it in ``messages``)."""
     sections: list[dict[str, Any]] = []
     meta: dict[str, Any] = {}
     """The budget, the tokens used, and what was dropped (``dropped``), per section."""

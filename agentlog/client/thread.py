@@ -10,10 +10,10 @@ they are created, never at send time.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agentlog.client.events import encode, envelope
+from agentlog.client.events import encode, envelope, history_events
 
 if TYPE_CHECKING:
     from agentlog.client.client import Client
@@ -44,6 +44,18 @@ class ThreadBase(Generic[R]):
     def _fields(self) -> dict[str, Any]:
         # Once per turn, not per event.
         return envelope(project=self.project, agent_id=self.agent_id, turn_id=self.turn_id, window_id=self.window_id)
+
+    def history(self, items: Iterable[Mapping[str, Any]], format: str, system: str | None = None,  # noqa: A002
+                at: str | None = None) -> list[R]:  # fmt: skip
+        """A provider's conversation (``format``: ``openai`` Chat Completions messages,
+        ``openai_responses`` Responses input items, ``anthropic`` Messages with its
+        ``system``) as this thread's events, every tool call with its result. ``at``: when
+        the conversation started (RFC 3339), its events a millisecond apart. Ids follow
+        from the thread and each item's position: importing it again with the same ``at``,
+        or a longer version of it, stores nothing twice."""
+        events = history_events(items, format, self.thread_id, self.project or "default", system,
+                                self.agent_id or "main", at)  # fmt: skip
+        return [self.client._send(e.event_id, e.model_dump_json(exclude_none=True).encode()) for e in events]
 
     def publish(self, kind: str, payload: dict[str, Any], event_id: str | None = None) -> R:
         """Any kind of event with this thread's envelope (the typed methods cover the usual ones)."""
@@ -182,8 +194,9 @@ class Thread(ThreadBase[str]):
     def state(self) -> Any:
         return self.client.state(self.thread_id)
 
-    def context(self, budget: int, query: str | None = None, model: str | None = None) -> Any:
-        return self.client.context(self.thread_id, budget=budget, query=query, model=model)
+    def context(self, budget: int, query: str | None = None, model: str | None = None,
+                format: str = "generic") -> Any:  # noqa: A002 # fmt: skip
+        return self.client.context(self.thread_id, budget=budget, query=query, model=model, format=format)
 
     def search(self, query: str, **filters: Any) -> Any:
         return self.client.search(query, thread_id=self.thread_id, **filters)
