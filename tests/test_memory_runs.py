@@ -17,7 +17,7 @@ import httpx
 
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.publisher import KafkaPublisher
-from agentlog.streams.kafka.worker_process import worker_env
+from agentlog.streams.kafka.worker_process import free_port, start_worker, stop_worker, worker_env, worker_log
 from agentlog.streams.memory import kafka_view
 from agentlog.streams.memory.jobs import Memory
 from agentlog.streams.memory.runner import MemoryRunner
@@ -151,3 +151,30 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
     finally:
         job.close()
 
+
+
+def test_idle_triggered_on_a_kafka_worker_the_committed_view_holds_the_facts_without_any_command(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    settings = _kafka(tmp_path, "worker", kafka_bootstrap, f"t{uuid.uuid4().hex[:8]}", memory_idle_seconds=1.0,
+                      worker_port=free_port())  # fmt: skip
+    worker = start_worker(settings)
+    try:
+        _publish_kafka(settings, fact("obs-21", "java.version", "21.0.2", "tool_observed", 0, thread="idle-k"),
+                       fact("user-pg", "staging.db.host", "pg-stage-3.internal", "user_confirmed", 1, thread="idle-k"))  # fmt: skip
+
+        def committed() -> dict[str, str]:
+            assert worker.poll() is None, worker_log(settings)
+            view = kafka_view.latest_view(settings)
+            return {} if view is None else {f["key"]: f["value"] for f in view.facts.values()}
+
+        assert _poll("the view committed by the worker", committed, 120) == {
+            "java.version": "21.0.2", "staging.db.host": "pg-stage-3.internal"}
+        job = Memory(settings)  # the worker's data directory: its published view, and the runs
+        try:
+            assert {f["key"] for f in job.show("svc")["facts"]} == {"java.version", "staging.db.host"}
+            assert job.status(pull=False)["phases"]["consolidate"]["runs"] >= 1
+        finally:
+            job.close()
+    finally:
+        stop_worker(worker)
