@@ -139,6 +139,7 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
         os.kill(paused.pid, signal.SIGCONT)
     paused.communicate(timeout=120)
     assert paused.returncode == 3 and "the broker refused the memory view of worker-a" in _stderr(a), _stderr(a)
+    assert "memory consolidation of worker-a refused" in _stderr(a)  # logged by the job
     view = kafka_view.latest_view(a)
     assert view is not None and view.owner == "worker-b"
     assert {f["key"]: f["value"] for f in view.facts.values()} == {"java.version": "17", "build.tool": "gradle"}

@@ -218,6 +218,8 @@ class Memory:
         return pull_events(self.settings, self.bus)
 
     def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        if self.settings.distributed:
+            self.adopt()  # the newest view committed to the memory topic, by any machine
         version, facts = self.store.published()
         items = [
             f for f in facts.values()

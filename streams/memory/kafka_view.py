@@ -54,8 +54,14 @@ def transactional_id(settings: Settings) -> str:
     return f"agentlog-memory-{ns}" if ns else "agentlog-memory"
 
 
+_ensured: set[tuple[str | None, str]] = set()
+
+
 def ensure_memory_topic(settings: Settings) -> None:
-    """One partition (one total order of views), compacted to the newest view."""
+    """One partition (one total order of views), compacted to the newest view; checked
+    once per process."""
+    if (settings.kafka_bootstrap, memory_topic(settings)) in _ensured:
+        return
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="agentlog-admin",
                              **settings.kafka_security.kafka_python())  # fmt: skip
     try:
@@ -66,6 +72,7 @@ def ensure_memory_topic(settings: Settings) -> None:
                 admin.create_topics([NewTopic(name, 1, 1, topic_configs=config)])
             except TopicAlreadyExistsError:
                 pass
+        _ensured.add((settings.kafka_bootstrap, name))
     finally:
         admin.close()
 
