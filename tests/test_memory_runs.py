@@ -59,6 +59,24 @@ def test_a_thread_is_extracted_only_once_idle_for_the_idle_time_and_a_new_event_
     assert phases["consolidate"]["runs"] == 1 and phases["consolidate"]["last_error"] is None
 
 
+def test_a_thread_whose_extraction_failed_waits_for_its_back_off_instead_of_a_run_every_pass(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", memory_idle_seconds=1.0)
+    clock = FakeClock()
+    runner = MemoryRunner(settings, clock=clock)
+    publish(settings, fact("f1", "java.version", "17", "user_confirmed", 0, thread="broken"))
+    job = Memory(settings)
+    try:
+        assert job.store.claim("broken", "someone", 1, time.time(), 60) == 0
+        job.store.fail_extraction("broken", "someone", "RuntimeError('boom')", time.time(), max_attempts=1)
+        assert runner.run_once() == {}  # seen: its idle time starts
+        clock.now += 5
+        assert runner.run_once() == {}  # idle, not extracted, but failed for good: left to a command
+        assert job.status(pull=False)["phases"]["extract"] == {**job.status(pull=False)["phases"]["extract"],
+                                                                "pending": 1, "failed": 1, "runs": 0}  # fmt: skip
+    finally:
+        job.close()
+
+
 def test_idle_triggered_under_agentlog_run_the_view_holds_the_facts_without_any_command(
     start_server: Callable[..., tuple[str, dict[str, str]]],
 ) -> None:  # fmt: skip

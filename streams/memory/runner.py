@@ -28,6 +28,9 @@ log = logging.getLogger("agentlog.memory")
 
 Clock = Callable[[], float]
 
+GAUGES_EVERY_S = 30.0
+"""How often an idle runner refreshes the memory gauges (at once after a run)."""
+
 
 def every_s(idle_s: float) -> float:
     """How often a runner looks: a fraction of the idle time, within [0.2 s, 5 s]."""
@@ -44,18 +47,35 @@ class MemoryRunner:
         self.last_moved: dict[str, tuple[int, float]] = {}
         """thread -> (its end offset, when this runner first saw it there)."""
         self.consolidation_owed = False
+        self.topic_end = -1
+        self.stale = True
+        """Set after a run: the watermarks moved, so the pending threads are read again."""
+        self.pending: set[str] = set()
+        self.retry_at: dict[str, float] = {}
+        self.gauges_at = float("-inf")
 
     def due(self, job: Memory) -> list[str]:
-        """Threads idle for the idle time with events not extracted yet."""
+        """Threads idle for the idle time with events not extracted yet. The threads'
+        ends and watermarks are read again only when the topic grew or after a run: an
+        idle deployment costs one ``max(offset)`` per pass."""
         now = self.clock()
-        ends = job.bus.thread_ends()
-        for thread_id, end in ends.items():
-            if self.last_moved.get(thread_id, (None,))[0] != end:
-                self.last_moved[thread_id] = (end, now)
-        watermarks = {r["thread_id"]: r["watermark"] for r in job.store.extraction_rows()}
+        end = job.bus.end_offsets()[0]
+        if end != self.topic_end or self.stale:
+            self.topic_end, self.stale = end, False
+            ends = job.bus.thread_ends()
+            rows = job.store.extraction_rows()
+            watermarks = {r["thread_id"]: r["watermark"] for r in rows}
+            # A failed thread waits for its back-off (in the store's wall-clock time), and
+            # one past its last attempt waits for a command: no pass spins on it.
+            self.retry_at = {r["thread_id"]: r["retry_at"] for r in rows if r["retry_at"]}
+            for thread_id, latest in ends.items():
+                if self.last_moved.get(thread_id, (None,))[0] != latest:
+                    self.last_moved[thread_id] = (latest, now)
+            self.pending = {t for t, latest in ends.items() if watermarks.get(t, 0) < latest}
         idle_s = self.settings.memory_idle_seconds
-        return sorted(t for t, (end, since) in self.last_moved.items()
-                      if watermarks.get(t, 0) < end and now - since >= idle_s)  # fmt: skip
+        wall = job.clock()
+        return sorted(t for t in self.pending
+                      if now - self.last_moved[t][1] >= idle_s and self.retry_at.get(t, 0) <= wall)  # fmt: skip
 
     def run_once(self) -> dict[str, Any]:
         """One pass: extract the idle threads, consolidate if anything was extracted (or a
@@ -76,6 +96,7 @@ class MemoryRunner:
             report = job.extract(self.owner, lease_s, only=due)
             outcome["extracted"] = report.extracted_threads
             self.consolidation_owed |= bool(report.extracted_threads)
+            self.stale = True
         if self.consolidation_owed:
             try:
                 outcome["consolidated"] = job.consolidate(self.owner, lease_s)
@@ -85,7 +106,9 @@ class MemoryRunner:
                 self.consolidation_owed = outcome["consolidated"].get("reason", "").startswith("lease held")
         elif self.settings.distributed:
             job.adopt(lease_s)  # another worker's newer view, committed to the memory topic
-        METRICS.memory_status(job.status(pull=False)["phases"])
+        if outcome or self.clock() - self.gauges_at >= GAUGES_EVERY_S:
+            self.gauges_at = self.clock()
+            METRICS.memory_status(job.status(pull=False)["phases"])
         return outcome
 
     def run(self, stop: threading.Event) -> None:
