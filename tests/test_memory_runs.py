@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -195,5 +196,8 @@ def test_idle_triggered_on_a_kafka_worker_the_committed_view_holds_the_facts_wit
             assert job.status(pull=False)["phases"]["consolidate"]["runs"] >= 1
         finally:
             job.close()
+        metrics = httpx.get(f"http://127.0.0.1:{settings.worker_port}/metrics", timeout=30).text
+        ok = re.search(r'^agentlog_memory_runs_total\{outcome="ok",phase="consolidate"\} (\S+)$', metrics, re.M)
+        assert ok is not None and float(ok.group(1)) >= 1, metrics
     finally:
         stop_worker(worker)
