@@ -145,6 +145,7 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
         _poll("worker A's open transaction", lambda: "holding the transaction" in _stderr(a) or paused.poll(), 60)
         assert paused.poll() is None, _stderr(a)
         os.kill(paused.pid, signal.SIGSTOP)
+        assert kafka_view.latest_view(b) is None  # read_committed: A's open transaction is invisible
         _publish_kafka(b, fact("gradle", "build.tool", "gradle", "tool_observed", 1, thread="t2"))
         other = subprocess.run([sys.executable, "-m", "agentlog", "memory", "extract", "--json"], env=worker_env(b),
                                capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
