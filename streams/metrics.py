@@ -43,6 +43,9 @@ class Metrics:
                                    "extraction failed; 1 if the last consolidation failed", ["phase"], registry=r)
         self.memory_last_run = Gauge("agentlog_memory_last_run_timestamp_seconds", "When a memory phase last ran "
                                      "(its last error: `agentlog memory status`)", ["phase"], registry=r)  # fmt: skip
+        self.memory_error = Gauge("agentlog_memory_failing", "1 while a memory phase fails (label error: its last "
+                                  "error); absent when it works", ["phase", "error"], registry=r)  # fmt: skip
+        self._memory_errors: dict[str, str] = {}
 
         self.store_degraded = Gauge("agentlog_store_degraded", "1 while a store fails (label error: its last "
                                     "error); absent when every store is healthy", ["store", "error"], registry=r)
@@ -74,6 +77,12 @@ class Metrics:
             self.memory_failed.labels(name).set(phase["failed"])
             if phase["last_run"] is not None:
                 self.memory_last_run.labels(name).set(phase["last_run"])
+            old = self._memory_errors.pop(name, None)
+            if old is not None:
+                self.memory_error.remove(name, old)
+            if phase["failed"] and phase["last_error"]:
+                self._memory_errors[name] = phase["last_error"][:200]
+                self.memory_error.labels(name, self._memory_errors[name]).set(1)
 
     def processed(self, result: BatchResult) -> None:
         """Count a batch's outcome (both deployments' processors)."""
