@@ -52,6 +52,12 @@ CREATE TABLE IF NOT EXISTS views (
     facts TEXT NOT NULL, built_at REAL NOT NULL, published_at REAL
 );
 CREATE TABLE IF NOT EXISTS pointer (name TEXT PRIMARY KEY, version INTEGER NOT NULL, token INTEGER NOT NULL);
+-- The runs of each phase, by whoever ran them (a command, `agentlog run`, a worker), for
+-- `memory status` and /metrics: the last outcome, and failures (fenced ones apart).
+CREATE TABLE IF NOT EXISTS runs (
+    phase TEXT PRIMARY KEY, runs INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
+    fenced INTEGER NOT NULL DEFAULT 0, running_since REAL, last_run REAL, last_ok REAL, last_error TEXT
+);
 """
 
 GLOBAL = "consolidation"
@@ -189,12 +195,13 @@ class SqliteMemoryStore(MemoryStore):
                 f"lease {'expired' if row is not None and row[2] < now else 'taken over'}): not publishing"
             )
 
-    def build(self, facts: dict[str, Fact], owner: str, token: int, now: float) -> int:
+    def build(self, facts: dict[str, Fact] | dict[str, dict[str, Any]], owner: str, token: int, now: float) -> int:
         """Write a built (not yet published) view version; returns its number."""
         with self._tx() as db:
             self._check_token(db, owner, token, now)
             (last,) = db.execute("SELECT coalesce(max(version), 0) FROM views").fetchone()
-            body = orjson.dumps({k: f.as_dict() for k, f in facts.items()}).decode()
+            # Facts, or a view already published elsewhere (adopted from the Kafka memory topic).
+            body = orjson.dumps({k: f.as_dict() if isinstance(f, Fact) else f for k, f in facts.items()}).decode()
             db.execute("INSERT INTO views VALUES (?, ?, ?, ?, ?, NULL)", (last + 1, token, owner, body, now))
             return int(last + 1)
 
@@ -207,6 +214,30 @@ class SqliteMemoryStore(MemoryStore):
                 raise StaleToken(f"a view was published with token {current[0]} > {token}")
             db.execute("INSERT OR REPLACE INTO pointer VALUES (?, ?, ?)", (GLOBAL, version, token))
             db.execute("UPDATE views SET published_at = ? WHERE version = ?", (now, version))
+
+    # -- runs of the phases ------------------------------------------------------------
+
+    def run_started(self, phase: str, now: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO runs (phase) VALUES (?)", (phase,))
+            db.execute("UPDATE runs SET running_since = ? WHERE phase = ?", (now, phase))
+
+    def run_finished(self, phase: str, now: float, error: str | None = None, fenced: bool = False) -> None:
+        """The end of a run: ``error`` set, a failure (``fenced``: refused by the fence)."""
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO runs (phase) VALUES (?)", (phase,))
+            db.execute(
+                "UPDATE runs SET runs = runs + 1, failures = failures + ?, fenced = fenced + ?, running_since = NULL, "
+                "last_run = ?, last_ok = CASE WHEN ? IS NULL THEN ? ELSE last_ok END, last_error = coalesce(?, last_error) "
+                "WHERE phase = ?",
+                (int(error is not None), int(fenced), now, error, now, None if error is None else error[:500], phase),
+            )
+
+    def run_rows(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            cur = self._db.execute("SELECT * FROM runs ORDER BY phase")
+            names = [d[0] for d in cur.description]
+            return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
 
     # -- reads --------------------------------------------------------------------------
 

@@ -50,6 +50,8 @@ _ENV = {
     "session_timeout_seconds": "AGENTLOG_SESSION_TIMEOUT_SECONDS",
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
+    "memory_idle_seconds": "AGENTLOG_MEMORY_IDLE_SECONDS",
+    "memory_lease_seconds": "AGENTLOG_MEMORY_LEASE_SECONDS",
     "redact": "AGENTLOG_REDACT",
     # Security of each server (agentlog.streams.kafka.security); passwords stay out of every repr.
     "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
@@ -118,6 +120,11 @@ class Settings:
     compact_window_tokens: int = 6000
     summary_url: str | None = None
     summary_model: str = "gpt-4o-mini"
+    # Long-term memory runs on its own (agentlog.streams.memory.runner) for a thread idle
+    # this long (0: only by command); the leases of its runs (on Kafka, the transaction
+    # timeout of the view's publication).
+    memory_idle_seconds: float = 300.0
+    memory_lease_seconds: float = 60.0
     # Secrets redacted from state, context and compaction records (``off`` for trusted
     # deployments); the search index and memory always redact, the log keeps the original.
     redact: bool = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -31,6 +32,20 @@ class Metrics:
                                "(bounded by AGENTLOG_DEDUP_HORIZON)", registry=r)  # fmt: skip
         self.summaries = Counter("agentlog_llm_summaries_total", "LLM summaries by outcome (accepted, rejected, "
                                  "failed; the log names the thread and the reason)", ["outcome"], registry=r)  # fmt: skip
+        self.memory_runs = Counter("agentlog_memory_runs_total", "Memory runs by phase (extract, consolidate) and "
+                                   "outcome (ok, failed, fenced: refused by the lease or the broker)",
+                                   ["phase", "outcome"], registry=r)  # fmt: skip
+        self.memory_pending = Gauge("agentlog_memory_pending", "Memory work waiting, per phase: threads with "
+                                    "events not extracted; candidates not in the published view", ["phase"], registry=r)
+        self.memory_running = Gauge("agentlog_memory_running", "Live extraction claims / consolidation lease",
+                                    ["phase"], registry=r)  # fmt: skip
+        self.memory_failed = Gauge("agentlog_memory_failed", "Memory work failing now, per phase: threads whose "
+                                   "extraction failed; 1 if the last consolidation failed", ["phase"], registry=r)
+        self.memory_last_run = Gauge("agentlog_memory_last_run_timestamp_seconds", "When a memory phase last ran "
+                                     "(its last error: `agentlog memory status`)", ["phase"], registry=r)  # fmt: skip
+        self.memory_error = Gauge("agentlog_memory_failing", "1 while a memory phase fails (label error: its last "
+                                  "error); absent when it works", ["phase", "error"], registry=r)  # fmt: skip
+        self._memory_errors: dict[str, str] = {}
 
         self.store_degraded = Gauge("agentlog_store_degraded", "1 while a store fails (label error: its last "
                                     "error); absent when every store is healthy", ["store", "error"], registry=r)
@@ -53,6 +68,21 @@ class Metrics:
     def stores_recovered(self) -> None:
         for store in list(self._degraded):
             self.store_recovered(store)
+
+    def memory_status(self, phases: dict[str, dict[str, Any]]) -> None:
+        """The gauges from ``memory status``'s ``phases``."""
+        for name, phase in phases.items():
+            self.memory_pending.labels(name).set(phase["pending"])
+            self.memory_running.labels(name).set(phase["running"])
+            self.memory_failed.labels(name).set(phase["failed"])
+            if phase["last_run"] is not None:
+                self.memory_last_run.labels(name).set(phase["last_run"])
+            old = self._memory_errors.pop(name, None)
+            if old is not None:
+                self.memory_error.remove(name, old)
+            if phase["failed"] and phase["last_error"]:
+                self._memory_errors[name] = phase["last_error"][:200]
+                self.memory_error.labels(name, self._memory_errors[name]).set(1)
 
     def processed(self, result: BatchResult) -> None:
         """Count a batch's outcome (both deployments' processors)."""

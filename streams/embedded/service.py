@@ -46,6 +46,7 @@ from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.publisher import publish_to
 from agentlog.streams.memory.jobs import MemoryOperations
 from agentlog.streams import summary_job
+from agentlog.streams.memory import runner as memory_runner
 from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.rebuild import replay_log
 from agentlog.streams.wiring import open_log_store, open_search_index
@@ -584,6 +585,8 @@ class EmbeddedService(MemoryOperations):
         self.serving = True
         # The LLM summariser, when configured, runs beside these loops, never in them.
         join_summaries = summary_job.start(self, self.summariser, stop)
+        # So does memory, for threads idle long enough, while the processor has no backlog.
+        join_memory = memory_runner.start(self.settings, stop, busy=self._backlog)
         sinks = self._watch_sinks if self.sink_process is not None else self._sink_loop
         sink_loop = threading.Thread(target=sinks, args=(stop,), name="sinks", daemon=True)
         sink_loop.start()
@@ -624,6 +627,11 @@ class EmbeddedService(MemoryOperations):
         except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
             log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
         join_summaries()
+        join_memory()
+
+    def _backlog(self) -> bool:
+        with self.lock:
+            return self.driver.pending() > 0
 
     def _sink_loop(self, stop: threading.Event, idle_sleep: float = 0.01) -> None:
         """The sink stage of ``agentlog run``: group commits off the read path; a failed

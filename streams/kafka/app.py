@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import threading
 from typing import Any
 
 import faust
@@ -27,6 +28,7 @@ from agentlog.streams.api.http import build_app
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.processor import KafkaProcessor, changelog_key
 from agentlog.streams.kafka.service import WorkerService
+from agentlog.streams.memory import runner as memory_runner
 from agentlog.streams.kafka.topics import ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ready_to_serve, topic, worker_group
 
 def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
@@ -133,6 +135,9 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
     http = AsgiService(app.conf.agentlog_http, host=settings.http_host, port=settings.worker_port,
                        uvicorn_options={"access_log": False, "timeout_graceful_shutdown": 5})  # fmt: skip
     worker = faust.Worker(app, http, loglevel=loglevel, quiet=True)
+    # Memory runs on its own beside the worker (threads idle for AGENTLOG_MEMORY_IDLE_SECONDS),
+    # in a daemon thread off faust's loop; its view is fenced by the broker.
+    memory_runner.start(settings, threading.Event())
     worker.execute_from_commandline()
     return 0
 

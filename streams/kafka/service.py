@@ -248,8 +248,9 @@ class StoreQueries:
         self.log.close()
 
 
-MEMORY_ELSEWHERE = ("a Kafka worker does not run the memory jobs: run `agentlog memory ...` with the same "
-                    "settings (it reads the events topic)")
+MEMORY_ELSEWHERE = ("a Kafka worker runs memory on its own for idle threads (AGENTLOG_MEMORY_IDLE_SECONDS) but does "
+                    "not serve its routes: run `agentlog memory ...` with the worker's settings (it reads the events "
+                    "topic and the view committed to the memory topic)")
 
 
 class WorkerService:
@@ -333,8 +334,9 @@ class WorkerService:
         raise NotServedHere("a running worker does not rebuild: stop every worker, then run "
                             "`agentlog rebuild` (it replays the log into the state changelog)")  # fmt: skip
 
-    # The memory jobs run beside the workers (`agentlog memory ...`, same settings: they
-    # read the events topic and share the data directory's memory store), never inside one.
+    # The memory routes are served by `agentlog memory ...` beside the workers (same settings:
+    # it reads the events topic and the memory topic); a worker runs the jobs on its own, in
+    # a background thread (agentlog.streams.memory.runner), for idle threads only.
     def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
         raise NotServedHere(MEMORY_ELSEWHERE)
 

@@ -9,7 +9,7 @@ import multiprocessing
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -28,6 +28,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import open_memory
 from agentlog.streams.api.service import NotFound
 from agentlog.streams.embedded.publisher import publish_to
+from agentlog.streams.metrics import METRICS
 
 log = logging.getLogger("agentlog.memory")
 
@@ -60,11 +61,27 @@ class Memory:
     # -- phase 1 ------------------------------------------------------------------------
 
     def extract(self, owner: str | None = None, lease_s: float = 60.0,
-                fail: Callable[[str], None] | None = None) -> ExtractReport:  # fmt: skip
-        """Extract every thread with new events that no one else holds. ``fail`` is a
-        fault-injection hook for tests (called per thread before its commit)."""
+                fail: Callable[[str], None] | None = None, only: Collection[str] | None = None) -> ExtractReport:  # fmt: skip
+        """Extract every thread (of ``only``, when given) with new events that no one else
+        holds. ``fail`` is a fault-injection hook for tests (called per thread before its commit)."""
         report = ExtractReport(owner or default_owner("extractor"))
+        self.store.run_started("extract", self.clock())
+        try:
+            self._extract(report, lease_s, fail, only)
+        except BaseException as error:
+            self.store.run_finished("extract", self.clock(), repr(error))
+            METRICS.memory_runs.labels("extract", "failed").inc()
+            raise
+        failed = "; ".join(f"{t}: {e}" for t, e in sorted(report.failed.items())) or None
+        self.store.run_finished("extract", self.clock(), failed)
+        METRICS.memory_runs.labels("extract", "failed" if failed else "ok").inc()
+        return report
+
+    def _extract(self, report: ExtractReport, lease_s: float, fail: Callable[[str], None] | None,
+                 only: Collection[str] | None) -> ExtractReport:  # fmt: skip
         for thread_id, latest in sorted(self.bus.thread_ends().items()):
+            if only is not None and thread_id not in only:
+                continue
             watermark = self.store.claim(thread_id, report.owner, latest, self.clock(), lease_s)
             if watermark is None:
                 report.skipped += 1
@@ -108,26 +125,80 @@ class Memory:
     def consolidate(self, owner: str | None = None, lease_s: float = 60.0,
                     high_risk: list[str] | None = None,
                     pause_before_publish: float = 0.0) -> dict[str, Any]:  # fmt: skip
+        """Phase 2 under the data directory's lease; on Kafka, the view is published through
+        the memory topic first, fenced by the broker (``agentlog.streams.memory.kafka_view``)."""
         owner = owner or default_owner("consolidator")
         token = self.store.acquire(owner, self.clock(), lease_s)
         if token is None:
             held = self.store.lease_row() or {}
             return {"published": False, "reason": f"lease held by {held.get('owner')}", "owner": owner}
+        self.store.run_started("consolidate", self.clock())
         try:
-            view = memory.consolidate(
-                self.store.candidates(), self.store.revocations(), self.store.file_touches(),
-                now_ms=self.clock() * 1000.0, high_risk_keys=high_risk or self.high_risk(),
-            )  # fmt: skip
-            version, current = self.store.published()
-            if {k: f.as_dict() for k, f in view.items()} == current:
-                return {"published": False, "reason": "no change", "version": version, "token": token}
-            if not self.store.heartbeat(owner, token, self.clock(), lease_s):
-                raise StaleToken(f"lease of {owner} (token {token}) expired while consolidating")
-            built = self.store.build(view, owner, token, self.clock())
-            if pause_before_publish:
-                time.sleep(pause_before_publish)  # a slow or paused worker, for crash drills
+            result = self._consolidate(owner, token, lease_s, high_risk, pause_before_publish)
+        except StaleToken as error:
+            log.warning("memory consolidation of %s refused: %s", owner, error)
+            self.store.run_finished("consolidate", self.clock(), str(error), fenced=True)
+            METRICS.memory_runs.labels("consolidate", "fenced").inc()
+            raise
+        except BaseException as error:
+            self.store.run_finished("consolidate", self.clock(), repr(error))
+            METRICS.memory_runs.labels("consolidate", "failed").inc()
+            raise
+        finally:
+            self.store.release(owner, token)
+        self.store.run_finished("consolidate", self.clock())
+        METRICS.memory_runs.labels("consolidate", "ok").inc()
+        return result
+
+    def _consolidate(self, owner: str, token: int, lease_s: float, high_risk: list[str] | None,
+                     pause_before_publish: float) -> dict[str, Any]:  # fmt: skip
+        adopted = self._adopt(owner, token) if self.settings.distributed else None
+        view = memory.consolidate(
+            self.store.candidates(), self.store.revocations(), self.store.file_touches(),
+            now_ms=self.clock() * 1000.0, high_risk_keys=high_risk or self.high_risk(),
+        )  # fmt: skip
+        version, current = self.store.published()
+        facts = {k: f.as_dict() for k, f in view.items()}
+        if facts == current:
+            return {"published": False, "reason": "no change", "version": version, "token": token}
+        if not self.store.heartbeat(owner, token, self.clock(), lease_s):
+            raise StaleToken(f"lease of {owner} (token {token}) expired while consolidating")
+        extra: dict[str, Any] = {}
+        if adopted is not None:  # Kafka: the broker's fence decides, before anything is local
+            from agentlog.streams.memory import kafka_view  # noqa: PLC0415 - Kafka deployment only
+
+            sent = kafka_view.publish_view(self.settings, facts, owner, adopted, lease_s, pause_before_publish)
+            extra = {"kafka_version": sent.version, "epoch": sent.epoch}
+            pause_before_publish = 0.0
+        built = self.store.build(view, owner, token, self.clock())
+        if pause_before_publish:
+            time.sleep(pause_before_publish)  # a slow or paused worker, for crash drills
+        self.store.publish(built, owner, token, self.clock())
+        return {"published": True, "version": built, "token": token, "facts": len(view), "owner": owner, **extra}
+
+    def _adopt(self, owner: str, token: int) -> int:
+        """Kafka: make the newest committed view of the memory topic this data directory's
+        published view; returns its version there (0 before the first)."""
+        from agentlog.streams.memory import kafka_view  # noqa: PLC0415 - Kafka deployment only
+
+        newest = kafka_view.latest_view(self.settings)
+        if newest is None:
+            return 0
+        if newest.facts != self.store.published()[1]:
+            built = self.store.build(newest.facts, owner, token, self.clock())
             self.store.publish(built, owner, token, self.clock())
-            return {"published": True, "version": built, "token": token, "facts": len(view), "owner": owner}
+        return newest.version
+
+    def adopt(self, lease_s: float = 60.0) -> bool:
+        """Kafka: adopt the newest committed view now, under the lease (``False`` if
+        another run holds it: that run adopts it)."""
+        owner = default_owner("reader")
+        token = self.store.acquire(owner, self.clock(), lease_s)
+        if token is None:
+            return False
+        try:
+            self._adopt(owner, token)
+            return True
         finally:
             self.store.release(owner, token)
 
@@ -147,6 +218,8 @@ class Memory:
         return pull_events(self.settings, self.bus)
 
     def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
+        if self.settings.distributed:
+            self.adopt()  # the newest view committed to the memory topic, by any machine
         version, facts = self.store.published()
         items = [
             f for f in facts.values()
@@ -184,8 +257,9 @@ class Memory:
         view = self.consolidate(lease_s=lease_s)
         return {"revoked": event_id, "revoke_event_id": revoke_id, "view": view}
 
-    def status(self) -> dict[str, Any]:
-        self.pull()
+    def status(self, pull: bool = True) -> dict[str, Any]:
+        if pull:
+            self.pull()
         now = self.clock()
         ends = self.bus.thread_ends()
         rows = {r["thread_id"]: r for r in self.store.extraction_rows()}
@@ -205,7 +279,7 @@ class Memory:
         # A revoke from another project's thread withdraws nothing: say so.
         ignored = [asdict(r) for r in revocations if r.project is not None
                    and project_of.get(r.target_event_id, r.project) != r.project]  # fmt: skip
-        return {
+        body = {
             "threads": len(ends),
             "not_extracted": sorted(pending),
             "extraction_claims": [
@@ -221,6 +295,28 @@ class Memory:
             "refused_recent": [asdict(r) for r in refused[-20:]],
             "revocations_out_of_scope": ignored,
         }
+        return {**body, "phases": self._phases(body)}
+
+    def _phases(self, status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Per phase: what is pending, running and failing now, and its runs (by command,
+        HTTP, ``agentlog run`` or a worker) with the last one's time and error."""
+        runs = self.store.run_rows()
+        lease = status["lease"]
+
+        def phase(name: str, pending: int, running: int, failing: int) -> dict[str, Any]:
+            row = runs.get(name, {})
+            return {"pending": pending, "running": running, "failed": failing, "runs": row.get("runs", 0),
+                    "failures": row.get("failures", 0), "fenced": row.get("fenced", 0),
+                    "last_run": row.get("last_run"), "last_ok": row.get("last_ok"), "last_error": row.get("last_error")}  # fmt: skip
+
+        last = runs.get("consolidate", {})
+        consolidate_failing = int(bool(last.get("last_error")) and (last.get("last_ok") or 0) < (last.get("last_run") or 0))
+        return {
+            "extract": phase("extract", len(status["not_extracted"]),
+                             sum(not c["expired"] for c in status["extraction_claims"]), len(status["failing"])),
+            "consolidate": phase("consolidate", len(status["extracted_not_consolidated"]) + len(status["built_not_published"]),
+                                 int(lease is not None and bool(lease["owner"]) and not lease["expired"]), consolidate_failing),
+        }  # fmt: skip
 
     def close(self) -> None:
         self.store.close()
