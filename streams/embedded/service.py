@@ -345,7 +345,7 @@ class EmbeddedService(MemoryOperations):
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            public = redact_if(self.settings.redact, tp.state.public(), cache_for(self).items)
+            public = tp.view.render(tp.state, self.settings.redact)
         if self.failing:  # the state may lag what was published while a store is down
             public["warnings"] = self.warnings()
         return public
