@@ -6,6 +6,8 @@ embedded index and OpenSearch get the same documents.
 
 from __future__ import annotations
 
+import heapq
+
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -13,7 +15,7 @@ import orjson
 
 from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from agentlog.processors.pipeline import Applied
-from agentlog.processors.textsearch import MAX_IDENTIFIERS, active_hit, identifiers, pair_term
+from agentlog.processors.textsearch import MAX_IDENTIFIERS, active_score, hit_of, identifiers, pair_term, scorable
 from agentlog.processors.truncation import WORD_SLACK, clip_at_word
 from agentlog.schemas.events import Envelope, ToolCallPayload
 from agentlog.schemas.search import Hit, SearchFilters
@@ -168,18 +170,21 @@ def windows_of(events: Sequence[Envelope], current_window: str, closed_windows: 
 
 def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filters: SearchFilters,
                 current_window: str, known: set[str], closed_windows: Mapping[str, str],
-                exact: Sequence[str] = (), docs: MutableMapping[Any, Any] | None = None) -> list[Hit]:  # fmt: skip
+                exact: Sequence[str] = (), docs: MutableMapping[Any, Any] | None = None,
+                keep: int | None = None) -> list[Hit]:  # fmt: skip
     """Read-your-writes: hits among a thread's recent ``(event, offset)`` that are not in
     ``known`` (what the index returned), each event once; ``exact``: the query's
     identifiers, matched against ``terms`` as the index does. ``docs`` remembers each
-    event's search document (a pure function of what keys it) across searches: the events
-    not yet indexed are searched again on every request until the sinks catch up."""
+    event's search document and its tokens (a pure function of what keys it) across searches: the events
+    not yet indexed are searched again on every request until the sinks catch up. ``keep``:
+    only the best this many (by score, then newest), as a search of ``keep // 2`` hits
+    needs: its index hits can stand in for at most half of them."""
     unique: dict[str, tuple[Envelope, int]] = {}
     for event, offset in events:
         unique.setdefault(event.event_id, (event, offset))  # a redelivery, which the pipeline dropped
     ordered = list(unique.values())
     windows = windows_of([e for e, _ in ordered], current_window, closed_windows)
-    out: list[Hit] = []
+    matches: list[tuple[float, dict[str, Any]]] = []
     # A result names its call's tool, as the pipeline indexes it: the open call's, which
     # the first result closes (later ones, and results before their call, name none).
     calls: dict[str, str] = {}
@@ -191,15 +196,19 @@ def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filter
         if event.event_id in known:
             continue
         key = (event.event_id, offset, window, tool_name)
-        doc = None if docs is None else docs.get(key)
-        if doc is None:
+        kept = None if docs is None else docs.get(key)
+        if kept is None:
             doc = search_doc(event, offset, window, tool_name)
+            kept = (doc, scorable(doc))
             if docs is not None:
-                docs[key] = doc
-        hit = active_hit(doc, terms, filters, exact)
-        if hit is not None:
-            out.append(hit)
-    return out
+                docs[key] = kept
+        score = active_score(kept[0], terms, filters, exact, kept[1])
+        if score:
+            matches.append((score, kept[0]))
+    if keep is not None and len(matches) > keep:  # the best ``keep``, still in topic order
+        best = {id(m) for m in heapq.nsmallest(keep, matches, key=lambda m: (-m[0], -m[1]["offset"]))}
+        matches = [m for m in matches if id(m) in best]
+    return [hit_of(doc, terms, score) for score, doc in matches]
 
 
 __all__ = ["MAX_INDEXED_CHARS", "active_hits", "exact_terms", "windows_of", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]

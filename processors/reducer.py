@@ -9,6 +9,7 @@ Idempotence across re-delivery is the caller's dedup (``ThreadProcessor``), sinc
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from agentlog.processors.truncation import clip_at_word
 from agentlog.schemas.events import STATUS_RANK, TERMINAL_STATUSES, Envelope, epoch_ms_of
@@ -68,9 +69,9 @@ def _plan(s: WorkingState, e: Envelope) -> None:
         elif advances(old.status, step.status) or (
             old.status == step.status and old.status not in TERMINAL_STATUSES
         ):
-            old.status = step.status
-            old.text = step.text if step.text is not None else old.text
-            old.event_id = e.event_id
+            s.plan[step.step_id] = replace(
+                old, status=step.status, text=old.text if step.text is None else step.text, event_id=e.event_id
+            )
 
 
 def _task(s: WorkingState, e: Envelope) -> None:
@@ -83,10 +84,11 @@ def _task(s: WorkingState, e: Envelope) -> None:
     elif advances(old.status, p.status) or (  # type: ignore[attr-defined]
         old.status == p.status and old.status not in TERMINAL_STATUSES  # type: ignore[attr-defined]
     ):
-        old.status = p.status  # type: ignore[attr-defined]
-        old.text = p.text if p.text is not None else old.text  # type: ignore[attr-defined]
-        old.owner = p.owner if p.owner is not None else old.owner  # type: ignore[attr-defined]
-        old.event_id = e.event_id
+        s.tasks[p.task_id] = replace(  # type: ignore[attr-defined]
+            old, status=p.status, event_id=e.event_id,  # type: ignore[attr-defined]
+            text=old.text if p.text is None else p.text,  # type: ignore[attr-defined]
+            owner=old.owner if p.owner is None else p.owner,  # type: ignore[attr-defined]
+        )  # fmt: skip
 
 
 def _file_change(s: WorkingState, e: Envelope) -> None:
@@ -107,18 +109,16 @@ def _approval_request(s: WorkingState, e: Envelope) -> None:
             approval_id=p.approval_id, action=p.action, detail=p.detail, event_id=e.event_id  # type: ignore[attr-defined]
         )
     elif old.action is None:  # the decision came first; record what it was about
-        old.action, old.detail = p.action, p.detail  # type: ignore[attr-defined]
+        s.approvals[p.approval_id] = replace(old, action=p.action, detail=p.detail)  # type: ignore[attr-defined]
 
 
 def _approval_decision(s: WorkingState, e: Envelope) -> None:
     p = e.payload
     old = s.approvals.get(p.approval_id)  # type: ignore[attr-defined]
     if old is None:
-        old = s.approvals[p.approval_id] = ApprovalItem(  # type: ignore[attr-defined]
-            approval_id=p.approval_id, event_id=e.event_id  # type: ignore[attr-defined]
-        )
+        old = ApprovalItem(approval_id=p.approval_id, event_id=e.event_id)  # type: ignore[attr-defined]
     if old.decision is None:
-        old.decision, old.decided_by = p.decision, p.by  # type: ignore[attr-defined]
+        s.approvals[p.approval_id] = replace(old, decision=p.decision, decided_by=p.by)  # type: ignore[attr-defined]
 
 
 def _agent_spawn(s: WorkingState, e: Envelope) -> None:
@@ -134,11 +134,11 @@ def _agent_exit(s: WorkingState, e: Envelope) -> None:
     p = e.payload
     agent = s.agents.get(p.child_agent_id)  # type: ignore[attr-defined]
     if agent is None:
-        agent = s.agents[p.child_agent_id] = AgentItem(  # type: ignore[attr-defined]
-            agent_id=p.child_agent_id, event_id=e.event_id  # type: ignore[attr-defined]
-        )
+        agent = AgentItem(agent_id=p.child_agent_id, event_id=e.event_id)  # type: ignore[attr-defined]
     if agent.status == "active":
-        agent.status, agent.exit_status, agent.summary = "finished", p.status, p.summary  # type: ignore[attr-defined]
+        s.agents[p.child_agent_id] = replace(  # type: ignore[attr-defined]
+            agent, status="finished", exit_status=p.status, summary=p.summary  # type: ignore[attr-defined]
+        )
 
 
 def _window_switch(s: WorkingState, e: Envelope) -> None:

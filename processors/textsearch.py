@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentlog.schemas.search import Hit, SearchFilters
@@ -53,17 +55,31 @@ def tokenize(text: str) -> list[str]:
     return [t.lower() for t in _TOKEN.findall(text) if len(t) <= 40]
 
 
-def score(query_terms: list[str], text: str) -> float:
+@dataclass(frozen=True, slots=True)
+class Scorable:
+    """A text as ``score`` reads it: how often each token occurs, and how many there are.
+    Tokenizing is most of scoring's cost; a document searched again keeps this."""
+
+    counts: Counter[str]
+    length: int
+
+    @classmethod
+    def of(cls, text: str) -> Scorable:
+        tokens = tokenize(text)
+        return cls(Counter(tokens), len(tokens))
+
+
+def score(query_terms: list[str], text: str | Scorable) -> float:
     """A small BM25-like score of ``text`` for ``query_terms`` (0.0: no term matches)."""
     if not query_terms:
         return 0.0
-    tokens = tokenize(text)
-    if not tokens:
+    doc = text if isinstance(text, Scorable) else Scorable.of(text)
+    if not doc.length:
         return 0.0
     total = 0.0
-    length_norm = 1.0 + 0.25 * (len(tokens) / 50.0)
+    length_norm = 1.0 + 0.25 * (doc.length / 50.0)
     for term in set(query_terms):
-        tf = tokens.count(term)
+        tf = doc.counts[term]
         if tf:
             total += tf * 2.2 / (tf + 1.2 * length_norm)
     return round(total * math.log(2.0), 6)
@@ -92,23 +108,38 @@ def filters_match(doc: dict[str, Any], f: SearchFilters) -> bool:
     )
 
 
-def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
-               exact_terms: Sequence[str] = ()) -> Hit | None:  # fmt: skip
-    """A hit for a document the index cannot see yet, or ``None`` if it does not match."""
+def scorable(doc: dict[str, Any]) -> Scorable:
+    """What ``active_hit`` scores of a search document: its text and path."""
+    return Scorable.of(doc["text"] + " " + doc["path"])
+
+
+def active_score(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
+                 exact_terms: Sequence[str] = (), scored: Scorable | None = None) -> float:  # fmt: skip
+    """How a document the index cannot see yet matches (0.0: it does not). ``scored``:
+    ``scorable(doc)``, when the caller keeps it between searches."""
     if not filters_match(doc, filters):
-        return None
-    s = score(terms, doc["text"] + " " + doc["path"]) if terms else 1.0
+        return 0.0
+    s = score(terms, scored or scorable(doc)) if terms else 1.0
     # As the index: an identifier of the query held exactly by the document matches it
     # (even with no word of the text in common) and ranks it first.
     exact = set(exact_terms) & set(doc.get("terms", ()))
-    s += EXACT_BOOST * len(exact)
-    if s == 0.0:
-        return None
+    return s + EXACT_BOOST * len(exact)
+
+
+def hit_of(doc: dict[str, Any], terms: list[str], score: float) -> Hit:
+    """The ``active`` hit of a matching document, with its snippet."""
     return Hit(
         event_id=doc["event_id"], thread_id=doc["thread_id"], window_id=doc["window_id"],
         kind=doc["kind"], tool_name=doc["tool_name"], ts=doc["ts"], repo_commit=doc["repo_commit"],
-        score=s, snippet=snippet(terms, doc["text"]), source="active", offset=doc["offset"],
+        score=score, snippet=snippet(terms, doc["text"]), source="active", offset=doc["offset"],
     )  # fmt: skip
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "active_hit", "identifiers", "pair_term", "filters_match", "score", "snippet", "tokenize"]
+def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
+               exact_terms: Sequence[str] = (), scored: Scorable | None = None) -> Hit | None:  # fmt: skip
+    """A hit for a document the index cannot see yet, or ``None`` if it does not match."""
+    s = active_score(doc, terms, filters, exact_terms, scored)
+    return hit_of(doc, terms, s) if s else None
+
+
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "snippet", "tokenize"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentlog.processors.fold import DEFAULT_WINDOW_TOKENS, Memo, drop_through, entry_of, fold_if_needed, is_stale, track
+from agentlog.processors.public_state import PublicView
 from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer
 from agentlog.processors.reducer import reduce
 from agentlog.schemas.events import Envelope
@@ -36,6 +37,8 @@ class ThreadProcessor:
     window_tokens: int = DEFAULT_WINDOW_TOKENS
     memo: Memo = field(default_factory=Memo, repr=False, compare=False)
     """The last fold's parsed record (a cache, not persisted)."""
+    view: PublicView = field(default_factory=PublicView, repr=False, compare=False)
+    """The state as last read by users, item by item (a cache, not persisted)."""
 
     @classmethod
     def new(cls, thread_id: str, config: PairingConfig = PairingConfig()) -> ThreadProcessor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from agentlog.schemas.events import RFC3339_PATTERN, epoch_ms_of
 
@@ -37,6 +37,13 @@ class Hit:
     snippet: str
     source: str = "index"
     offset: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        """``dataclasses.asdict`` without its deep copy (every field is a scalar)."""
+        return {name: getattr(self, name) for name in _HIT_FIELDS}
+
+
+_HIT_FIELDS = tuple(f.name for f in fields(Hit))
 
 
 def time_bound_ms(value: str | None) -> int | None:

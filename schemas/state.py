@@ -1,9 +1,13 @@
 """The per-thread working state (SPEC §3) and the tool-call pair rows it produces.
 
-These are slotted dataclasses, not ``BaseModel``s: the reducer mutates them once per
+These are slotted dataclasses, not ``BaseModel``s: the reducer changes the state once per
 event, and pydantic's validated ``__setattr__`` and constructors cost more than the
 reduction itself. pydantic still owns their schema at the edges: ``STATE_ADAPTER``
 validates a loaded snapshot and renders JSON.
+
+The items (a step, a file, an approval...) are frozen: the reducer replaces an item that
+changes instead of editing it, so an item that is the same object as at the last read is
+the same value, and ``agentlog.processors.public_state`` renders only the ones that are not.
 
 Collections are dicts keyed by their natural id (insertion-ordered) so the reducer
 updates in O(1); ``WorkingState.public()`` renders them as lists for users.
@@ -26,20 +30,20 @@ DEFAULT_WINDOW = "w0"
 MAX_FAILURES = 20
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pinned:
     text: str
     event_id: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConstraintItem:
     constraint_id: str
     text: str
     event_id: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepItem:
     step_id: str
     text: str | None = None
@@ -47,7 +51,7 @@ class StepItem:
     event_id: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskItem:
     task_id: str
     text: str | None = None
@@ -56,7 +60,7 @@ class TaskItem:
     event_id: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FileItem:
     path: str
     change: str
@@ -65,7 +69,7 @@ class FileItem:
     ts: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalItem:
     approval_id: str
     action: str | None = None
@@ -75,7 +79,7 @@ class ApprovalItem:
     decided_by: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AgentItem:
     agent_id: str
     role: str | None = None
@@ -86,7 +90,7 @@ class AgentItem:
     event_id: str
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PendingCall:
     call_id: str
     tool_name: str
@@ -95,7 +99,7 @@ class PendingCall:
     turn_id: str | None = None
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Failure:
     event_id: str
     kind: str

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from agentlog.processors.textsearch import Scorable
 from agentlog.schemas.events import Envelope
 
 CONTEXT_CACHE_ENTRIES = 20_000
@@ -95,6 +96,8 @@ def _size(value: Any) -> int:
         return sum(_size(v) for v in value) + 64
     if isinstance(value, dict):
         return sum(_size(v) for v in value.values()) + 64
+    if isinstance(value, Scorable):  # a token and its count per distinct token
+        return 32 * len(value.counts) + 64
     if isinstance(value, BaseModel):
         return len(value.model_dump_json()) + 256
     return 64
@@ -106,14 +109,14 @@ class ContextCache:
     ``Envelope`` (read by recall; frozen); ``parsed`` an accepted record's raw bytes -> its
     ``Envelope`` (the window's records, parsed once); ``items`` a state list (or list
     item)'s JSON -> its redaction's JSON, for the service's state reads (``agentlog.processors.redaction.redact_value``'s memo); ``docs`` the search
-    document of an event not yet indexed (``agentlog.processors.records.active_hits``)."""
+    document of an event not yet indexed and its tokens (``agentlog.processors.records.active_hits``)."""
 
     def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES) -> None:
         self.texts: BoundedCache[str] = BoundedCache(max_entries, max_bytes)
         self.events: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
         self.parsed: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
         self.items: BoundedCache[bytes] = BoundedCache(max_entries, max_bytes)
-        self.docs: BoundedCache[dict[str, Any]] = BoundedCache(max_entries, max_bytes)
+        self.docs: BoundedCache[tuple[dict[str, Any], Scorable]] = BoundedCache(max_entries, max_bytes)
 
     def clear(self) -> None:
         """Forget everything: the next request works it all out again (gives the same)."""

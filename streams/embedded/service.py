@@ -346,7 +346,7 @@ class EmbeddedService(MemoryOperations):
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            public = redact_if(self.settings.redact, tp.state.public(), cache_for(self).items)
+            public = tp.view.render(tp.state, self.settings.redact)
         if self.failing:  # the state may lag what was published while a store is down
             public["warnings"] = self.warnings()
         return public
@@ -455,7 +455,7 @@ class EmbeddedService(MemoryOperations):
                     own_thread = own_thread or event.thread_id
         # The active hits first, the index after: what a refresh shows in between is then
         # in the index's hits instead of slipping past both.
-        active = self._active_hits(query, own_thread, filters) if own_thread is not None else []
+        active = self._active_hits(query, own_thread, filters, limit) if own_thread is not None else []
         hits = self.index.search(query, filters, limit)
         known = {h.event_id for h in hits}
         merged = sorted(hits + [h for h in active if h.event_id not in known],
@@ -463,7 +463,7 @@ class EmbeddedService(MemoryOperations):
         visible = self.index.visible_offsets().get(0, 0)
         return {
             "query": query,
-            "hits": [asdict(h) for h in merged],
+            "hits": [h.as_dict() for h in merged],
             "index_visible_offset": visible,
             # The index may lack recent events (refresh interval) or a failing store's.
             "stale": bool(self.failing) or visible < self.driver.events_pos,
@@ -473,8 +473,9 @@ class EmbeddedService(MemoryOperations):
     def _unindexed(self) -> int:
         return self.driver.events_pos - self.index.visible_offsets().get(0, 0)
 
-    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters) -> list[Hit]:
-        """The thread's accepted events the index cannot see yet (read-your-writes)."""
+    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, limit: int) -> list[Hit]:
+        """The thread's accepted events the index cannot see yet (read-your-writes): the
+        best ``2 * limit``, enough whatever the index answers."""
         visible = self.index.visible_offsets().get(0, 0)
         terms = tokenize(query)
         with self.lock:
@@ -484,7 +485,8 @@ class EmbeddedService(MemoryOperations):
         cache = cache_for(self)  # these events are searched again on every request until indexed
         events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible, ACTIVE_SCAN_LIMIT)
                   if isinstance(e := cache.parse(r.value, validate), Envelope))  # fmt: skip
-        return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query), cache.docs)
+        return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query), cache.docs,
+                           keep=2 * limit)  # fmt: skip
 
     def sql(self, statement: str) -> QueryResult:
         self._drain()

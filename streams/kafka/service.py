@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -174,7 +173,7 @@ class StoreQueries:
         known = {h.event_id for h in hits}
         merged = sorted(hits + [h for h in active if h.event_id not in known],
                         key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
-        out: dict[str, Any] = {"query": query, "hits": [asdict(h) for h in merged]}
+        out: dict[str, Any] = {"query": query, "hits": [h.as_dict() for h in merged]}
         if index_error is not None:
             out["index_error"] = index_error
         return out

@@ -1,0 +1,142 @@
+"""The working state as users read it, kept from one read to the next.
+
+A long thread's state holds thousands of plan steps, files and failures. Dumping and
+redacting all of them on every read made the agent's step (publish, then read the state)
+cost more the longer the thread. The reducer replaces an item that changes instead of
+editing it (the items are frozen), so an item that is the same object as at the last read
+renders the same: a read dumps and redacts only the items that are new since then.
+
+Same value as ``redact_if(redact, state.public())``, key order included (a property test
+checks it after every event of generated threads). Every read returns fresh dicts and
+lists: a caller may change what it gets without touching the next read's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from itertools import compress
+from operator import is_not
+from typing import Any
+
+import orjson
+from pydantic import TypeAdapter
+
+from agentlog.processors.redaction import redact_value
+from agentlog.schemas.state import (
+    AgentItem,
+    ApprovalItem,
+    ConstraintItem,
+    Failure,
+    FileItem,
+    PendingCall,
+    Pinned,
+    StepItem,
+    TaskItem,
+    WorkingState,
+)
+
+KEYED_SECTIONS = frozenset({"constraints", "plan", "tasks", "files", "agents", "pending_calls"})
+"""Kept as dicts by their id, shown as lists."""
+
+_ITEM_ADAPTERS: dict[type, TypeAdapter[Any]] = {
+    cls: TypeAdapter(cls)
+    for cls in (Pinned, ConstraintItem, StepItem, TaskItem, FileItem, ApprovalItem, AgentItem, PendingCall, Failure)
+}
+_SUMMARY_ADAPTER: TypeAdapter[dict[str, Any] | None] = TypeAdapter(dict[str, Any] | None)
+_FIELDS = tuple(f.name for f in fields(WorkingState))
+_APPROVAL_QUEUE_HIDES = ("decision", "decided_by")
+
+
+class PublicView:
+    """One thread's rendered sections, each with the items it rendered.
+
+    A section that did not change since the last read costs a comparison by identity (in C)
+    and a copy of its dicts; one that did renders its new and replaced items only.
+    """
+
+    __slots__ = ("_sections", "_summary", "_redact")
+
+    def __init__(self) -> None:
+        self._sections: dict[str, tuple[tuple[object, ...], list[dict[str, Any]], Any]] = {}
+        """Per section: the items as last read (held, so no other object takes their ids),
+        their renderings, and what the section derived from them (the approval queues)."""
+        self._summary: tuple[object, bytes | None] = (None, None)
+        self._redact: bool | None = None
+
+    def render(self, state: WorkingState, redact: bool) -> dict[str, Any]:
+        if redact is not self._redact:  # rendered under the other setting: start over
+            self._sections, self._summary, self._redact = {}, (None, None), redact
+        out: dict[str, Any] = {}
+        for name in _FIELDS:
+            value = getattr(state, name)
+            if name in KEYED_SECTIONS:
+                out[name] = _copies(self._section(name, tuple(value.values()))[0])
+            elif name == "failures":
+                out[name] = _copies(self._section(name, tuple(value))[0])
+            elif name == "approvals":
+                queues = self._section(name, tuple(value.values()), _approval_queues)[1]
+            elif name == "goal":
+                out[name] = None if value is None else _copies(self._section(name, (value,))[0])[0]
+            elif name == "summary":
+                out[name] = self._rendered_summary(value)
+            else:  # scalars and the small map of closed windows
+                out[name] = self._plain(dict(value) if isinstance(value, dict) else value)
+        out["pending_approvals"], out["decided_approvals"] = (_copies(q) for q in queues)
+        return out
+
+    def _section(self, name: str, items: tuple[object, ...],
+                 derive: Callable[[list[dict[str, Any]]], Any] = lambda _: None) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+        held, rendered, derived = self._sections.get(name, ((), [], None))
+        kept = len(held)
+        if len(items) >= kept:  # the reducer adds at the end and replaces in place
+            changed = list(compress(range(kept), map(is_not, items, held)))
+            if not changed and len(items) == kept and derived is not None:
+                return rendered, derived
+            if len(changed) <= _FEW:
+                rendered = rendered.copy()
+                for i in changed:
+                    rendered[i] = self._item(items[i])
+                rendered.extend(self._item(item) for item in items[kept:])
+                return self._keep(name, items, rendered, derive)
+        # Items removed (a closed call, a removed constraint, old failures) or many replaced.
+        by_id = dict(zip(map(id, held), rendered))
+        return self._keep(name, items, [by_id.get(id(item)) or self._item(item) for item in items], derive)
+
+    def _keep(self, name: str, items: tuple[object, ...], rendered: list[dict[str, Any]],
+              derive: Callable[[list[dict[str, Any]]], Any]) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+        derived = derive(rendered)
+        self._sections[name] = (items, rendered, True if derived is None else derived)
+        return rendered, derived
+
+    def _item(self, item: object) -> dict[str, Any]:
+        return self._plain(_ITEM_ADAPTERS[type(item)].dump_python(item, mode="json"))
+
+    def _rendered_summary(self, summary: dict[str, Any] | None) -> Any:
+        # The fold replaces the summary dict whenever it changes (never edits it in place).
+        held, rendered = self._summary
+        if held is not summary or rendered is None:
+            rendered = orjson.dumps(self._plain(_SUMMARY_ADAPTER.dump_python(summary, mode="json")))
+            self._summary = (summary, rendered)
+        return orjson.loads(rendered)  # a fresh deep copy
+
+    def _plain(self, value: Any) -> Any:
+        return redact_value(value) if self._redact else value
+
+
+_FEW = 16
+"""Past this many replaced items in one section, match them by identity instead."""
+
+
+def _copies(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fresh dicts for the caller (items hold scalars only: a shallow copy is a whole one)."""
+    return list(map(dict.copy, rendered))
+
+
+def _approval_queues(approvals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    pending = [{k: v for k, v in a.items() if k not in _APPROVAL_QUEUE_HIDES}
+               for a in approvals if a["decision"] is None and a["action"] is not None]  # fmt: skip
+    return pending, [a for a in approvals if a["decision"] is not None]
+
+
+__all__ = ["KEYED_SECTIONS", "PublicView"]

