@@ -18,7 +18,7 @@ import orjson
 from agentlog.processors.redaction import mask_secret_keys, redact, redact_value
 from agentlog.processors.tokens import MESSAGE_OVERHEAD, TokenCounter
 from agentlog.processors.truncation import truncate_output
-from agentlog.schemas.events import Envelope
+from agentlog.schemas.events import TERMINAL_STATUSES, Envelope
 
 
 class BudgetTooSmall(ValueError):
@@ -317,13 +317,39 @@ def _agents(state: dict[str, Any]) -> list[tuple[str, str]]:
     return [(a["agent_id"], _agent_line(a)) for a in [*active, *finished]]
 
 
+LIST_LINES = 40
+"""Lines one of plan, tasks or modified files shows at most: a long run's plan of a
+thousand steps shows its unfinished steps and the newest finished ones, with a count of
+the rest, instead of being dropped whole for not fitting."""
+
+
+def _work_lines(items: list[dict[str, Any]], key: str) -> list[str]:
+    """Plan steps or tasks: all of them when few; else the unfinished ones (newest last),
+    then the newest finished ones, after a line counting the finished ones left out."""
+    line = lambda i: f"- [{i['status']}] {i[key]}: {i.get('text') or ''}"  # noqa: E731
+    if len(items) <= LIST_LINES:
+        return [line(i) for i in items]
+    every_unfinished = [i for i in items if i["status"] not in TERMINAL_STATUSES]
+    unfinished = every_unfinished[-LIST_LINES:]
+    finished = [i for i in items if i["status"] in TERMINAL_STATUSES]
+    finished_shown = finished[len(finished) - (LIST_LINES - len(unfinished)):] if len(unfinished) < LIST_LINES else []
+    left_finished, left_unfinished = len(finished) - len(finished_shown), len(every_unfinished) - len(unfinished)
+    head = f"- ({left_finished + left_unfinished} earlier not shown: {left_finished} finished, {left_unfinished} unfinished)"
+    return [head] + [line(i) for i in finished_shown] + [line(i) for i in unfinished]
+
+
 def _plan_lines(state: dict[str, Any]) -> list[tuple[str, str]]:
-    """Plan, tasks and modified files, each list one item (kept or dropped whole)."""
+    """Plan, tasks and modified files, each list one item (kept or dropped whole), each at
+    most ``LIST_LINES`` lines (see ``_work_lines``; files: the newest)."""
+    files = state.get("files", [])
+    file_lines = [f"- {f['path']} ({f['change']}{'' if f['confirmed'] else ', unconfirmed'})"
+                  for f in files[-LIST_LINES:]]  # fmt: skip
+    if len(files) > LIST_LINES:
+        file_lines.insert(0, f"- ({len(files) - LIST_LINES} earlier files, not shown)")
     lists = (
-        ("plan", "Plan:", [f"- [{s['status']}] {s['step_id']}: {s.get('text') or ''}" for s in state.get("plan", [])]),
-        ("tasks", "Tasks:", [f"- [{t['status']}] {t['task_id']}: {t.get('text') or ''}" for t in state.get("tasks", [])]),
-        ("files", "Modified files:", [f"- {f['path']} ({f['change']}{'' if f['confirmed'] else ', unconfirmed'})"
-                                      for f in state.get("files", [])]),
+        ("plan", "Plan:", _work_lines(state.get("plan", []), "step_id")),
+        ("tasks", "Tasks:", _work_lines(state.get("tasks", []), "task_id")),
+        ("files", "Modified files:", file_lines),
     )  # fmt: skip
     return [(name, "\n".join([title, *lines])) for name, title, lines in lists if lines]
 

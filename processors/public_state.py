@@ -64,25 +64,28 @@ class PublicView:
         self._summary: tuple[object, bytes | None] = (None, None)
         self._redact: bool | None = None
 
-    def render(self, state: WorkingState, redact: bool) -> dict[str, Any]:
+    def render(self, state: WorkingState, redact: bool, copy: bool = True) -> dict[str, Any]:
+        """The public state. ``copy=False`` shares the item dicts with the next reads: for
+        a caller that only reads them (context assembly), never for one that hands them out."""
+        copies = _copies if copy else list
         if redact is not self._redact:  # rendered under the other setting: start over
             self._sections, self._summary, self._redact = {}, (None, None), redact
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(state, name)
             if name in KEYED_SECTIONS:
-                out[name] = _copies(self._section(name, tuple(value.values()))[0])
+                out[name] = copies(self._section(name, tuple(value.values()))[0])
             elif name == "failures":
-                out[name] = _copies(self._section(name, tuple(value))[0])
+                out[name] = copies(self._section(name, tuple(value))[0])
             elif name == "approvals":
                 queues = self._section(name, tuple(value.values()), _approval_queues)[1]
             elif name == "goal":
-                out[name] = None if value is None else _copies(self._section(name, (value,))[0])[0]
+                out[name] = None if value is None else copies(self._section(name, (value,))[0])[0]
             elif name == "summary":
                 out[name] = self._rendered_summary(value)
             else:  # scalars and the small map of closed windows
                 out[name] = self._plain(dict(value) if isinstance(value, dict) else value)
-        out["pending_approvals"], out["decided_approvals"] = (_copies(q) for q in queues)
+        out["pending_approvals"], out["decided_approvals"] = (copies(q) for q in queues)
         return out
 
     def _section(self, name: str, items: tuple[object, ...],

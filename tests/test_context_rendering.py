@@ -236,3 +236,19 @@ def test_the_summary_renders_what_is_done_under_its_own_heading_between_facts_an
     assert lines.index("Observations (with source events):") < lines.index("Done:") < lines.index(
         "Hypotheses (unverified):"
     )
+
+
+def test_a_plan_of_a_thousand_steps_shows_where_the_run_is_and_counts_what_it_leaves_out() -> None:
+    from agentlog.processors.context import LIST_LINES, _plan_lines  # noqa: PLC0415
+
+    steps = [{"step_id": f"s{i}", "text": f"step {i}", "status": "done"} for i in range(1_000)]
+    steps[500]["status"] = "running"
+    steps[-1]["status"] = "pending"
+    files = [{"path": f"f{i}.py", "change": "modified", "confirmed": True} for i in range(100)]
+    rendered = dict((name, text) for name, text in _plan_lines({"plan": steps, "files": files}))
+    plan = rendered["plan"].splitlines()
+    assert len(plan) == 1 + 1 + LIST_LINES  # the title, the count, then the lines
+    assert "- [running] s500: step 500" in plan and plan[-1] == "- [pending] s999: step 999"
+    assert plan[1] == "- (960 earlier not shown: 960 finished, 0 unfinished)"
+    assert "- [done] s998: step 998" in plan and "- [done] s100: step 100" not in plan
+    assert rendered["files"].splitlines()[1:3] == ["- (60 earlier files, not shown)", "- f60.py (modified)"]

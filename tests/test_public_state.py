@@ -124,3 +124,23 @@ def test_a_read_renders_only_the_items_that_changed_since_the_last_read(monkeypa
     assert out["plan"][7]["status"] == "done"
     items = [v for v in rendered if isinstance(v, dict) and "step_id" in v]
     assert [v["step_id"] for v in items] == ["s7"]  # the other 499 steps came from the last read
+
+
+def test_context_reads_share_the_state_s_items_and_never_change_what_the_next_state_read_answers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
+
+    svc = EmbeddedService(Settings(data_dir=tmp_path / "data"))
+    try:
+        lines = [raw("g", "goal", {"text": f"ship with key {SECRET}"}),
+                 raw("p", "plan", {"steps": [{"step_id": f"s{i}", "text": f"step {i}"} for i in range(30)]}, 1.0),
+                 raw("a", "approval_request", {"approval_id": "x", "action": "deploy"}, 2.0),
+                 raw("f", "file_change", {"path": "a.py", "change": "modified", "confirmed": True}, 3.0),
+                 raw("u", "message", {"role": "user", "text": "go on"}, 4.0)]  # fmt: skip
+        svc.publish(b"\n".join(lines))
+        for budget in (300, 2_000, 8_000):
+            svc.context("t1", budget)
+        tp = svc.driver.pipeline.thread("t1")
+        assert svc.state("t1") == redact_if(True, tp.state.public())
+    finally:
+        svc.close()

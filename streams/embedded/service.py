@@ -339,6 +339,10 @@ class EmbeddedService(MemoryOperations):
     # -- reads ------------------------------------------------------------------------
 
     def state(self, thread_id: str) -> dict[str, Any]:
+        return self._state(thread_id, copy=True)
+
+    def _state(self, thread_id: str, copy: bool) -> dict[str, Any]:
+        """``copy=False``: the items are shared with later reads (see ``PublicView.render``)."""
         self._settle()
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
@@ -346,7 +350,7 @@ class EmbeddedService(MemoryOperations):
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            public = tp.view.render(tp.state, self.settings.redact)
+            public = tp.view.render(tp.state, self.settings.redact, copy)
         if self.failing:  # the state may lag what was published while a store is down
             public["warnings"] = self.warnings()
         return public
@@ -741,6 +745,9 @@ class _Answering:
 
     def search(self, query: str, **kwargs: Any) -> dict[str, Any]:
         return self._service.search(query, drain=False, **kwargs)
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        return self._service._state(thread_id, copy=False)  # assembly reads it, never changes it
 
 
 __all__ = ["DataDirLock", "EmbeddedService"]
