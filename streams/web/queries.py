@@ -17,7 +17,7 @@ from agentlog.streams.api.service import Service
 
 TIMELINE_PAGE = 1000
 """Events on one page of a thread's timeline (newest page first; older pages by link)."""
-OUTPUT_CHARS = 4000
+OUTPUT_CHARS = 2000
 """A tool output is shown up to this many characters; the whole one is a link away."""
 
 

@@ -1,0 +1,107 @@
+"""Issue 17: the web view is protected as the API is (the token, which a browser gives once
+and keeps in an HttpOnly cookie), and shows hostile text as text on every page. In
+process (no browser needed to read the HTML the server sends)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from agentlog.streams.api.guard import Policy
+from agentlog.streams.api.http import build_app
+from agentlog.streams.embedded.service import EmbeddedService
+from tests.helpers import raw
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+TOKEN = "s3cret-token-for-the-web-view"
+JSON = {"Content-Type": "application/json"}
+SCRIPT = "<script>alert(1)</script>"
+PAGES = ("/", "/ui/threads/x1", "/ui/search?q=alert", "/ui/analytics", "/ui/memory")
+
+
+@pytest.fixture
+def guarded(service: EmbeddedService) -> Iterator[TestClient]:
+    app = build_app(service, Policy(token=TOKEN), background=service.run_forever)
+    with TestClient(app, base_url="http://localhost", follow_redirects=False) as client:
+        yield client
+
+
+def test_with_a_token_a_page_opened_without_it_goes_to_the_login_form_and_the_api_still_says_401(guarded: TestClient) -> None:
+    for path in PAGES:
+        answer = guarded.get(path)
+        assert answer.status_code == 303, path
+        assert answer.headers["location"].startswith("/ui/login?next="), path
+    assert guarded.get("/threads").status_code == 401  # the API answers programs in JSON
+    assert guarded.get("/ui/threads/x1/poll").status_code == 401
+    form = guarded.get("/ui/login?next=%2Fui%2Fmemory")
+    assert form.status_code == 200 and 'name="token"' in form.text and 'value="/ui/memory"' in form.text
+
+
+def test_the_token_given_once_opens_the_pages_and_the_api_through_an_httponly_cookie(guarded: TestClient) -> None:
+    assert guarded.get(f"/ui/login?token=wrong&next=/").status_code == 401
+    assert "agentlog_token" not in guarded.cookies
+    answer = guarded.get(f"/ui/login?token={TOKEN}&next=/ui/analytics")
+    assert (answer.status_code, answer.headers["location"]) == (303, "/ui/analytics")
+    cookie = answer.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
+    assert guarded.get("/").status_code == 200
+    assert guarded.get("/ui/analytics").status_code == 200
+    assert guarded.get("/threads").status_code == 200  # the cookie counts as the bearer token
+    guarded.cookies.clear()
+    guarded.cookies.set("agentlog_token", "forged")
+    assert guarded.get("/").status_code == 303
+    assert guarded.get("/threads").status_code == 401
+
+
+def test_the_login_sends_a_browser_back_only_to_this_servers_own_pages(guarded: TestClient) -> None:
+    for target in ("//evil.example/", "https://evil.example/", "/\\evil.example", "javascript:alert(1)"):
+        answer = guarded.get("/ui/login", params={"token": TOKEN, "next": target})
+        assert answer.headers["location"] == "/", target
+
+
+@pytest.fixture
+def open_client(service: EmbeddedService) -> Iterator[TestClient]:
+    with TestClient(build_app(service, background=service.run_forever), base_url="http://localhost") as client:
+        yield client
+
+
+def test_hostile_text_is_escaped_on_every_page_and_no_page_allows_inline_script(open_client: TestClient) -> None:
+    events = [
+        raw("h1", "goal", {"text": f"goal {SCRIPT}"}, 0, "x1", project="p<b>x</b>"),
+        raw("h2", "message", {"role": "user", "text": f'alert "quoted" {SCRIPT} <img src=x onerror=alert(2)>'}, 1, "x1"),
+        raw("h3", "tool_call", {"call_id": "c1", "tool_name": f"t{SCRIPT}", "arguments": {"a": SCRIPT}}, 2, "x1"),
+        raw("h4", "tool_result", {"call_id": "c1", "output": f"out {SCRIPT}", "status": "ok"}, 3, "x1"),
+        raw("h5", "plan", {"steps": [{"step_id": "s1", "text": SCRIPT, "status": "running"}]}, 4, "x1"),
+        raw("h6", "file_change", {"path": f"src/{SCRIPT}.py", "change": "modified"}, 5, "x1"),
+    ]
+    assert open_client.post("/events", content=b"\n".join(events), headers=JSON).json()["accepted"] == len(events)
+    open_client.post("/flush", headers=JSON)
+    urls = [*PAGES, "/ui/threads/x1/poll?after=-1", f"/ui/analytics?sql=SELECT '{SCRIPT}' AS s, 1 AS n",
+            f"/ui/search?q={SCRIPT}", f"/ui/threads/{SCRIPT}", f"/ui/threads/x1?model={SCRIPT}&budget=50",
+            f"/?project={SCRIPT}", f"/ui/memory?project={SCRIPT}"]  # fmt: skip
+    for url in urls:
+        answer = open_client.get(url)
+        body = answer.text if not url.endswith("-1") else "".join(str(v) for v in answer.json().values())
+        assert answer.status_code in (200, 400, 404), (url, answer.status_code)
+        assert "<script>alert" not in body and "<img src=x" not in body and "<b>x</b>" not in body, url
+        if "text/html" in answer.headers["content-type"]:
+            csp = answer.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "unsafe-inline" not in csp, url
+            scripts = re.findall(r"<script[^>]*>", body)
+            assert all(s == '<script src="/ui/static/app.js" defer>' for s in scripts), (url, scripts)
+    thread = open_client.get("/ui/threads/x1").text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in thread  # shown, as text
+
+
+def test_a_bad_parameter_or_an_unknown_thread_is_an_html_page_with_the_apis_status(open_client: TestClient) -> None:
+    assert open_client.post("/events", content=raw("k1", "goal", {"text": "g"}, 0, "k"), headers=JSON).status_code == 200
+    open_client.post("/flush", headers=JSON)
+    for url, status in (("/ui/threads/nope", 404), ("/ui/threads/k?before=abc", 400), ("/?status=sideways", 400),
+                        ("/ui/threads/k?unknown=1", 400), ("/ui/threads/bad%20id", 400)):  # fmt: skip
+        answer = open_client.get(url)
+        assert (answer.status_code, answer.headers["content-type"].split(";")[0]) == (status, "text/html"), url
+    budget = open_client.get("/ui/threads/k?budget=1")  # too small for the essentials: said in its panel
+    assert budget.status_code == 200 and "budget" in budget.text and 'class="warn"' in budget.text
