@@ -54,6 +54,15 @@ SCRIPT = [
     raw("w14", "plan", {"steps": [{"step_id": "s1", "text": "reproduce", "status": "done"}]}, 13, THREAD, turn_id="T2"),
 ]
 EVENT_IDS = [json.loads(r)["event_id"] for r in SCRIPT]
+# A second thread over a few minutes and a malformed record, so the charts have something to draw.
+BACKGROUND = [
+    raw(f"bg{i:02d}", kind, payload, 60.0 * (i // 3) + i, "web-bg", project="web")
+    for i, (kind, payload) in enumerate(
+        [("tool_call", {"call_id": f"b{n}", "tool_name": tool, "arguments": {}}) if n % 2 == 0 else
+         ("tool_result", {"call_id": f"b{n - 1}", "output": "done", "status": "ok" if n % 3 else "timeout"})
+         for n, tool in enumerate(["pytest", "pytest", "grep", "grep", "bash", "bash", "pytest", "pytest",
+                                   "bash", "bash", "grep", "grep", "pytest", "pytest"])])
+] + [b'{"event_id": "broken", "kind": "message"']  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +85,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
             proc.kill()
             raise AssertionError(f"agentlog run did not start: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
         time.sleep(0.2)
-    report = httpx.post(f"{url}/events", content=b"\n".join(SCRIPT), headers=JSON, timeout=30).json()
-    assert report["accepted"] == len(SCRIPT), report
+    report = httpx.post(f"{url}/events", content=b"\n".join(SCRIPT + BACKGROUND), headers=JSON, timeout=30).json()
+    assert (report["accepted"], report["rejected"]) == (len(SCRIPT) + len(BACKGROUND) - 1, 1), report
     httpx.post(f"{url}/flush", headers=JSON, timeout=60)
     yield url, env
     proc.terminate()
@@ -133,7 +142,7 @@ def test_each_page_loads_with_no_console_errors_and_is_saved_as_a_screenshot(ser
         assert (shots / f"{name}.png").stat().st_size > 1000
     browser.get(url + "/")
     listed = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "table.threads td a")]
-    assert listed == [THREAD]
+    assert sorted(listed) == ["web-bg", THREAD]
 
 
 def test_the_timeline_of_a_scripted_thread_shows_every_event_in_order(server: tuple[str, dict[str, str]], browser: Any) -> None:

@@ -9,6 +9,7 @@ inline style or script and run under a strict Content-Security-Policy.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
@@ -64,28 +65,36 @@ def number(value: Any) -> float | None:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.4g}"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def _clock(v: float) -> str:
+    """Epoch seconds as a UTC date and minute (a time axis's labels)."""
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(v))
 
 
 W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 240, 56, 28, 12, 12
 
 
-def _axes(x0: float, x1: float, y0: float, y1: float, x_label: str, y_label: str) -> str:
+def _axes(x0: float, x1: float, y0: float, y1: float, x_label: str, y_label: str, x_time: bool) -> str:
     bottom, right = H - PAD_B, W - PAD_R
+    fx = _clock if x_time else _fmt
     return (f'<line x1="{PAD_L}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#889"/>'
             f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{bottom}" stroke="#889"/>'
             f'<text x="{PAD_L - 4}" y="{bottom}" text-anchor="end" font-size="10">{e(_fmt(y0))}</text>'
             f'<text x="{PAD_L - 4}" y="{PAD_T + 8}" text-anchor="end" font-size="10">{e(_fmt(y1))}</text>'
-            f'<text x="{PAD_L}" y="{H - 8}" font-size="10">{e(_fmt(x0))}</text>'
-            f'<text x="{right}" y="{H - 8}" text-anchor="end" font-size="10">{e(_fmt(x1))}</text>'
+            f'<text x="{PAD_L}" y="{H - 8}" font-size="10">{e(fx(x0))}</text>'
+            f'<text x="{right}" y="{H - 8}" text-anchor="end" font-size="10">{e(fx(x1))}</text>'
             f'<text x="{(PAD_L + right) / 2}" y="{H - 4}" text-anchor="middle" font-size="11">{e(x_label)}</text>'
             f'<text x="12" y="{(PAD_T + bottom) / 2}" font-size="11" transform="rotate(-90 12 {(PAD_T + bottom) / 2})" '
             f'text-anchor="middle">{e(y_label)}</text>')  # fmt: skip
 
 
-def xy_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, cls: str = "xy") -> Html:
+def xy_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, cls: str = "xy",
+             x_time: bool = False) -> Html:  # fmt: skip
     """Lines through points (one line a series), each point a ``circle`` carrying its
-    values in ``data-x``/``data-y`` (what the browser test compares with the query's rows)."""
+    values in ``data-x``/``data-y`` (what the browser test compares with the query's rows);
+    ``x_time``: x is epoch seconds, labelled as UTC times."""
     points = [p for pts in series.values() for p in pts]
     if not points:
         return Html('<p class="empty">nothing to draw</p>')
@@ -97,7 +106,7 @@ def xy_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label
     def at(x: float, y: float) -> tuple[float, float]:
         return (PAD_L + (x - x0) / (x1 - x0) * (W - PAD_L - PAD_R), H - PAD_B - (y - y0) / (y1 - y0) * (H - PAD_B - PAD_T))
 
-    parts = [_axes(x0, x1, y0, y1, x_label, y_label)]
+    parts = [_axes(x0, x1, y0, y1, x_label, y_label, x_time)]
     legend = []
     for i, (name, pts) in enumerate(series.items()):
         color = PALETTE[i % len(PALETTE)]
@@ -108,10 +117,10 @@ def xy_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label
         for (x, y), (cx, cy) in zip(sorted(pts), coords):
             parts.append(f'<circle class="pt" cx="{cx:.1f}" cy="{cy:.1f}" r="3" fill="{color}" '
                          f'data-series="{e(name)}" data-x="{x!r}" data-y="{y!r}"><title>{e(name)}: '
-                         f'{e(_fmt(x))}, {e(_fmt(y))}</title></circle>')  # fmt: skip
+                         f'{e(_clock(x) if x_time else _fmt(x))}, {e(_fmt(y))}</title></circle>')  # fmt: skip
         legend.append(f'<span class="key"><svg width="10" height="10"><rect width="10" height="10" fill="{color}"/>'
                       f'</svg>{e(name)}</span>')  # fmt: skip
-    svg = f'<svg class="{e(cls)}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img">{"".join(parts)}</svg>'
+    svg = f'<svg class="{e(cls)}" viewBox="0 0 {W} {H}" role="img">{"".join(parts)}</svg>'
     keys = f'<div class="legend">{"".join(legend)}</div>' if len(series) > 1 else ""
     return Html(f'<figure class="chart">{svg}{keys}</figure>')
 
@@ -140,7 +149,7 @@ def bar_chart(labels: Sequence[str], series: dict[str, Sequence[float | None]], 
                          f'<text x="{label_w + width + 4:.1f}" y="{by + 10}" font-size="10">{e(_fmt(v))}{e(unit)}</text>')  # fmt: skip
     legend = "".join(f'<span class="key"><svg width="10" height="10"><rect width="10" height="10" '
                      f'fill="{PALETTE[i % len(PALETTE)]}"/></svg>{e(n)}</span>' for i, n in enumerate(series))  # fmt: skip
-    svg = f'<svg class="bars" viewBox="0 0 {W} {height}" width="{W}" height="{height}" role="img">{"".join(parts)}</svg>'
+    svg = f'<svg class="bars" viewBox="0 0 {W} {height}" role="img">{"".join(parts)}</svg>'
     return Html(f'<figure class="chart">{svg}<div class="legend">{legend}</div></figure>')
 
 

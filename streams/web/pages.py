@@ -134,7 +134,7 @@ def waterfall(calls: list[dict[str, Any]]) -> str:
         name = c["orphan_event_id"] or c["call_id"]
         rows.append(
             f'<details class="call s-{e(c["status"])}" id="call-{e(name)}" data-status="{e(c["status"])}">'
-            f'<summary><span class="tool">{e(c["tool_name"] or "?")}</span><span class="st st-{e(c["status"])}">'
+            f'<summary><span class="tool">{e(c["tool_name"] or c["call_id"])}</span><span class="st st-{e(c["status"])}">'
             f'{e(c["status"])}</span>{flag_html}{bar}<span class="lat">{e(latency)}</span></summary>'
             f'<div class="out"><p>call <code>{e(name)}</code> · latency <b class="latency">{e(latency)}</b> · '
             f'{e(c["output_bytes"])} bytes · {links}</p>{more}'
@@ -273,7 +273,7 @@ def chart_for(shape: str, columns: list[str], rows: list[tuple[Any, ...]]) -> Ht
         series: dict[str, list[tuple[float, float]]] = {}
         for x, name, y in rows:
             series.setdefault(str(name), []).append((float(x), float(y)))
-        return xy_chart(series, columns[0], columns[2], "lines")
+        return xy_chart(series, f"{columns[0]} (UTC)", columns[2], "lines", x_time=True)
     if shape == "bars":
         labels = [str(r[0]) for r in rows]
         return bar_chart(labels, {c: [number(r[i]) for r in rows] for i, c in enumerate(columns) if i})

@@ -10,7 +10,11 @@
 
   function replace(id, html) {
     var el = document.getElementById(id);
-    if (el && typeof html === "string") el.innerHTML = html;
+    if (!el || typeof html !== "string") return;
+    // What the reader opened stays open after the redraw.
+    var open = Array.prototype.map.call(el.querySelectorAll("details[open][id]"), function (d) { return d.id; });
+    el.innerHTML = html;
+    open.forEach(function (id) { var d = document.getElementById(id); if (d) d.open = true; });
   }
 
   function poll() {
