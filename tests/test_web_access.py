@@ -105,3 +105,30 @@ def test_a_bad_parameter_or_an_unknown_thread_is_an_html_page_with_the_apis_stat
         assert (answer.status_code, answer.headers["content-type"].split(";")[0]) == (status, "text/html"), url
     budget = open_client.get("/ui/threads/k?budget=1")  # too small for the essentials: said in its panel
     assert budget.status_code == 200 and "budget" in budget.text and 'class="warn"' in budget.text
+
+
+def test_the_memory_page_shows_each_fact_with_status_evidence_and_sources_and_a_revocation_as_needs_refresh(
+    open_client: TestClient,
+) -> None:
+    facts = [raw("obs-8", "fact", {"key": "java.version", "value": "8", "evidence_type": "tool_observed", "confirmed": True},
+                 0, "old", project="svc"),
+             raw("user-17", "fact", {"key": "java.version", "value": "17", "evidence_type": "user_confirmed",
+                                     "confirmed": True}, 3600, "new", project="svc")]  # fmt: skip
+    assert open_client.post("/events", content=b"\n".join(facts), headers=JSON).json()["accepted"] == 2
+    open_client.post("/flush", headers=JSON)
+    open_client.post("/memory/extract", headers=JSON)
+    open_client.post("/memory/consolidate", headers=JSON)
+    page = open_client.get("/ui/memory?project=svc").text
+    row = re.search(r'<tr class="fact s-ok">(.*?)</tr>', page, re.S)
+    assert row is not None, page
+    cells = re.findall(r"<td>(.*?)</td>", row[1], re.S)
+    assert [re.sub(r"<[^>]+>", "", c) for c in cells[1:7]] == ["java.version", "17", "ok", "user_confirmed",
+                                                               "2026-01-01T13:00:00Z", "user-17"]  # fmt: skip
+    assert 'href="/ui/threads/new#ev-user-17"' in row[1]  # the source, in its thread's timeline
+    assert open_client.post("/memory/revoke", json={"event_id": "user-17", "reason": "wrong"}).status_code == 200
+    open_client.post("/memory/extract", headers=JSON)
+    open_client.post("/memory/consolidate", headers=JSON)
+    page = open_client.get("/ui/memory?project=svc").text
+    row = re.search(r'<tr class="fact s-needs_refresh">(.*?)</tr>', page, re.S)
+    assert row is not None and ">8<" in row[1] and "user-17" in row[1], page
+    assert '<span class="st st-needs_refresh">needs_refresh</span>' in row[1]

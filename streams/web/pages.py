@@ -242,7 +242,7 @@ def thread_page(thread_id: str, tl: Timeline, calls: list[dict[str, Any]], state
 # -- search, analytics, memory ------------------------------------------------------------
 
 
-SEARCH_FIELDS = ("q", "thread", "kind", "tool", "window", "project", "since", "until", "limit")
+SEARCH_FIELDS = ("q", "thread", "kind", "tool", "window", "project", "since", "until", "after", "limit")
 
 
 def search_page(params: dict[str, str], answer: dict[str, Any] | None, error: str | None) -> str:
