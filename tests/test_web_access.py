@@ -132,3 +132,18 @@ def test_the_memory_page_shows_each_fact_with_status_evidence_and_sources_and_a_
     row = re.search(r'<tr class="fact s-needs_refresh">(.*?)</tr>', page, re.S)
     assert row is not None and ">8<" in row[1] and "user-17" in row[1], page
     assert '<span class="st st-needs_refresh">needs_refresh</span>' in row[1]
+
+
+def test_a_long_threads_timeline_pages_back_without_losing_or_repeating_an_event(open_client: TestClient) -> None:
+    n = 620  # more than one page (TIMELINE_PAGE), so the thread page shows its newest and links back
+    events = [raw(f"L{i:04d}", "message", {"role": "user", "text": f"line {i}"}, i, "long") for i in range(n)]
+    assert open_client.post("/events", content=b"\n".join(events), headers=JSON).json()["accepted"] == n
+    open_client.post("/flush", headers=JSON)
+    seen: list[str] = []
+    url: str | None = "/ui/threads/long"
+    while url:
+        page = open_client.get(url).text
+        seen[:0] = re.findall(r'<tr class="ev" id="ev-([^"]+)"', page)
+        older = re.search(r'<a href="([^"]+)">earlier events</a>', page)
+        url = older[1].replace("&amp;", "&") if older else None
+    assert seen == [f"L{i:04d}" for i in range(n)]

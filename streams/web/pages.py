@@ -92,8 +92,7 @@ def timeline_rows(events: list[dict[str, Any]], turn: str | None, window: str | 
         agent = ev["agent_id"]
         kind = ev["kind"]
         text = _clip(event_text(kind, ev["payload"]))
-        out.append(f'<tr class="ev k-{e(kind)}" id="ev-{e(ev["event_id"])}" data-offset="{int(ev["offset"])}" '
-                   f'data-turn="{e(turn)}" data-window="{e(window)}"><td class="ts">{e(ev["ts"][11:23])}</td>'
+        out.append(f'<tr class="ev" id="ev-{e(ev["event_id"])}" data-offset="{int(ev["offset"])}"><td class="ts">{e(ev["ts"][11:23])}</td>'
                    f'<td><span class="kind k-{e(kind)}">{e(kind)}</span></td>'
                    f'<td><span class="agent{" sub" if agent != "main" else ""}">{e(agent)}</span></td>'
                    f'<td class="txt">{e(text)}</td><td><a href="/events/{e(ev["event_id"])}" class="id">'
@@ -106,6 +105,8 @@ def waterfall(calls: list[dict[str, Any]]) -> str:
     it shows the output and the latency."""
     if not calls:
         return '<p class="empty">no tool calls</p>'
+    total = int(calls[0].get("total") or len(calls))
+    note = f'<p class="meta">the newest {len(calls)} of {total} calls</p>' if total > len(calls) else ""
     starts = [c["call_ms"] if c["call_ms"] is not None else c["result_ms"] for c in calls]
     ends = [c["result_ms"] if c["result_ms"] is not None else s for c, s in zip(calls, starts)]
     known = [t for t in starts + ends if t is not None]
@@ -139,7 +140,7 @@ def waterfall(calls: list[dict[str, Any]]) -> str:
             f'<div class="out"><p>call <code>{e(name)}</code> · latency <b class="latency">{e(latency)}</b> · '
             f'{e(c["output_bytes"])} bytes · {links}</p>{more}'
             f'<pre class="output">{e(output) if output else "(no output)"}</pre></div></details>')  # fmt: skip
-    return "".join(rows)
+    return note + "".join(rows)
 
 
 def _list(items: list[Any], render: Any) -> str:

@@ -15,10 +15,13 @@ import orjson
 from agentlog.processors.redaction import redact_if
 from agentlog.streams.api.service import Service
 
-TIMELINE_PAGE = 1000
+TIMELINE_PAGE = 500
 """Events on one page of a thread's timeline (newest page first; older pages by link)."""
-OUTPUT_CHARS = 2000
+OUTPUT_CHARS = 1000
 """A tool output is shown up to this many characters; the whole one is a link away."""
+WATERFALL_CALLS = 200
+"""The waterfall shows a thread's newest calls (each live update sends it again); the rest
+are in the timeline and in ``tool_calls``."""
 
 
 def literal(text: str) -> str:
@@ -73,8 +76,9 @@ def events_after(service: Service, thread_id: str, after: int, limit: int = TIME
     return _parsed(rows, redacting(service))
 
 
-def tool_calls(service: Service, thread_id: str) -> list[dict[str, Any]]:
-    """The thread's pair rows (newest row per call), each with the start of its result's output."""
+def tool_calls(service: Service, thread_id: str, limit: int = WATERFALL_CALLS) -> list[dict[str, Any]]:
+    """The thread's newest ``limit`` pair rows (newest row per call), oldest first, each with
+    the start of its result's output and ``total``, how many pairs the thread has."""
     t = literal(thread_id)
     rows = sql_rows(service, f"""
         SELECT c.call_id AS call_id, c.orphan_event_id AS orphan_event_id, c.tool_name AS tool_name,
@@ -83,12 +87,14 @@ def tool_calls(service: Service, thread_id: str) -> list[dict[str, Any]]:
                c.result_event_id AS result_event_id, ifNull(c.turn_id, '') AS turn_id,
                toUnixTimestamp64Milli(c.call_ts) AS call_ms, toUnixTimestamp64Milli(c.result_ts) AS result_ms,
                substringUTF8(JSONExtractString(r.payload, 'output'), 1, {OUTPUT_CHARS}) AS output,
-               lengthUTF8(JSONExtractString(r.payload, 'output')) AS output_chars
+               lengthUTF8(JSONExtractString(r.payload, 'output')) AS output_chars,
+               count() OVER () AS total
         FROM tool_calls AS c FINAL
         LEFT JOIN (SELECT event_id, payload FROM events WHERE thread_id = {t} AND kind = 'tool_result') AS r
                ON r.event_id = if(c.result_event_id != '', c.result_event_id, c.orphan_event_id)
         WHERE c.thread_id = {t}
-        ORDER BY ifNull(c.call_ts, c.result_ts), c.call_id""")  # fmt: skip
+        ORDER BY ifNull(c.call_ts, c.result_ts) DESC, c.call_id DESC LIMIT {int(limit)}""")  # fmt: skip
+    rows.reverse()
     redact = redacting(service)
     for row in rows:
         row["output"] = redact_if(redact, row["output"] or "")
@@ -116,5 +122,5 @@ CHARTS: dict[str, tuple[str, str]] = {
 """The analytics page's charts: a title, the query (shown beside its chart) and its shape."""
 
 
-__all__ = ["CHARTS", "OUTPUT_CHARS", "TIMELINE_PAGE", "Timeline", "events_after", "literal", "sql_rows",
+__all__ = ["CHARTS", "OUTPUT_CHARS", "TIMELINE_PAGE", "WATERFALL_CALLS", "Timeline", "events_after", "literal", "sql_rows",
            "timeline", "tool_calls"]  # fmt: skip
