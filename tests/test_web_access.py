@@ -147,3 +147,24 @@ def test_a_long_threads_timeline_pages_back_without_losing_or_repeating_an_event
         older = re.search(r'<a href="([^"]+)">earlier events</a>', page)
         url = older[1].replace("&amp;", "&") if older else None
     assert seen == [f"L{i:04d}" for i in range(n)]
+
+
+def test_the_kafka_worker_serves_the_same_pages_under_the_same_token(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import httpx  # noqa: PLC0415
+
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+    from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
+    from tests.conftest import free_port  # noqa: PLC0415
+    from tests.test_http_worker import serving  # noqa: PLC0415
+
+    # No broker answers: the rules and the static files need none.
+    app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1", api_token=TOKEN))
+    port = free_port()
+    with serving(app.conf.agentlog_http, port), httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        page = client.get("/ui/analytics")
+        assert (page.status_code, page.headers["location"]) == (303, "/ui/login?next=%2Fui%2Fanalytics")
+        css = client.get("/ui/static/style.css")
+        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and "timeline" in css.text
+        login = client.get("/ui/login", params={"token": TOKEN, "next": "/ui/memory"})
+        assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
+        assert client.get("/ui/login", params={"token": "wrong"}).status_code == 401
