@@ -16,6 +16,7 @@ from importlib.resources import files
 from typing import Any
 
 from fastapi import FastAPI, Request
+from pydantic import ValidationError
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from agentlog.schemas.requests import (
@@ -152,8 +153,10 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
         if statement.strip():
             try:
                 result = service.sql(SqlBody.model_validate({"sql": statement}).sql)
+            except ValidationError as refused:  # too long: the body's bound, said as POST /sql says it
+                error = f"bad query: {refused.errors()[0]['msg']}"
             except Exception as failed:  # noqa: BLE001 - a refused query is said beside the console
-                error = _text_error(failed) if not hasattr(failed, "errors") else f"bad query: {failed}"
+                error = _text_error(failed)
         return pages.analytics_page(charts, statement or "SELECT count() AS n FROM events", result, error)
 
     def memory(request: Request) -> str:
