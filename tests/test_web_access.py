@@ -16,7 +16,7 @@ from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
-TOKEN = "s3cret-token-for-the-web-view"
+TOKEN = 's3cret; token "for" the web,view\\'  # characters a cookie must quote
 JSON = {"Content-Type": "application/json"}
 SCRIPT = "<script>alert(1)</script>"
 PAGES = ("/", "/ui/threads/x1", "/ui/search?q=alert", "/ui/analytics", "/ui/memory")

@@ -19,6 +19,7 @@ in front of the FastAPI app.
 from __future__ import annotations
 
 import hmac
+from http.cookies import CookieError, SimpleCookie
 import ipaddress
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -161,11 +162,14 @@ async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
 
 
 def _cookie(header: str, name: str) -> str | None:
-    for part in header.split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name and value:
-            return value
-    return None
+    """The cookie's value, unquoted as it was set (a token may hold any character)."""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return None
+    morsel = jar.get(name)
+    return morsel.value if morsel is not None and morsel.value else None
 
 
 def _is_page(scope: Scope) -> bool:
