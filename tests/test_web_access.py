@@ -168,3 +168,21 @@ def test_the_kafka_worker_serves_the_same_pages_under_the_same_token(tmp_path) -
         login = client.get("/ui/login", params={"token": TOKEN, "next": "/ui/memory"})
         assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
         assert client.get("/ui/login", params={"token": "wrong"}).status_code == 401
+
+
+def test_a_large_tool_output_is_cut_in_the_waterfall_with_a_link_to_the_whole_event(open_client: TestClient) -> None:
+    from agentlog.streams.web.queries import OUTPUT_CHARS  # noqa: PLC0415
+
+    big = "".join(f"{i:05d} " for i in range(1000))  # 6,000 characters, each position tellable
+    events = [raw("b1", "tool_call", {"call_id": "c9", "tool_name": "cat", "arguments": {}}, 0, "big"),
+              raw("b2", "tool_result", {"call_id": "c9", "output": big}, 2, "big")]  # fmt: skip
+    assert open_client.post("/events", content=b"\n".join(events), headers=JSON).json()["accepted"] == 2
+    open_client.post("/flush", headers=JSON)
+    page = open_client.get("/ui/threads/big").text
+    call = re.search(r'<details class="call s-ok" id="call-c9".*?</details>', page, re.S)
+    assert call is not None
+    shown = re.search(r'<pre class="output">(.*?)</pre>', call[0], re.S)
+    assert shown is not None and shown[1] == big[:OUTPUT_CHARS]
+    assert f"output truncated at {OUTPUT_CHARS} of {len(big)} characters" in call[0]
+    assert '<a href="/events/b2">the whole output</a>' in call[0]
+    assert open_client.get("/events/b2").json()["event"]["payload"]["output"] == big

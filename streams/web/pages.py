@@ -120,8 +120,10 @@ def waterfall(calls: list[dict[str, Any]]) -> str:
         width = max(2.0, (c["latency_ms"] or 0) / span * 300)
         fill = "#d43b5a" if c["status"] in FAILED or orphan else "#3ba55c"
         dash = ' stroke="#d43b5a" stroke-dasharray="3 2" fill="none"' if synthetic or orphan else f' fill="{fill}"'
+        when = "" if start is None else f"starts +{(start - t0) / 1000:g} s"
         bar = (f'<svg class="wbar" viewBox="0 0 304 10" width="304" height="10"><rect x="{x:.1f}" y="1" '
-               f'width="{width if not (synthetic or orphan) else 8:.1f}" height="8"{dash}/></svg>')  # fmt: skip
+               f'width="{width if not (synthetic or orphan) else 8:.1f}" height="8"{dash}><title>{e(when)}</title>'
+               '</rect></svg>')  # fmt: skip
         latency = "—" if c["latency_ms"] is None else f"{c['latency_ms']:g} ms"
         flag_html = "".join(f'<span class="flag f-{f}">{f}</span>' for f in flags)
         output = c["output"] or ""
