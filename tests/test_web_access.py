@@ -160,14 +160,18 @@ def test_the_kafka_worker_serves_the_same_pages_under_the_same_token(tmp_path) -
     # No broker answers: the rules and the static files need none.
     app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1", api_token=TOKEN))
     port = free_port()
-    with serving(app.conf.agentlog_http, port), httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
-        page = client.get("/ui/analytics")
-        assert (page.status_code, page.headers["location"]) == (303, "/ui/login?next=%2Fui%2Fanalytics")
-        css = client.get("/ui/static/style.css")
-        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and "timeline" in css.text
-        login = client.get("/ui/login", params={"token": TOKEN, "next": "/ui/memory"})
-        assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
-        assert client.get("/ui/login", params={"token": "wrong"}).status_code == 401
+    try:
+        with serving(app.conf.agentlog_http, port), httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            page = client.get("/ui/analytics")
+            css = client.get("/ui/static/style.css")
+            login = client.get("/ui/login", params={"token": TOKEN, "next": "/ui/memory"})
+            wrong = client.get("/ui/login", params={"token": "wrong"})
+    finally:
+        app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
+    assert (page.status_code, page.headers["location"]) == (303, "/ui/login?next=%2Fui%2Fanalytics")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and "timeline" in css.text
+    assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
+    assert wrong.status_code == 401
 
 
 def test_a_large_tool_output_is_cut_in_the_waterfall_with_a_link_to_the_whole_event(open_client: TestClient) -> None:
