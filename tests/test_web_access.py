@@ -41,9 +41,9 @@ def test_with_a_token_a_page_opened_without_it_goes_to_the_login_form_and_the_ap
 
 
 def test_the_token_given_once_opens_the_pages_and_the_api_through_an_httponly_cookie(guarded: TestClient) -> None:
-    assert guarded.get(f"/ui/login?token=wrong&next=/").status_code == 401
+    assert guarded.get("/ui/login?token=wrong&next=/").status_code == 401
     assert "agentlog_token" not in guarded.cookies
-    answer = guarded.get(f"/ui/login?token={TOKEN}&next=/ui/analytics")
+    answer = guarded.get("/ui/login", params={"token": TOKEN, "next": "/ui/analytics"})
     assert (answer.status_code, answer.headers["location"]) == (303, "/ui/analytics")
     cookie = answer.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
