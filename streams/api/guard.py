@@ -19,10 +19,10 @@ in front of the FastAPI app.
 from __future__ import annotations
 
 import hmac
-from http.cookies import CookieError, SimpleCookie
 import ipaddress
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlencode, urlsplit
 
 from starlette.responses import JSONResponse, RedirectResponse
@@ -162,14 +162,23 @@ async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
 
 
 def _cookie(header: str, name: str) -> str | None:
-    """The cookie's value, unquoted as it was set (a token may hold any character)."""
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(header)
-    except CookieError:
-        return None
-    morsel = jar.get(name)
-    return morsel.value if morsel is not None and morsel.value else None
+    """The cookie's value, unquoted as it was set (a token may hold any character; a quoted
+    value never holds a raw ``;``). Read on its own, so another site's odd cookie on the
+    same host cannot hide it."""
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key != name or not value:
+            continue
+        if not value.startswith('"'):
+            return value
+        jar: SimpleCookie = SimpleCookie()
+        try:
+            jar.load(f"{name}={value}")
+        except CookieError:
+            return None
+        morsel = jar.get(name)
+        return morsel.value if morsel is not None else None
+    return None
 
 
 def _is_page(scope: Scope) -> bool:
