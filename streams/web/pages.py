@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from agentlog.schemas.events import KINDS
 from agentlog.streams.web.html import Html, bar_chart, e, href, number, page, table, xy_chart
 from agentlog.streams.web.queries import OUTPUT_CHARS, Timeline
 
@@ -249,7 +250,9 @@ SEARCH_FIELDS = ("q", "thread", "kind", "tool", "window", "project", "since", "u
 
 
 def search_page(params: dict[str, str], answer: dict[str, Any] | None, error: str | None) -> str:
-    inputs = "".join(f'<input name="{f}" placeholder="{f}" value="{e(params.get(f, ""))}">' for f in SEARCH_FIELDS)
+    kinds = "".join(f'<option{" selected" if k == params.get("kind") else ""}>{e(k)}</option>' for k in ("", *KINDS))
+    inputs = "".join(f'<select name="kind" title="kind">{kinds}</select>' if f == "kind" else
+                     f'<input name="{f}" placeholder="{f}" value="{e(params.get(f, ""))}">' for f in SEARCH_FIELDS)  # fmt: skip
     form = f'<form class="filters" method="get" action="/ui/search">{inputs}<button>search</button></form>'
     out = ""
     if error:

@@ -212,7 +212,9 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
          (401, *OPEN)),
     ):  # fmt: skip
         media = "application/json" if path.endswith("/poll") else "text/css" if "static" in path else "text/html"
-        app.add_api_route(path, endpoint, methods=["GET"], name="web", summary=summary,
+        # a metrics label per page: "web thread", "web poll", "web static", ...
+        name = "web " + {"/": "threads", "/ui/threads/{thread_id}": "thread", "/ui/static/{name}": "static"}.get(path, path.split("/")[-1])
+        app.add_api_route(path, endpoint, methods=["GET"], name=name, summary=summary,
                           response_class={"application/json": JSONResponse, "text/html": HTMLResponse}.get(media, Response),
                           responses={200: {"content": {media: {}}}, **errors(*answers, *(() if OPEN[0] in answers else READS))},
                           openapi_extra={"parameters": [_parameter(path, p) for p in takes]} if takes else None)  # fmt: skip
