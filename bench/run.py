@@ -273,12 +273,14 @@ def run_rebuild_section(args: argparse.Namespace) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     from agentlog.bench import context as bench_context, fidelity, kafka as bench_kafka, step as bench_step  # noqa: PLC0415
     from agentlog.bench import client as bench_client  # noqa: PLC0415
+    from agentlog.bench import web as bench_web  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
                 "context": lambda _args: bench_context.run(), "step": lambda a: bench_step.run(a.step_lengths, a.steps),
                 "fidelity": lambda a: fidelity.run(getattr(a, "json", False)),
                 "kafka": lambda a: bench_kafka.run(a.kafka_events), "rebuild": run_rebuild_section,
-                "client": lambda a: bench_client.run(a.client_events)}  # fmt: skip
+                "client": lambda a: bench_client.run(a.client_events),
+                "web": lambda _args: bench_web.run()}  # fmt: skip
     # The Kafka section needs servers; "all" runs it only when they are configured.
     chosen = [args.only] if args.only != "all" else [s for s in sections if s != "rebuild" and
                                                      (s != "kafka" or Settings.from_env().kafka_bootstrap)]  # fmt: skip

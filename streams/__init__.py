@@ -10,6 +10,7 @@ Where things live (and where a new one goes):
 - ``kafka/``     the distributed deployment: publisher, faust worker (processor, sinks,
                  tables), feeds, topics, groups, the worker's service and the offline one.
 - ``memory/``    long-term memory jobs (extraction, consolidation) and their topic view.
+- ``web/``       the web view at ``/``: pages over the same ``Service``, added to the HTTP app.
 - ``cli/``       the ``agentlog`` command: ``parser``, ``commands`` (a new command goes here),
                  ``render``, ``backend`` (which deployment answers), the demo.
 - top level      what every deployment shares: ``config`` (settings), ``wiring`` (which store

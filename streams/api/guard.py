@@ -2,7 +2,8 @@
 (``agentlog run``'s FastAPI app and the Kafka worker's faust web views) before routing.
 
 - A token (``AGENTLOG_API_TOKEN``): required to start on a non-loopback address; when set,
-  every route but ``/healthz`` needs ``Authorization: Bearer <token>``.
+  every route but ``OPEN_PATHS`` needs ``Authorization: Bearer <token>``, or the web view's
+  cookie holding it (a page without either is sent to the login form).
 - A Host allow-list: a loopback server answers only to the names of loopback (plus
   ``AGENTLOG_ALLOWED_HOSTS``), so a page whose DNS name is rebound to 127.0.0.1 cannot read
   it; a browser's ``Origin`` must be on the same list.
@@ -21,9 +22,10 @@ import hmac
 import ipaddress
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from http.cookies import CookieError, SimpleCookie
+from urllib.parse import urlencode, urlsplit
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.schemas.requests import RequestError
@@ -34,8 +36,12 @@ WRITE_TYPES = frozenset({"application/json", "application/x-ndjson", "applicatio
 OTLP_PATH = "/v1/traces"
 """OpenTelemetry's route also takes its protobuf encoding (not a type a browser may send
 cross-origin without asking first, so the rule above holds)."""
-OPEN_PATHS = frozenset({"/healthz"})
-"""Routes that answer without the token: liveness only (no data)."""
+OPEN_PATHS = frozenset({"/healthz", "/ui/login", "/ui/static/app.js", "/ui/static/style.css"})
+"""Routes that answer without the token: liveness, and the web view's login form and its
+two static files (no data)."""
+TOKEN_COOKIE = "agentlog_token"
+"""The web view's cookie (HttpOnly, SameSite=Strict; set by ``/ui/login``): the token, for
+a browser, which cannot send the ``Authorization`` header on a page load."""
 
 
 def is_loopback(host: str) -> bool:
@@ -163,6 +169,32 @@ async def read_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     return bytes(body)
 
 
+def _cookie(header: str, name: str) -> str | None:
+    """The cookie's value, unquoted as it was set (a token may hold any character; a quoted
+    value never holds a raw ``;``). Read on its own, so another site's odd cookie on the
+    same host cannot hide it."""
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key != name or not value:
+            continue
+        if not value.startswith('"'):
+            return value
+        jar: SimpleCookie = SimpleCookie()
+        try:
+            jar.load(f"{name}={value}")
+        except CookieError:
+            return None
+        morsel = jar.get(name)
+        return morsel.value if morsel is not None else None
+    return None
+
+
+def _is_page(scope: Scope) -> bool:
+    """A web-view page a browser loads (not the API, not the live poll)."""
+    path = scope["path"]
+    return scope["method"] in ("GET", "HEAD") and (path == "/" or path.startswith("/ui/")) and not path.endswith("/poll")
+
+
 class Guard:
     """These rules as ASGI middleware, before any routing (pure ASGI, so a refused body is
     never read)."""
@@ -180,7 +212,14 @@ class Guard:
                 if name in headers and name in ("host", "authorization", "content-length", "content-type"):
                     refused = RequestError(400, f"the {name} header is given twice; give it once")
                 headers[name] = value.decode("latin-1")
+            if "authorization" not in headers and (token := _cookie(headers.get("cookie", ""), TOKEN_COOKIE)):
+                headers["authorization"] = f"Bearer {token}"
             refused = refused or refusal(self.policy, scope["method"], scope["path"], headers)
+            if refused is not None and refused.status == 401 and _is_page(scope):
+                # A person at a page without the cookie: the login form, then back here.
+                target = scope["path"] + (f"?{scope['query_string'].decode('latin-1')}" if scope["query_string"] else "")
+                await RedirectResponse(f"/ui/login?{urlencode({'next': target})}", 303)(scope, receive, send)
+                return
             if refused is not None:
                 await JSONResponse(refused.body, status_code=refused.status)(scope, receive, send)
                 return
@@ -188,6 +227,6 @@ class Guard:
 
 
 __all__ = [
-    "Guard", "OPEN_PATHS", "Policy", "bind_refusal", "check_content_type", "check_host", "check_length",
+    "Guard", "OPEN_PATHS", "Policy", "TOKEN_COOKIE", "bind_refusal", "check_content_type", "check_host", "check_length",
     "check_token", "host_name", "is_loopback", "read_body", "refusal",
 ]  # fmt: skip

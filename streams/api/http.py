@@ -37,6 +37,7 @@ from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
 from agentlog.streams.api.service import NotFound, NotServedHere, Service, Unavailable
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
+from agentlog.streams.web.routes import add_pages
 
 log = logging.getLogger("agentlog.http")
 
@@ -271,6 +272,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
             app.openapi_schema = doc
         return app.openapi_schema
 
+    add_pages(app, service, policy)  # the web view: pages at / and under /ui/ (streams/web)
     app.openapi = document  # type: ignore[method-assign]
     return app
 

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=200, help="measured steps per series of the step benchmark")
     p.add_argument("--json", action="store_true", help="with --only fidelity: its figures as one JSON object")
     p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "step", "kafka", "rebuild",
-                                         "client"],
+                                         "client", "web"],
                    default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory, "
                         "context (assembly vs thread length, naive baseline, search, retention table), "

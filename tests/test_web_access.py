@@ -1,0 +1,192 @@
+"""Issue 17: the web view is protected as the API is (the token, which a browser gives once
+and keeps in an HttpOnly cookie), and shows hostile text as text on every page. In
+process (no browser needed to read the HTML the server sends)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from agentlog.streams.api.guard import Policy
+from agentlog.streams.api.http import build_app
+from agentlog.streams.embedded.service import EmbeddedService
+from tests.helpers import raw
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+TOKEN = 's3cret; token "for" the web,view\\'  # characters a cookie must quote
+JSON = {"Content-Type": "application/json"}
+SCRIPT = "<script>alert(1)</script>"
+PAGES = ("/", "/ui/threads/x1", "/ui/search?q=alert", "/ui/analytics", "/ui/memory")
+
+
+@pytest.fixture
+def guarded(service: EmbeddedService) -> Iterator[TestClient]:
+    app = build_app(service, Policy(token=TOKEN), background=service.run_forever)
+    with TestClient(app, base_url="http://localhost", follow_redirects=False) as client:
+        yield client
+
+
+def test_with_a_token_a_page_opened_without_it_goes_to_the_login_form_and_the_api_still_says_401(guarded: TestClient) -> None:
+    for path in PAGES:
+        answer = guarded.get(path)
+        assert answer.status_code == 303, path
+        assert answer.headers["location"].startswith("/ui/login?next="), path
+    assert guarded.get("/threads").status_code == 401  # the API answers programs in JSON
+    assert guarded.get("/ui/threads/x1/poll").status_code == 401
+    form = guarded.get("/ui/login?next=%2Fui%2Fmemory")
+    assert form.status_code == 200 and 'name="token"' in form.text and 'value="/ui/memory"' in form.text
+
+
+def test_the_token_given_once_opens_the_pages_and_the_api_through_an_httponly_cookie(guarded: TestClient) -> None:
+    assert guarded.get("/ui/login?token=wrong&next=/").status_code == 401
+    assert "agentlog_token" not in guarded.cookies
+    answer = guarded.get("/ui/login", params={"token": TOKEN, "next": "/ui/analytics"})
+    assert (answer.status_code, answer.headers["location"]) == (303, "/ui/analytics")
+    cookie = answer.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
+    assert guarded.get("/").status_code == 200
+    assert guarded.get("/ui/analytics").status_code == 200
+    assert guarded.get("/threads").status_code == 200  # the cookie counts as the bearer token
+    guarded.cookies.clear()
+    guarded.cookies.set("agentlog_token", "forged")
+    assert guarded.get("/").status_code == 303
+    assert guarded.get("/threads").status_code == 401
+
+
+def test_the_login_sends_a_browser_back_only_to_this_servers_own_pages(guarded: TestClient) -> None:
+    for target in ("//evil.example/", "https://evil.example/", "/\\evil.example", "javascript:alert(1)"):
+        answer = guarded.get("/ui/login", params={"token": TOKEN, "next": target})
+        assert answer.headers["location"] == "/", target
+
+
+@pytest.fixture
+def open_client(service: EmbeddedService) -> Iterator[TestClient]:
+    with TestClient(build_app(service, background=service.run_forever), base_url="http://localhost") as client:
+        yield client
+
+
+def test_hostile_text_is_escaped_on_every_page_and_no_page_allows_inline_script(open_client: TestClient) -> None:
+    events = [
+        raw("h1", "goal", {"text": f"goal {SCRIPT}"}, 0, "x1", project="p<b>x</b>"),
+        raw("h2", "message", {"role": "user", "text": f'alert "quoted" {SCRIPT} <img src=x onerror=alert(2)>'}, 1, "x1"),
+        raw("h3", "tool_call", {"call_id": "c1", "tool_name": f"t{SCRIPT}", "arguments": {"a": SCRIPT}}, 2, "x1"),
+        raw("h4", "tool_result", {"call_id": "c1", "output": f"out {SCRIPT}", "status": "ok"}, 3, "x1"),
+        raw("h5", "plan", {"steps": [{"step_id": "s1", "text": SCRIPT, "status": "running"}]}, 4, "x1"),
+        raw("h6", "file_change", {"path": f"src/{SCRIPT}.py", "change": "modified"}, 5, "x1"),
+    ]
+    assert open_client.post("/events", content=b"\n".join(events), headers=JSON).json()["accepted"] == len(events)
+    open_client.post("/flush", headers=JSON)
+    urls = [*PAGES, "/ui/threads/x1/poll?after=-1", f"/ui/analytics?sql=SELECT '{SCRIPT}' AS s, 1 AS n",
+            f"/ui/search?q={SCRIPT}", f"/ui/threads/{SCRIPT}", f"/ui/threads/x1?model={SCRIPT}&budget=50",
+            f"/?project={SCRIPT}", f"/ui/memory?project={SCRIPT}"]  # fmt: skip
+    for url in urls:
+        answer = open_client.get(url)
+        body = answer.text if not url.endswith("-1") else "".join(str(v) for v in answer.json().values())
+        assert answer.status_code in (200, 400, 404), (url, answer.status_code)
+        assert "<script>alert" not in body and "<img src=x" not in body and "<b>x</b>" not in body, url
+        if "text/html" in answer.headers["content-type"]:
+            csp = answer.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "unsafe-inline" not in csp, url
+            scripts = re.findall(r"<script[^>]*>", body)
+            assert all(s == '<script src="/ui/static/app.js" defer>' for s in scripts), (url, scripts)
+    thread = open_client.get("/ui/threads/x1").text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in thread  # shown, as text
+
+
+def test_a_bad_parameter_or_an_unknown_thread_is_an_html_page_with_the_apis_status(open_client: TestClient) -> None:
+    assert open_client.post("/events", content=raw("k1", "goal", {"text": "g"}, 0, "k"), headers=JSON).status_code == 200
+    open_client.post("/flush", headers=JSON)
+    for url, status in (("/ui/threads/nope", 404), ("/ui/threads/k?before=abc", 400), ("/?status=sideways", 400),
+                        ("/ui/threads/k?unknown=1", 400), ("/ui/threads/bad%20id", 400)):  # fmt: skip
+        answer = open_client.get(url)
+        assert (answer.status_code, answer.headers["content-type"].split(";")[0]) == (status, "text/html"), url
+    budget = open_client.get("/ui/threads/k?budget=1")  # too small for the essentials: said in its panel
+    assert budget.status_code == 200 and "budget" in budget.text and 'class="warn"' in budget.text
+
+
+def test_the_memory_page_shows_each_fact_with_status_evidence_and_sources_and_a_revocation_as_needs_refresh(
+    open_client: TestClient,
+) -> None:
+    facts = [raw("obs-8", "fact", {"key": "java.version", "value": "8", "evidence_type": "tool_observed", "confirmed": True},
+                 0, "old", project="svc"),
+             raw("user-17", "fact", {"key": "java.version", "value": "17", "evidence_type": "user_confirmed",
+                                     "confirmed": True}, 3600, "new", project="svc")]  # fmt: skip
+    assert open_client.post("/events", content=b"\n".join(facts), headers=JSON).json()["accepted"] == 2
+    open_client.post("/flush", headers=JSON)
+    open_client.post("/memory/extract", headers=JSON)
+    open_client.post("/memory/consolidate", headers=JSON)
+    page = open_client.get("/ui/memory?project=svc").text
+    row = re.search(r'<tr class="fact s-ok">(.*?)</tr>', page, re.S)
+    assert row is not None, page
+    cells = re.findall(r"<td>(.*?)</td>", row[1], re.S)
+    assert [re.sub(r"<[^>]+>", "", c) for c in cells[1:7]] == ["java.version", "17", "ok", "user_confirmed",
+                                                               "2026-01-01T13:00:00Z", "user-17"]  # fmt: skip
+    assert 'href="/ui/threads/new#ev-user-17"' in row[1]  # the source, in its thread's timeline
+    assert open_client.post("/memory/revoke", json={"event_id": "user-17", "reason": "wrong"}).status_code == 200
+    open_client.post("/memory/extract", headers=JSON)
+    open_client.post("/memory/consolidate", headers=JSON)
+    page = open_client.get("/ui/memory?project=svc").text
+    row = re.search(r'<tr class="fact s-needs_refresh">(.*?)</tr>', page, re.S)
+    assert row is not None and ">8<" in row[1] and "user-17" in row[1], page
+    assert '<span class="st st-needs_refresh">needs_refresh</span>' in row[1]
+
+
+def test_a_long_threads_timeline_pages_back_without_losing_or_repeating_an_event(open_client: TestClient) -> None:
+    n = 620  # more than one page (TIMELINE_PAGE), so the thread page shows its newest and links back
+    events = [raw(f"L{i:04d}", "message", {"role": "user", "text": f"line {i}"}, i, "long") for i in range(n)]
+    assert open_client.post("/events", content=b"\n".join(events), headers=JSON).json()["accepted"] == n
+    open_client.post("/flush", headers=JSON)
+    seen: list[str] = []
+    url: str | None = "/ui/threads/long"
+    while url:
+        page = open_client.get(url).text
+        seen[:0] = re.findall(r'<tr class="ev" id="ev-([^"]+)"', page)
+        older = re.search(r'<a href="([^"]+)">earlier events</a>', page)
+        url = older[1].replace("&amp;", "&") if older else None
+    assert seen == [f"L{i:04d}" for i in range(n)]
+
+
+def test_the_kafka_worker_serves_the_same_pages_under_the_same_token(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import httpx  # noqa: PLC0415
+
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+    from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
+    from tests.conftest import free_port  # noqa: PLC0415
+    from tests.test_http_worker import serving  # noqa: PLC0415
+
+    # No broker answers: the rules and the static files need none.
+    app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1", api_token=TOKEN))
+    port = free_port()
+    try:
+        with serving(app.conf.agentlog_http, port), httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            page = client.get("/ui/analytics")
+            css = client.get("/ui/static/style.css")
+            login = client.get("/ui/login", params={"token": TOKEN, "next": "/ui/memory"})
+            wrong = client.get("/ui/login", params={"token": "wrong"})
+    finally:
+        app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
+    assert (page.status_code, page.headers["location"]) == (303, "/ui/login?next=%2Fui%2Fanalytics")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and "timeline" in css.text
+    assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
+    assert wrong.status_code == 401
+
+
+def test_a_large_tool_output_is_cut_in_the_waterfall_with_a_link_to_the_whole_event(open_client: TestClient) -> None:
+    from agentlog.streams.web.queries import OUTPUT_CHARS  # noqa: PLC0415
+
+    big = "".join(f"{i:05d} " for i in range(1000))  # 6,000 characters, each position tellable
+    events = [raw("b1", "tool_call", {"call_id": "c9", "tool_name": "cat", "arguments": {}}, 0, "big"),
+              raw("b2", "tool_result", {"call_id": "c9", "output": big}, 2, "big")]  # fmt: skip
+    assert open_client.post("/events", content=b"\n".join(events), headers=JSON).json()["accepted"] == 2
+    open_client.post("/flush", headers=JSON)
+    page = open_client.get("/ui/threads/big").text
+    call = re.search(r'<details class="call s-ok" id="call-c9".*?</details>', page, re.S)
+    assert call is not None
+    shown = re.search(r'<pre class="output">(.*?)</pre>', call[0], re.S)
+    assert shown is not None and shown[1] == big[:OUTPUT_CHARS]
+    assert f"output truncated at {OUTPUT_CHARS} of {len(big)} characters" in call[0]
+    assert '<a href="/events/b2">the whole output</a>' in call[0]
+    assert open_client.get("/events/b2").json()["event"]["payload"]["output"] == big
