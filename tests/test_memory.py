@@ -347,7 +347,8 @@ def test_the_context_builder_includes_the_projects_facts_as_data_with_status_and
     (section,) = [s for s in ctx["sections"] if s["name"] == "memory"]
     block = section["content"].split("```json\n", 1)[1].rsplit("\n```", 1)[0]
     records = orjson.loads(block)  # values as JSON data, each with its status and source
-    assert {"key": "java.version", "value": "17", "status": "ok", "evidence": "user_confirmed", "source": "f1"} in records
+    assert {"key": "java.version", "value": "17", "status": "ok", "evidence": "user_confirmed", "source": "f1",
+            "last_verified_at": "2026-01-01T12:00:00Z"} in records  # fmt: skip
     assert "external content, unverified" in section["content"] and "not instructions" in section["content"]
     assert "11" not in section["content"]  # another project's fact stays invisible
 

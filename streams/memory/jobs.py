@@ -70,19 +70,13 @@ class Memory:
                 report.skipped += 1
                 continue
             try:
-                seen: set[str] = set()
-                events: list[Envelope] = []
-                for record in self.bus.thread_records(thread_id, watermark, latest):
-                    e = validate(record.value)
-                    if isinstance(e, Envelope) and e.event_id not in seen:
-                        seen.add(e.event_id)
-                        events.append(e)
-                found = memory.extract(events, self.thread_project(thread_id))
+                events, start = self.thread_events(thread_id, watermark, latest)
+                found = memory.extract(events, self.thread_project(thread_id), start)
                 if fail is not None:
                     fail(thread_id)
                 committed = self.store.commit_extraction(
                     thread_id, report.owner, latest, found.candidates, found.revocations,
-                    found.file_touches, self.clock(), found.refused,
+                    found.file_touches, self.clock(), found.refused, found.commits,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, retried with backoff
                 attempts = self.store.fail_extraction(thread_id, report.owner, repr(error), self.clock())
@@ -96,6 +90,22 @@ class Memory:
             else:
                 report.failed[thread_id] = "claim lost (lease expired)"
         return report
+
+    def thread_events(self, thread_id: str, watermark: int, latest: int) -> tuple[list[Envelope], int]:
+        """The thread's events up to ``latest``, first copy of each id, and the index of the
+        first one after ``watermark``: the ones before are read again only as context (the
+        call a new result answers, the commit), so raw-event extraction is the same however
+        the thread's runs were cut."""
+        seen: set[str] = set()
+        events: list[Envelope] = []
+        start = 0
+        for record in self.bus.thread_records(thread_id, 0, latest):
+            e = validate(record.value)
+            if isinstance(e, Envelope) and e.event_id not in seen:
+                seen.add(e.event_id)
+                events.append(e)
+                start += record.offset <= watermark
+        return events, start
 
     def thread_project(self, thread_id: str) -> str | None:
         """The project of a thread: its first event's (the one its state has too)."""
@@ -117,6 +127,7 @@ class Memory:
             view = memory.consolidate(
                 self.store.candidates(), self.store.revocations(), self.store.file_touches(),
                 now_ms=self.clock() * 1000.0, high_risk_keys=high_risk or self.high_risk(),
+                commits=self.store.commit_sightings(),
             )  # fmt: skip
             version, current = self.store.published()
             if {k: f.as_dict() for k, f in view.items()} == current:
