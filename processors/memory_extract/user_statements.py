@@ -50,9 +50,20 @@ _IS = (
     re.compile(r"^(?:このプロジェクトの|私たちの|うちの|我々の)?(?P<x>[^、,。は]{1,30})は\s*(?P<y>.+?)\s*(?:です|だ|である|になります)?(?:よ|ね)?[。！!]?$"),
     re.compile(r"^(?:这个项目的|本项目的|我们的|项目的)?(?P<x>[^，,。是为]{1,30})(?:是|为)\s*(?P<y>.+?)[。！!]?$"),
 )  # fmt: skip
+_REQUEST = re.compile(r"(?:ください|下さい|して|しないで|すること|ように|してね|请|吧)$|^请")
+"""A value that asks for something (「スカッシュマージしてください」, 请使用): a request, not a value."""
 _NEGATED = re.compile(r"^(?:not|no\s+longer|never|ではない|じゃない|不是|没有)\b", _I)
 MAX_KEY_WORDS = 6
 MAX_VALUE_CHARS = 160
+
+
+_AFTER_VALUE = re.compile(r",\s|\s[(\-–—]\s?|\s(?:so|because|since|which|but)\s|[、，（(;；]", _I)
+"""Where a value ends and the sentence goes on ("release-7, so use it"; 「pg-1です、よろしく」)."""
+_COPULA = re.compile(r"\s*(?:です|だ|である|になります)(?:よ|ね)?$")
+
+
+def _value(said: str) -> str:
+    return clean_value(_COPULA.sub("", _AFTER_VALUE.split(said.strip(), maxsplit=1)[0]))
 
 
 def _is_statement(rest: str) -> Statement | None:
@@ -61,8 +72,8 @@ def _is_statement(rest: str) -> Statement | None:
         m = pattern.match(rest.strip())
         if m is None:
             continue
-        x, y = m["x"].strip(), clean_value(m["y"])
-        if not y or len(y) > MAX_VALUE_CHARS or _NEGATED.match(y) or len(x.split()) > MAX_KEY_WORDS:
+        x, y = m["x"].strip(), _value(m["y"])
+        if not y or len(y) > MAX_VALUE_CHARS or _NEGATED.match(y) or _REQUEST.search(y) or len(x.split()) > MAX_KEY_WORDS:
             return None
         key = slug(x, ".")  # "the java version" speaks of what ``java -version`` observes: java.version
         return Statement(key, y) if key and not privileged(key) else None
