@@ -57,6 +57,8 @@ MAX_KEY_WORDS = 6
 MAX_VALUE_CHARS = 160
 
 
+REFUSED = Statement("", "")
+"""An "X is Y" whose X names what steers an agent (policy, permission, system...): nothing."""
 _AFTER_VALUE = re.compile(r",\s|\s[(\-–—]\s?|\s(?:so|because|since|which|but)\s|[、，（(;；]", _I)
 """Where a value ends and the sentence goes on ("release-7, so use it"; 「pg-1です、よろしく」)."""
 _COPULA = re.compile(r"\s*(?:です|だ|である|になります)(?:よ|ね)?$")
@@ -76,7 +78,9 @@ def _is_statement(rest: str) -> Statement | None:
         if not y or len(y) > MAX_VALUE_CHARS or _NEGATED.match(y) or _REQUEST.search(y) or len(x.split()) > MAX_KEY_WORDS:
             return None
         key = slug(x, ".")  # "the java version" speaks of what ``java -version`` observes: java.version
-        return Statement(key, y) if key and not privileged(key) else None
+        if privileged(key):
+            return REFUSED  # "our policy is ...": no one's words make a policy, not as a preference either
+        return Statement(key, y) if key else None
     return None
 
 
@@ -100,7 +104,7 @@ def statement(sentence: str) -> Statement | None:
         if found is None and may_prefer:
             found = _preference(m["rest"])
         if found is not None:
-            return found
+            return None if found is REFUSED else found
     return None
 
 
