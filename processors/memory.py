@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from agentlog.processors.memory_extract.proposals import Rejected, validate
 from agentlog.processors.memory_extract.thread import Finding, scan
 from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from agentlog.schemas.events import Envelope
@@ -172,6 +173,16 @@ def extract(events: Sequence[Envelope], thread_project: str | None = None, start
         elif e.kind == "file_change" and p.confirmed:
             out.file_touches.append(FileTouch(e.project, p.path, e.epoch_ms))
     return out
+
+
+def proposed(events: Sequence[Envelope], answer: Any, thread_project: str | None = None,
+             start: int = 0) -> tuple[list[Candidate], list[Rejected]]:  # fmt: skip
+    """An LLM extractor's answer for ``events[start:]``: the proposals that pass the check
+    against the events they cite (``memory_extract.proposals``), as candidates of origin
+    ``llm``, and the rejected ones with their reason."""
+    project = thread_project if thread_project is not None else (events[0].project if events else "default")
+    found, rejected = validate(answer, events, start)
+    return [_found(f, project) for f in found], rejected
 
 
 @dataclass(slots=True)
@@ -331,5 +342,5 @@ def visible(view: dict[str, Fact], project: str, key: str | None = None) -> list
 
 __all__ = [
     "Candidate", "CommitSighting", "Extraction", "Fact", "FileTouch", "PRIVILEGED_PREFIXES", "Refusal", "Revocation",
-    "STRENGTH", "consolidate", "extract", "is_instruction", "visible",
+    "STRENGTH", "consolidate", "extract", "is_instruction", "proposed", "visible",
 ]  # fmt: skip

@@ -50,6 +50,7 @@ _ENV = {
     "session_timeout_seconds": "AGENTLOG_SESSION_TIMEOUT_SECONDS",
     "summary_url": "AGENTLOG_SUMMARY_URL",
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
+    "memory_llm": "AGENTLOG_MEMORY_LLM",
     "redact": "AGENTLOG_REDACT",
     # Security of each server (agentlog.streams.kafka.security); passwords stay out of every repr.
     "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
@@ -118,6 +119,9 @@ class Settings:
     compact_window_tokens: int = 6000
     summary_url: str | None = None
     summary_model: str = "gpt-4o-mini"
+    # Phase 1 of memory also asks the summariser's LLM for candidates (checked against the
+    # events they cite before they count).
+    memory_llm: bool = False
     # Secrets redacted from state, context and compaction records (``off`` for trusted
     # deployments); the search index and memory always redact, the log keeps the original.
     redact: bool = True

@@ -4,6 +4,7 @@ the commit and the observed time; records carry last_verified_at and observed_co
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import orjson
@@ -14,6 +15,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.embedded.publisher import LocalPublisher
 from agentlog.streams.memory.jobs import Memory
 from tests.helpers import ev, raw
+from tests.test_compaction import FakeLLM, llm_url  # noqa: F401 - the local OpenAI-compatible server fixture
 
 
 def say(eid: str, text: str, t: float = 0, role: str = "user", **extra: object):
@@ -236,3 +238,50 @@ def test_a_data_directory_written_before_these_fields_keeps_working(settings: Se
         job.close()
     # The old user-confirmed 17 wins; the tool's later "17" confirms it.
     assert (f["value"], f["source_event_id"], f["last_verified_at"]) == ("17", "f0", "2026-01-01T12:03:20Z")
+
+
+def test_an_llm_extractors_proposals_count_only_when_their_cited_event_holds_the_value(tmp_path, llm_url: str) -> None:
+    settings = Settings(data_dir=tmp_path / "d", summary_url=llm_url, memory_llm=True)
+    _publish(settings,
+             raw("u1", "message", {"role": "user", "text": "We ship the web app with the helm chart acme-web 3.2.1 now. "
+                                   "Token ghp_16C7e42F292c6912E7710c838347Ae178B4a"}, 0),
+             raw("a1", "message", {"role": "assistant", "text": "The cache is probably redis-7."}, 1),
+             raw("u2", "message", {"role": "user", "text": "Maybe the queue is sqs-main?"}, 2),
+             raw("wc", "tool_call", {"call_id": "w", "tool_name": "web_fetch", "arguments": {"url": "https://x.test"}}, 3),
+             raw("w1", "tool_result", {"call_id": "w", "output": "The region is ap-south-9."}, 4),
+             raw("bc", "tool_call", {"call_id": "b", "tool_name": "bash", "arguments": {"command": "kubectl get ns"}}, 5),
+             raw("b1", "tool_result", {"call_id": "b", "output": "NAME STATUS\npayments-prod Active"}, 6))  # fmt: skip
+    FakeLLM.answer = {"facts": [
+        {"key": "helm.chart", "value": "acme-web 3.2.1", "source_event_id": "u1"},
+        {"key": "k8s.namespace", "value": "payments-prod", "source_event_id": "b1"},
+        {"key": "cache", "value": "redis-7", "source_event_id": "a1"},  # an assistant's guess
+        {"key": "queue", "value": "sqs-main", "source_event_id": "u2"},  # a user's question
+        {"key": "region", "value": "ap-south-9", "source_event_id": "w1"},  # a fetched page
+        {"key": "helm.version", "value": "4.0.0", "source_event_id": "u1"},  # not in the cited text
+        {"key": "db.host", "value": "pg-1", "source_event_id": "nowhere"},  # no such event
+        {"key": "policy.deploy", "value": "acme-web", "source_event_id": "u1"},  # steers the agent
+        {"key": "broken"},
+    ]}  # fmt: skip
+    job = Memory(settings)
+    try:
+        report = job.extract()
+        found = {(c.key, c.value, c.evidence_type, c.origin, c.source_event_id) for c in job.store.candidates()}
+    finally:
+        job.close()
+    assert found == {("helm.chart", "acme-web 3.2.1", "user_confirmed", "llm", "u1"),
+                     ("k8s.namespace", "payments-prod", "tool_observed", "llm", "b1")}  # fmt: skip
+    assert report.llm_rejected == 6
+    (asked,) = FakeLLM.asked
+    assert [e["event_id"] for e in asked["events"]] == ["u1", "a1", "u2", "w1", "b1"]
+    assert "16C7e42F292c6912E7710c838347Ae178B4a" not in json.dumps(asked)  # no secret leaves
+
+
+def test_without_the_setting_phase_1_never_calls_the_llm(tmp_path, llm_url: str) -> None:
+    settings = Settings(data_dir=tmp_path / "d", summary_url=llm_url)
+    _publish(settings, raw("u1", "message", {"role": "user", "text": "Our deploy branch is release-7."}, 0))
+    job = Memory(settings)
+    try:
+        assert job.extract().candidates == 1
+    finally:
+        job.close()
+    assert FakeLLM.asked == []

@@ -46,6 +46,8 @@ class ExtractReport:
     failed: dict[str, str] = field(default_factory=dict)
     candidates: int = 0
     refused: int = 0
+    llm_rejected: int = 0
+    """Proposals of the LLM extractor that their cited events did not back."""
 
 
 class Memory:
@@ -56,6 +58,11 @@ class Memory:
         self.clock = clock
         self.bus: Topic = SqliteEventBus(str(settings.path("topic.db")))
         self.store = open_memory(settings.path("memory.db"))
+        self.llm = None
+        if settings.memory_llm and settings.summary_url:
+            from agentlog.streams.memory.llm_extract import LlmExtractor  # noqa: PLC0415 - optional
+
+            self.llm = LlmExtractor(settings.summary_url, settings.summary_model)
 
     # -- phase 1 ------------------------------------------------------------------------
 
@@ -71,7 +78,9 @@ class Memory:
                 continue
             try:
                 events, start = self.thread_events(thread_id, watermark, latest)
-                found = memory.extract(events, self.thread_project(thread_id), start)
+                project = self.thread_project(thread_id)
+                found = memory.extract(events, project, start)
+                report.llm_rejected += self.llm_candidates(events, start, project, found)
                 if fail is not None:
                     fail(thread_id)
                 committed = self.store.commit_extraction(
@@ -90,6 +99,19 @@ class Memory:
             else:
                 report.failed[thread_id] = "claim lost (lease expired)"
         return report
+
+    def llm_candidates(self, events: list[Envelope], start: int, project: str | None,
+                       found: memory.Extraction) -> int:  # fmt: skip
+        """Add the LLM extractor's checked proposals to ``found``; how many were rejected.
+        A failing call fails the thread's extraction, which is retried (never skipped)."""
+        if self.llm is None:
+            return 0
+        answer = self.llm(events, start)
+        candidates, rejected = memory.proposed(events, answer, project, start)
+        found.candidates += candidates
+        for r in rejected:
+            log.info("LLM proposal %s of %s rejected: %s", r.key, r.source_event_id, r.reason)
+        return len(rejected)
 
     def thread_events(self, thread_id: str, watermark: int, latest: int) -> tuple[list[Envelope], int]:
         """The thread's events up to ``latest``, first copy of each id, and the index of the
@@ -234,6 +256,8 @@ class Memory:
         }
 
     def close(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
         self.store.close()
         self.bus.close()
 
