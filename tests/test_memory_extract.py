@@ -285,3 +285,21 @@ def test_without_the_setting_phase_1_never_calls_the_llm(tmp_path, llm_url: str)
     finally:
         job.close()
     assert FakeLLM.asked == []
+
+
+@pytest.mark.parametrize(("claim", "yes"), [
+    ("The staging database host is pg-stage-7.internal.", "Yes, remember that."),
+    ("ステージングDBのホストはpg-stage-7.internalです。", "はい、覚えておいて。"),
+    ("预发布数据库主机是pg-stage-7.internal。", "对，记住。"),
+])  # fmt: skip
+def test_an_assistants_claim_becomes_a_fact_only_when_the_user_confirms_it_next(claim: str, yes: str) -> None:
+    confirmed = memory.extract([say("a1", claim, 0, role="assistant"), say("u1", yes, 1)])
+    (c,) = confirmed.candidates
+    assert (c.source_event_id, c.value, c.evidence_type, c.origin) == ("u1", "pg-stage-7.internal", "user_confirmed",
+                                                                        "confirmed_claim")  # fmt: skip
+    # Not confirmed, confirmed after another message, or a guess confirmed: nothing.
+    assert memory.extract([say("a1", claim, 0, role="assistant"), say("u1", "ok, thanks", 1)]).candidates == []
+    assert memory.extract([say("a1", claim, 0, role="assistant"), say("a2", "Anything else?", 1, role="assistant"),
+                           say("u1", yes, 2)]).candidates == []  # fmt: skip
+    guess = memory.extract([say("a1", "Maybe the cache TTL is 30s.", 0, role="assistant"), say("u1", yes, 1)])
+    assert guess.candidates == []

@@ -26,7 +26,7 @@ class Finding:
     key: str
     value: str
     evidence_type: str
-    origin: str  # "user_statement" | "tool_observation" | "approval"
+    origin: str  # "user_statement" | "confirmed_claim" | "tool_observation" | "approval" | "llm"
     commit: str | None
     recheck_when: str | None = None
 
@@ -45,6 +45,8 @@ class _Walk:
     calls: dict[str, tuple[str, Any]] = field(default_factory=dict)
     actions: dict[str, str] = field(default_factory=dict)
     commit: str | None = None
+    said: Envelope | None = None
+    """The latest message, if an assistant's: what a user's "yes, remember that" confirms."""
 
 
 def _recheck(key: str, commit: str | None) -> str | None:
@@ -71,10 +73,19 @@ def _result(e: Envelope, walk: _Walk, out: list[Finding]) -> None:
 
 
 def _message(e: Envelope, walk: _Walk, out: list[Finding]) -> None:
-    # An assistant's words are inferred, never a fact; outside content never a statement.
-    if origin.message_evidence(e) != "user_confirmed":
+    # An assistant's words are inferred, never a fact, until the user confirms them in the
+    # next message; outside content is never a statement.
+    evidence = origin.message_evidence(e)
+    said = walk.said
+    walk.said = e if evidence == "model_inferred" and e.payload.role == "assistant" else None  # type: ignore[attr-defined]
+    if evidence != "user_confirmed":
         return
-    for s in user_statements.statements(e.payload.text):  # type: ignore[attr-defined]
+    text: str = e.payload.text  # type: ignore[attr-defined]
+    if said is not None and user_statements.confirms(text):
+        for s in user_statements.claims(said.payload.text):  # type: ignore[attr-defined]
+            out.append(Finding(e, s.key, s.value, "user_confirmed", "confirmed_claim", walk.commit))
+        return
+    for s in user_statements.statements(text):
         out.append(Finding(e, s.key, s.value, "user_confirmed", "user_statement", walk.commit))
 
 

@@ -108,6 +108,33 @@ def statement(sentence: str) -> Statement | None:
     return None
 
 
+_CONFIRM = (
+    re.compile(r"^(?:yes|yep|yeah|correct|exactly|right|that's right|that is right|confirmed)[,.!]?\s*"
+               r"(?:please\s+)?remember\s+(?:that|it|this)[.!]?$", _I),
+    re.compile(r"^(?:はい|そうです|その通り(?:です)?|正しい(?:です)?)[、。,]?\s*(?:それを)?覚えておいて(?:ください|下さい)?[。！!]?$"),
+    re.compile(r"^(?:对|是的|没错|正确)[，,。]?\s*(?:请)?记住(?:这个|它|这一点)?[。！!]?$"),
+)  # fmt: skip
+
+
+def confirms(text: str) -> bool:
+    """Whether a user's whole message confirms what the assistant just said and asks to
+    keep it ("Yes, remember that."; 「はい、覚えておいて。」; 对，记住。)."""
+    return any(p.match(text.strip()) for p in _CONFIRM)
+
+
+def claims(text: str) -> list[Statement]:
+    """The plain "X is Y" claims of an assistant's message, for a user to confirm: no
+    trigger needed, but never a hedged sentence, a question, or hostile text."""
+    if is_hostile(text):
+        return []
+    out: dict[str, Statement] = {}
+    for s in sentences(text):
+        found = None if is_hedged(s) else _is_statement(s)
+        if found is not None and found is not REFUSED and found.key not in out:
+            out[found.key] = found
+    return list(out.values())
+
+
 def statements(text: str) -> list[Statement]:
     """Every statement of a message, first one per key; none at all from hostile text (a
     message that carries an injected instruction or a forged memory line)."""
@@ -121,4 +148,4 @@ def statements(text: str) -> list[Statement]:
     return list(out.values())
 
 
-__all__ = ["Statement", "TRIGGERS", "statement", "statements"]
+__all__ = ["Statement", "TRIGGERS", "claims", "confirms", "statement", "statements"]
