@@ -303,3 +303,21 @@ def test_an_assistants_claim_becomes_a_fact_only_when_the_user_confirms_it_next(
                            say("u1", yes, 2)]).candidates == []  # fmt: skip
     guess = memory.extract([say("a1", "Maybe the cache TTL is 30s.", 0, role="assistant"), say("u1", yes, 1)])
     assert guess.candidates == []
+
+
+def test_the_logs_memory_tables_carry_the_commit_origin_and_last_verified_at(settings: Settings, service) -> None:
+    _publish(settings, raw("m1", "message", {"role": "user", "text": "Our deploy branch is release-7."}, 0,
+                           repo_commit="abc1234"))  # fmt: skip
+    job = Memory(settings)
+    try:
+        job.extract()
+        job.consolidate()
+    finally:
+        job.close()
+    service.catch_up()
+    assert service.mirror_memory() == {"candidates": 0, "facts": 0}  # catch_up mirrored them already
+    query = service.log._query  # the analysts' SQL may not read these tables: the store's own connection
+    assert query("SELECT key, observed_commit, origin FROM memory_candidates").result_rows == [
+        ("deploy.branch", "abc1234", "user_statement")]
+    (row,) = query("SELECT observed_commit, toString(last_verified_at) FROM memory_facts").result_rows
+    assert row == ("abc1234", "2026-01-01 12:00:00.000000")
