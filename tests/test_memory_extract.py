@@ -16,6 +16,7 @@ from agentlog.streams.embedded.publisher import LocalPublisher
 from agentlog.streams.memory.jobs import Memory
 from tests.helpers import ev, raw
 from tests.test_compaction import FakeLLM, llm_url  # noqa: F401 - the local OpenAI-compatible server fixture
+from tests.test_memory import mem  # noqa: F401 - the memory jobs of the test's data directory
 
 
 def say(eid: str, text: str, t: float = 0, role: str = "user", **extra: object):
@@ -166,23 +167,19 @@ def test_recheck_when_names_a_commit_range_and_fires_once_the_code_moves_outside
     assert moved["default/build.tool"].status == "needs_refresh" and "ccc3333" in moved["default/build.tool"].note
 
 
-def test_a_test_status_is_rechecked_when_the_code_moves_on(settings: Settings) -> None:
+def test_a_test_status_is_rechecked_when_the_code_moves_on(settings: Settings, mem: Memory) -> None:
     events = [raw("r1c", "tool_call", {"call_id": "c1", "tool_name": "bash", "arguments": {"command": "pytest"}}, 0,
                   repo_commit="aaa1111"),
               raw("r1", "tool_result", {"call_id": "c1", "output": "5 passed"}, 1, repo_commit="aaa1111")]
     _publish(settings, *events)
-    job = Memory(settings)
-    try:
-        job.extract()
-        job.consolidate()
-        assert job.show("default", "tests.pytest")["facts"][0]["status"] == "ok"
-        _publish(settings, raw("m9", "message", {"role": "user", "text": "pushed a fix"}, 50, repo_commit="ddd4444"))
-        job.extract()
-        job.consolidate()
-        (f,) = job.show("default", "tests.pytest")["facts"]
-        assert (f["status"], f["observed_commit"]) == ("needs_refresh", "aaa1111")
-    finally:
-        job.close()
+    mem.extract()
+    mem.consolidate()
+    assert mem.show("default", "tests.pytest")["facts"][0]["status"] == "ok"
+    _publish(settings, raw("m9", "message", {"role": "user", "text": "pushed a fix"}, 50, repo_commit="ddd4444"))
+    mem.extract()
+    mem.consolidate()
+    (f,) = mem.show("default", "tests.pytest")["facts"]
+    assert (f["status"], f["observed_commit"]) == ("needs_refresh", "aaa1111")
 
 
 def _publish(settings: Settings, *records: bytes) -> None:
@@ -191,18 +188,16 @@ def _publish(settings: Settings, *records: bytes) -> None:
     pub.close()
 
 
-def test_jobs_extract_raw_events_across_runs_and_a_result_ties_to_a_call_extracted_before(settings: Settings) -> None:
+def test_jobs_extract_raw_events_across_runs_and_a_result_ties_to_a_call_extracted_before(
+    settings: Settings, mem: Memory
+) -> None:
     _publish(settings, raw("r1c", "tool_call", {"call_id": "c1", "tool_name": "bash", "arguments": {"command": "java -version"}}, 0))
-    job = Memory(settings)
-    try:
-        job.extract()
-        _publish(settings, raw("r1", "tool_result", {"call_id": "c1", "output": 'openjdk version "21.0.2"'}, 1),
-                 raw("m1", "message", {"role": "user", "text": "Our deploy branch is release-7."}, 2))
-        report = job.extract()
-        job.consolidate()
-        facts = {f["key"]: (f["value"], f["evidence_type"], f["source_event_id"]) for f in job.show("default")["facts"]}
-    finally:
-        job.close()
+    mem.extract()
+    _publish(settings, raw("r1", "tool_result", {"call_id": "c1", "output": 'openjdk version "21.0.2"'}, 1),
+             raw("m1", "message", {"role": "user", "text": "Our deploy branch is release-7."}, 2))
+    report = mem.extract()
+    mem.consolidate()
+    facts = {f["key"]: (f["value"], f["evidence_type"], f["source_event_id"]) for f in mem.show("default")["facts"]}
     assert report.candidates == 2
     assert facts == {"java.version": ("21.0.2", "tool_observed", "r1"), "deploy.branch": ("release-7", "user_confirmed", "m1")}
 
@@ -305,15 +300,12 @@ def test_an_assistants_claim_becomes_a_fact_only_when_the_user_confirms_it_next(
     assert guess.candidates == []
 
 
-def test_the_logs_memory_tables_carry_the_commit_origin_and_last_verified_at(settings: Settings, service) -> None:
+def test_the_logs_memory_tables_carry_the_commit_origin_and_last_verified_at(settings: Settings, mem: Memory,
+                                                                            service) -> None:  # fmt: skip
     _publish(settings, raw("m1", "message", {"role": "user", "text": "Our deploy branch is release-7."}, 0,
                            repo_commit="abc1234"))  # fmt: skip
-    job = Memory(settings)
-    try:
-        job.extract()
-        job.consolidate()
-    finally:
-        job.close()
+    mem.extract()
+    mem.consolidate()
     service.catch_up()
     assert service.mirror_memory() == {"candidates": 0, "facts": 0}  # catch_up mirrored them already
     query = service.log._query  # the analysts' SQL may not read these tables: the store's own connection
