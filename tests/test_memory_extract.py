@@ -97,8 +97,9 @@ def test_a_listing_shows_files_exist_and_a_test_run_gives_its_status_from_exit_a
     }  # fmt: skip
 
 
-def test_a_failed_call_or_a_result_without_its_call_observes_no_version() -> None:
+def test_a_failed_call_or_a_result_without_its_call_observes_no_version_and_a_missing_runner_no_test_status() -> None:
     events = [*run("r1", "c1", "java -version", "bash: java: command not found", 0, status="error", exit_code=127),
+              *run("r3", "c3", "pytest", "bash: pytest: command not found", 2, status="error", exit_code=127),
               ev("r2", "tool_result", {"call_id": "nobody", "output": 'openjdk version "17.0.1"'}, 5)]
     assert memory.extract(events).candidates == []
 

@@ -67,7 +67,7 @@ def _result(e: Envelope, walk: _Walk, out: list[Finding]) -> None:
         walk.commit = m[1]
     if origin.result_evidence(e, tool, command) != "tool_observed":
         return  # fetched from outside: content, never an observation of ours
-    for o in tool_observations.observations(tool, arguments, p.output, ok):
+    for o in tool_observations.observations(tool, arguments, p.output, ok, p.exit_code):
         out.append(Finding(e, o.key, o.value, "tool_observed", "tool_observation", walk.commit,
                            _recheck(o.key, walk.commit)))  # fmt: skip
 

@@ -96,24 +96,26 @@ def listing(command: str, tool: str, arguments: dict[str, Any] | str, output: st
     return out
 
 
-def test_status(command: str, output: str, ok: bool) -> list[Observation]:
-    """A test run's status: failed on a non-zero exit or a failure summary; passed only
-    with a passing summary and no failure in it."""
+def test_status(command: str, output: str, ok: bool, exit_code: int | None = None) -> list[Observation]:
+    """A test run's status: failed on a failure summary or exit code 1 (the runners'
+    "tests failed"); passed only when the call succeeded with a passing summary and no
+    failure in it. A runner that could not run (not found, a usage error) says nothing."""
     m = _TEST_CMD.match(command)
     if m is None:
         return []
     runner = re.sub(r"\W+", "_", m["runner"].split()[-1] if "-m" in m["runner"] else m["runner"]).strip("_")
     targets = [a for a in m["args"].split() if not a.startswith("-") and re.match(r"^[\w./:\-]+$", a)]
     key = f"tests.{runner}" + (f".{targets[0]}" if len(targets) == 1 else "")
-    if not ok or _FAILED.search(output):
+    if _FAILED.search(output) or exit_code == 1:
         return [Observation(key, "failed")]
-    return [Observation(key, "passed")] if _PASSED.search(output) else []
+    return [Observation(key, "passed")] if ok and _PASSED.search(output) else []
 
 
-def observations(tool: str, arguments: dict[str, Any] | str, output: str, ok: bool) -> list[Observation]:
-    """What one call's result confirms (``ok``: the call succeeded, exit code 0)."""
+def observations(tool: str, arguments: dict[str, Any] | str, output: str, ok: bool,
+                 exit_code: int | None = None) -> list[Observation]:  # fmt: skip
+    """What one call's result confirms (``ok``: the call succeeded, exit code 0 or none)."""
     command = command_of(arguments).strip()
-    found = test_status(command, output, ok)
+    found = test_status(command, output, ok, exit_code)
     if found or not ok:
         return found
     return version(command, output) or listing(command, tool, arguments, output)

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -303,8 +302,8 @@ class MemoryOperations:
                 raise NotFound(str(error)) from error
 
 
-def _extract_worker(data_dir: str, owner: str, lease_s: float) -> dict[str, Any]:
-    job = Memory(Settings(data_dir=Path(data_dir)))
+def _extract_worker(settings: Settings, owner: str, lease_s: float) -> dict[str, Any]:
+    job = Memory(settings)  # all of them: the LLM extractor's too
     try:
         return asdict(job.extract(owner, lease_s))
     finally:
@@ -322,7 +321,7 @@ def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) ->
         job.close()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
-        args = [(str(settings.data_dir), default_owner(f"extractor{i}"), lease_s) for i in range(workers)]
+        args = [(settings, default_owner(f"extractor{i}"), lease_s) for i in range(workers)]
         return pool.starmap(_extract_worker, args)
 
 
