@@ -58,27 +58,27 @@ def _recheck(key: str, commit: str | None) -> str | None:
     return None
 
 
-def _result(e: Envelope, walk: _Walk, out: list[Finding]) -> None:
+def _result(e: Envelope, walk: _Walk, out: list[Finding] | None) -> None:
     p: Any = e.payload
     tool, arguments = walk.calls.get(p.call_id, (p.tool_name or "", {}))
     command = tool_observations.command_of(arguments)
     ok = p.status == "ok" and p.exit_code in (None, 0)
     if ok and _GIT_HEAD.match(command) and (m := _HASH.match(p.output)):
         walk.commit = m[1]
-    if origin.result_evidence(e, tool, command) != "tool_observed":
-        return  # fetched from outside: content, never an observation of ours
+    if out is None or origin.result_evidence(e, tool, command) != "tool_observed":
+        return  # context only, or fetched from outside: content, never an observation of ours
     for o in tool_observations.observations(tool, arguments, p.output, ok, p.exit_code):
         out.append(Finding(e, o.key, o.value, "tool_observed", "tool_observation", walk.commit,
                            _recheck(o.key, walk.commit)))  # fmt: skip
 
 
-def _message(e: Envelope, walk: _Walk, out: list[Finding]) -> None:
+def _message(e: Envelope, walk: _Walk, out: list[Finding] | None) -> None:
     # An assistant's words are inferred, never a fact, until the user confirms them in the
     # next message; outside content is never a statement.
     evidence = origin.message_evidence(e)
     said = walk.said
     walk.said = e if evidence == "model_inferred" and e.payload.role == "assistant" else None  # type: ignore[attr-defined]
-    if evidence != "user_confirmed":
+    if out is None or evidence != "user_confirmed":
         return
     text: str = e.payload.text  # type: ignore[attr-defined]
     if said is not None and user_statements.confirms(text):
@@ -89,8 +89,10 @@ def _message(e: Envelope, walk: _Walk, out: list[Finding]) -> None:
         out.append(Finding(e, s.key, s.value, "user_confirmed", "user_statement", walk.commit))
 
 
-def _decision(e: Envelope, walk: _Walk, out: list[Finding]) -> None:
+def _decision(e: Envelope, walk: _Walk, out: list[Finding] | None) -> None:
     p: Any = e.payload
+    if out is None:
+        return
     action = walk.actions.get(p.approval_id)
     evidence = approvals.decision_evidence(e)
     key = approvals.decision_key(action) if action else None
@@ -106,7 +108,8 @@ def scan(events: Sequence[Envelope], start: int = 0) -> Scan:
         p: Any = e.payload
         if e.repo_commit:
             walk.commit = e.repo_commit
-        found: list[Finding] = []
+        # Events before ``start`` only move the walk on: their findings were kept before.
+        found: list[Finding] | None = [] if i >= start else None
         if e.kind == "tool_call":
             walk.calls[p.call_id] = (p.tool_name, p.arguments)
         elif e.kind == "approval_request":
@@ -117,7 +120,7 @@ def scan(events: Sequence[Envelope], start: int = 0) -> Scan:
             _message(e, walk, found)
         elif e.kind == "approval_decision":
             _decision(e, walk, found)
-        if i < start:
+        if found is None:
             continue
         result.findings += found
         if walk.commit:
