@@ -264,8 +264,13 @@ def score(data: list[Session], candidates: list[memory.Candidate]) -> dict[str, 
             into.planted += cell.planted
             into.found += cell.found
             into.right += cell.right
+    planting = {p[0] for p in planted}
+    decoys = {o: sum(1 for s in data for e in s.events
+                     if s.origin[e["event_id"]] == o and e["event_id"] not in planting
+                     and e["kind"] in ("message", "tool_result")) for o in ORIGINS}  # fmt: skip
     return {
         "overall": total.figures(),
+        "decoy_events": decoys,
         "by_origin": {o: t.figures() for o, t in by_origin.items()},
         "by_language": {lang: t.figures() for lang, t in by_lang.items()},
         "cells": {f"{o}/{lang}": t.figures() for (o, lang), t in sorted(cells.items())},
@@ -326,6 +331,8 @@ def print_report(r: dict[str, Any]) -> None:
     for name, f in rows:
         recall = "-" if f["recall"] is None else f"{f['recall']:.3f}"
         print(f"{name:<18}{f['planted']:>8}{f['extracted']:>10}{f['correct']:>8}{f['precision']:>10.3f}{recall:>8}")
+    print("decoy events (messages and results that plant nothing), by origin: "
+          + ", ".join(f"{o} {n}" for o, n in r["decoy_events"].items()))
     print(f"steering facts not from the user's words: {len(r['steering_not_from_user'])}; "
           f"meets the bar: {'yes' if r['meets_bar'] else 'NO'}", flush=True)  # fmt: skip
     for w in r["false_positives"][:5]:
