@@ -314,3 +314,15 @@ def test_the_logs_memory_tables_carry_the_commit_origin_and_last_verified_at(set
         ("deploy.branch", "abc1234", "user_statement")]
     (row,) = query("SELECT observed_commit, toString(last_verified_at) FROM memory_facts").result_rows
     assert row == ("abc1234", "2026-01-01 12:00:00.000000")
+
+
+def test_revoking_a_users_message_withdraws_every_fact_it_stated(settings: Settings, mem: Memory) -> None:
+    _publish(settings,
+             raw("m1", "message", {"role": "user", "text": "Remember: our deploy branch is release-7. Our API port is 8443."}, 0),
+             raw("m2", "message", {"role": "user", "text": "Our deploy branch is release-6."}, -60))  # fmt: skip
+    mem.extract()
+    mem.consolidate()
+    assert {f["key"]: f["value"] for f in mem.show("default")["facts"]} == {"deploy.branch": "release-7", "api.port": "8443"}
+    mem.revoke("m1")
+    (f,) = mem.show("default")["facts"]
+    assert (f["key"], f["value"], f["status"], f["revoked"]) == ("deploy.branch", "release-6", "needs_refresh", ["m1"])
