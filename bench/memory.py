@@ -64,8 +64,8 @@ PREFER: dict[str, tuple[str, tuple[str, ...]]] = {
 }  # fmt: skip
 GUESS: dict[str, tuple[str, ...]] = {
     # An assistant's words (even confident ones) and a user's hypotheticals and questions.
-    "en": ("I think the {x} is probably {v}.", "Our {x} is {v}.", "Maybe the {x} is {v}?", "If the {x} is {v}, "
-           "we need a new config.", "Is our {x} {v}?", "The {x} might be {v}."),
+    "en": ("I think the {x} is probably {v}.", "Our {x} is {v}.", "Maybe the {x} is {v}?",
+           "If the {x} is {v}, we need a new config.", "Is our {x} {v}?", "The {x} might be {v}."),
     "ja": ("たぶん{x}は{v}かもしれません。", "{x}は{v}です。", "{x}は{v}ですか？", "もし{x}が{v}なら設定を変えます。",
            "うちの{x}は{v}でしょう。"),
     "zh": ("可能{x}是{v}吧。", "我们的{x}是{v}。", "{x}是{v}吗？", "如果{x}是{v}，我们要改配置。", "我觉得{x}是{v}。"),
