@@ -326,3 +326,22 @@ def test_revoking_a_users_message_withdraws_every_fact_it_stated(settings: Setti
     mem.revoke("m1")
     (f,) = mem.show("default")["facts"]
     assert (f["key"], f["value"], f["status"], f["revoked"]) == ("deploy.branch", "release-6", "needs_refresh", ["m1"])
+
+
+def test_the_context_shows_a_stated_fact_as_data_with_status_source_last_verified_and_commit(
+    settings: Settings, mem: Memory, service
+) -> None:
+    from agentlog.streams.api.context import context_for  # noqa: PLC0415
+
+    _publish(settings,
+             raw("m1", "message", {"role": "user", "text": "Remember for this project: the staging database host is "
+                                   "pg-stage-3.internal."}, 0, repo_commit="abc1234"),
+             raw("m2", "message", {"role": "user", "text": "which host for staging?"}, 5))  # fmt: skip
+    mem.extract()
+    mem.consolidate()
+    service.catch_up()
+    (section,) = [s for s in context_for(service, "t1", 4000)["sections"] if s["name"] == "memory"]
+    records = orjson.loads(section["content"].split("```json\n", 1)[1].rsplit("\n```", 1)[0])
+    assert records == [{"key": "staging.database.host", "value": "pg-stage-3.internal", "status": "ok",
+                        "evidence": "user_confirmed", "source": "m1", "last_verified_at": "2026-01-01T12:00:00Z",
+                        "commit": "abc1234"}]  # fmt: skip
