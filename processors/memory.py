@@ -132,7 +132,9 @@ def _found(f: Finding, project: str) -> Candidate:
     e = f.event
     return Candidate(
         source_event_id=e.event_id, source_thread_id=e.thread_id, project=project, scope="",
-        key=redact(f.key), value=_value(f.key, f.value), evidence_type=f.evidence_type,
+        # A decision is "approved" or "denied", never a secret, whatever its action is named.
+        key=redact(f.key), value=f.value if f.origin == "approval" else _value(f.key, f.value),
+        evidence_type=f.evidence_type,
         observed_at=e.ts, observed_ms=e.epoch_ms, recheck_when=f.recheck_when,
         observed_commit=f.commit, origin=f.origin,
     )  # fmt: skip

@@ -97,6 +97,15 @@ def test_a_listing_shows_files_exist_and_a_test_run_gives_its_status_from_exit_a
     }  # fmt: skip
 
 
+def test_a_log_that_follows_an_ls_is_no_listing_and_a_decision_on_a_key_rotation_keeps_its_value() -> None:
+    log = "starting ls (pid 42448)\n[0000] test_indigo PASSED\n[0001] warming shard 5\ndone\n"
+    words = "delta onyx raven nectar quartz raven kelp ember tundra prism"  # no `ls -l` row for all its 10 columns
+    found = memory.extract([*run("r1", "c1", "ls src/search", log, 0), *run("r2", "c2", "ls src/auth", words, 1),
+                            ev("q1", "approval_request", {"approval_id": "a1", "action": "rotate the signing key"}, 5),
+                            ev("d1", "approval_decision", {"approval_id": "a1", "decision": "approved", "by": "user"}, 6)])
+    assert pairs(found) == {("d1", "approval.rotate_the_signing_key", "approved", "user_confirmed")}
+
+
 def test_a_failed_call_or_a_result_without_its_call_observes_no_version_and_a_missing_runner_no_test_status() -> None:
     events = [*run("r1", "c1", "java -version", "bash: java: command not found", 0, status="error", exit_code=127),
               *run("r3", "c3", "pytest", "bash: pytest: command not found", 2, status="error", exit_code=127),

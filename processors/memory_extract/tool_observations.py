@@ -32,7 +32,11 @@ JDK prints ``openjdk version "17"``)."""
 _TOOL_KEY = {"python3": "python", "pip3": "pip", "g++": "gcc", "javac": "java"}
 _LIST_CMD = re.compile(r"^\s*(?:ls|dir|tree\s+-L\s*1|find\s+\S+\s+-maxdepth\s+1)\b(?P<args>.*)$")
 _LIST_TOOLS = re.compile(r"^(?:list_?dir(?:ectory)?|list_?files|ls|glob|read_?dir)$", re.IGNORECASE)
+_MODE = re.compile(r"^[-dlcbps][rwxsStT-]{9}[.+@]?$")
+"""The mode column that opens an ``ls -l`` row (``-rw-r--r--``)."""
 _FILE_LINE = re.compile(r"^[\w@+,.\-/]+/?$")
+LISTING_SHARE = 0.8
+"""At least this share of an output's lines must name files for it to be a listing."""
 MAX_LISTED = 20
 """A listing names at most this many files as memory: a listing is evidence, not an inventory."""
 _TEST_CMD = re.compile(
@@ -76,24 +80,28 @@ def _listed_dir(command: str, arguments: dict[str, Any] | str) -> str:
 
 
 def listing(command: str, tool: str, arguments: dict[str, Any] | str, output: str) -> list[Observation]:
-    """Files a directory listing shows exist (plain names, one per line; ``ls -l`` rows too)."""
+    """Files a directory listing shows exist (plain names, one per line; ``ls -l`` rows too).
+    An output that is mostly something else (a log that happens to follow an ``ls``) is
+    no listing: nothing from it."""
     if not (_LIST_TOOLS.match(tool) or _LIST_CMD.match(command)) or is_hostile(output):
         return []
     try:
         base = _listed_dir(command, arguments)
     except ValueError:  # unbalanced quotes: not a command we understand
         return []
-    out: list[Observation] = []
-    for line in output.splitlines():
-        parts = line.split()
-        name = parts[-1] if len(parts) >= 9 and line[:1] in "-dl" else line.strip()
-        if not name or name in (".", "..") or not _FILE_LINE.match(name) or line.startswith("total "):
-            continue
-        path = posixpath.normpath(posixpath.join(base, name.rstrip("/")))
-        out.append(Observation(f"file.{path}", "exists"))
-        if len(out) == MAX_LISTED:
-            break
-    return out
+    lines = [line for line in output.splitlines() if line.strip() and not line.startswith("total ")]
+    names = [n for n in map(_listed_name, lines) if n]
+    if len(names) < LISTING_SHARE * len(lines):
+        return []
+    return [Observation(f"file.{posixpath.normpath(posixpath.join(base, n.rstrip('/')))}", "exists")
+            for n in names[:MAX_LISTED]]  # fmt: skip
+
+
+def _listed_name(line: str) -> str | None:
+    """The file a listing's line names (a plain name, or the last column of an ``ls -l`` row)."""
+    parts = line.split()
+    name = parts[-1] if len(parts) >= 9 and _MODE.match(parts[0]) else line.strip()
+    return name if name not in (".", "..") and _FILE_LINE.match(name) else None
 
 
 def test_status(command: str, output: str, ok: bool, exit_code: int | None = None) -> list[Observation]:
