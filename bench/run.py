@@ -153,7 +153,7 @@ def fact_events(n_facts: int, n_threads: int, seed: int = 11) -> Iterator[bytes]
         })  # fmt: skip
 
 
-def bench_memory(n_facts: int, n_threads: int, data_dir: Path) -> dict[str, Any]:
+def bench_memory_throughput(n_facts: int, n_threads: int, data_dir: Path) -> dict[str, Any]:
     settings = Settings(data_dir=data_dir)
     publisher = LocalPublisher(settings)
     stream = fact_events(n_facts, n_threads)
@@ -207,12 +207,24 @@ def run_pipeline_section(args: argparse.Namespace) -> None:
           f"MiB, sink process {served['peak_rss_mib']['sinks']} MiB", flush=True)  # fmt: skip
 
 
-def run_memory_section(args: argparse.Namespace) -> None:
+def run_memory_section(args: argparse.Namespace) -> int:
+    """Extraction quality over generated sessions (``agentlog.bench.memory``), then the
+    throughput of extraction and consolidation over fact events; 1 when quality misses its bar."""
+    from agentlog.bench import memory as bench_memory  # noqa: PLC0415
+    from agentlog.streams.cli.render import print_json  # noqa: PLC0415
+
+    quality = bench_memory.run_extraction(args.memory_sessions)
+    if not getattr(args, "json", False):
+        bench_memory.print_report(quality)
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-memory-") as tmp:
-        mem = bench_memory(args.memory_facts, args.threads, Path(tmp))
-    print(f"memory: extraction {mem['extract_facts_per_s']:,} facts/s over {mem['threads']:,} threads; "
-          f"consolidation of {mem['facts']:,} candidates into {mem['view_facts']:,} facts in "
-          f"{mem['consolidate_seconds']} s", flush=True)  # fmt: skip
+        mem = bench_memory_throughput(args.memory_facts, args.threads, Path(tmp))
+    if getattr(args, "json", False):
+        print_json({"extraction": quality, "throughput": mem})
+    else:
+        print(f"memory: extraction {mem['extract_facts_per_s']:,} facts/s over {mem['threads']:,} threads; "
+              f"consolidation of {mem['facts']:,} candidates into {mem['view_facts']:,} facts in "
+              f"{mem['consolidate_seconds']} s", flush=True)  # fmt: skip
+    return 0 if quality["meets_bar"] else 1
 
 
 def _timed_rebuild(env: dict[str, str]) -> float:

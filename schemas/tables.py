@@ -130,6 +130,11 @@ MEMORY_DDL: tuple[str, ...] = (
     ) ENGINE = MergeTree
     ORDER BY (version, project, key)
     """,
+    # Columns added since the first release: a log written before them gains them on open.
+    "ALTER TABLE memory_candidates ADD COLUMN IF NOT EXISTS observed_commit Nullable(String)",
+    "ALTER TABLE memory_candidates ADD COLUMN IF NOT EXISTS origin LowCardinality(String) DEFAULT 'fact'",
+    "ALTER TABLE memory_facts ADD COLUMN IF NOT EXISTS last_verified_at Nullable(DateTime64(6, 'UTC'))",
+    "ALTER TABLE memory_facts ADD COLUMN IF NOT EXISTS observed_commit Nullable(String)",
 )
 
 FieldType = Literal["keyword", "text", "date", "long"]

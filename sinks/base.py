@@ -11,7 +11,7 @@ from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.snapshot import ThreadSnapshot
 
 if TYPE_CHECKING:  # named in signatures only: the interfaces need not load the core
-    from agentlog.processors.memory import Candidate, Fact, FileTouch, Refusal, Revocation
+    from agentlog.processors.memory import Candidate, CommitSighting, Fact, FileTouch, Refusal, Revocation
     from agentlog.processors.pipeline import Record
 
 
@@ -172,7 +172,7 @@ class MemoryStore(Protocol):
     def commit_extraction(
         self, thread_id: str, owner: str, watermark: int, candidates: Sequence[Candidate],
         revocations: Sequence[Revocation], touches: Sequence[FileTouch], now: float,
-        refused: Sequence[Refusal] = (),
+        refused: Sequence[Refusal] = (), commits: Sequence[CommitSighting] = (),
     ) -> bool:  # fmt: skip
         """Store what was extracted and move the watermark, if ``owner`` still holds the claim."""
 
@@ -196,6 +196,7 @@ class MemoryStore(Protocol):
     def revocations(self) -> list[Revocation]: ...
     def refused(self) -> list[Refusal]: ...
     def file_touches(self) -> list[FileTouch]: ...
+    def commit_sightings(self) -> list[CommitSighting]: ...
     def add_revocation(self, revocation: Revocation) -> None: ...
     def published(self) -> tuple[int, dict[str, dict[str, Any]]]:
         """The current view: (version, facts); (0, {}) before the first publication."""

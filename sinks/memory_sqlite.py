@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from agentlog.processors.memory import Candidate, Fact, FileTouch, Refusal, Revocation
+from agentlog.processors.memory import Candidate, CommitSighting, Fact, FileTouch, Refusal, Revocation
 from agentlog.sinks import sqlite_db
 from agentlog.sinks.base import MemoryStore, StaleToken
 
@@ -31,6 +31,9 @@ CREATE TABLE IF NOT EXISTS extraction (
     attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL NOT NULL DEFAULT 0,
     last_error TEXT, runs INTEGER NOT NULL DEFAULT 0
 );
+-- Keyed by the candidate's id: its source event (a ``fact`` event), or source event and
+-- key (raw events, one candidate per key). Bodies are JSON, so a data directory written
+-- before a field existed reads on with that field's default.
 CREATE TABLE IF NOT EXISTS candidates (
     source_event_id TEXT PRIMARY KEY, body TEXT NOT NULL, extracted_by TEXT NOT NULL,
     extracted_at REAL NOT NULL
@@ -43,6 +46,10 @@ CREATE TABLE IF NOT EXISTS scoped_revocations (
     PRIMARY KEY (target_event_id, project)
 );
 CREATE TABLE IF NOT EXISTS refused (event_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+-- The code version each project was seen at, from each change on (commit-range rechecks).
+CREATE TABLE IF NOT EXISTS commit_sightings (
+    project TEXT, commit_id TEXT, at_ms REAL, PRIMARY KEY (project, commit_id, at_ms)
+);
 CREATE TABLE IF NOT EXISTS file_touches (project TEXT, path TEXT, at_ms REAL, PRIMARY KEY (project, path, at_ms));
 CREATE TABLE IF NOT EXISTS lease (
     name TEXT PRIMARY KEY, owner TEXT, token INTEGER NOT NULL, expires_at REAL NOT NULL
@@ -102,7 +109,7 @@ class SqliteMemoryStore(MemoryStore):
     def commit_extraction(
         self, thread_id: str, owner: str, watermark: int, candidates: Sequence[Candidate],
         revocations: Sequence[Revocation], touches: Sequence[FileTouch], now: float,
-        refused: Sequence[Refusal] = (),
+        refused: Sequence[Refusal] = (), commits: Sequence[CommitSighting] = (),
     ) -> bool:  # fmt: skip
         """Store what was extracted and move the watermark, if ``owner`` still holds the
         claim. Candidates are keyed by source event, so a repeat adds nothing."""
@@ -114,7 +121,7 @@ class SqliteMemoryStore(MemoryStore):
                 return False
             db.executemany(
                 "INSERT OR IGNORE INTO candidates VALUES (?, ?, ?, ?)",
-                ((c.source_event_id, orjson.dumps(asdict(c)).decode(), owner, now) for c in candidates),
+                ((c.candidate_id, orjson.dumps(asdict(c)).decode(), owner, now) for c in candidates),
             )
             self._add_revocations(db, revocations)
             db.executemany(
@@ -124,6 +131,10 @@ class SqliteMemoryStore(MemoryStore):
             db.executemany(
                 "INSERT OR IGNORE INTO file_touches VALUES (?, ?, ?)",
                 ((t.project, t.path, t.at_ms) for t in touches),
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO commit_sightings VALUES (?, ?, ?)",
+                ((s.project, s.commit, s.at_ms) for s in commits),
             )
             db.execute(
                 "UPDATE extraction SET watermark = max(watermark, ?), owner = NULL, lease_until = 0, "
@@ -270,6 +281,11 @@ class SqliteMemoryStore(MemoryStore):
         with self._lock:
             rows = self._db.execute("SELECT project, path, at_ms FROM file_touches").fetchall()
         return [FileTouch(*r) for r in rows]
+
+    def commit_sightings(self) -> list[CommitSighting]:
+        with self._lock:
+            rows = self._db.execute("SELECT project, commit_id, at_ms FROM commit_sightings").fetchall()
+        return [CommitSighting(*r) for r in rows]
 
     def add_revocation(self, revocation: Revocation) -> None:
         with self._tx() as db:

@@ -52,6 +52,7 @@ _ENV = {
     "summary_model": "AGENTLOG_SUMMARY_MODEL",
     "memory_idle_seconds": "AGENTLOG_MEMORY_IDLE_SECONDS",
     "memory_lease_seconds": "AGENTLOG_MEMORY_LEASE_SECONDS",
+    "memory_llm": "AGENTLOG_MEMORY_LLM",
     "redact": "AGENTLOG_REDACT",
     # Security of each server (agentlog.streams.kafka.security); passwords stay out of every repr.
     "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
@@ -125,6 +126,9 @@ class Settings:
     # timeout of the view's publication).
     memory_idle_seconds: float = 300.0
     memory_lease_seconds: float = 60.0
+    # Phase 1 of memory also asks the summariser's LLM for candidates (checked against the
+    # events they cite before they count).
+    memory_llm: bool = False
     # Secrets redacted from state, context and compaction records (``off`` for trusted
     # deployments); the search index and memory always redact, the log keeps the original.
     redact: bool = True

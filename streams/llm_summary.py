@@ -33,14 +33,31 @@ def _role(event: Envelope) -> dict[str, str]:
     return {"role": event.payload.role} if event.kind == "message" else {}  # type: ignore[attr-defined]
 
 
+def llm_client(timeout: float = 60.0) -> httpx.Client:
+    """An HTTP client for the configured OpenAI-compatible endpoint (its bearer key, if any)."""
+    headers = {}
+    if os.environ.get("AGENTLOG_SUMMARY_API_KEY"):
+        headers["Authorization"] = f"Bearer {os.environ['AGENTLOG_SUMMARY_API_KEY']}"
+    return httpx.Client(timeout=timeout, headers=headers)
+
+
+def ask_json(http: httpx.Client, url: str, model: str, prompt: str, material: Any) -> Any:
+    """One JSON-object completion: ``prompt`` as the system message, ``material`` as the user's."""
+    response = http.post(f"{url.rstrip('/')}/chat/completions", json={
+        "model": model,
+        "response_format": {"type": "json_object"},
+        "messages": [{"role": "system", "content": prompt},
+                     {"role": "user", "content": orjson.dumps(material).decode()}],
+    })  # fmt: skip
+    response.raise_for_status()
+    return orjson.loads(response.json()["choices"][0]["message"]["content"])
+
+
 class LlmSummariser:
     def __init__(self, url: str, model: str, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
         self.model = model
-        headers = {}
-        if os.environ.get("AGENTLOG_SUMMARY_API_KEY"):
-            headers["Authorization"] = f"Bearer {os.environ['AGENTLOG_SUMMARY_API_KEY']}"
-        self.http = httpx.Client(timeout=timeout, headers=headers)
+        self.http = llm_client(timeout)
 
     def __call__(self, state: dict[str, Any], folded: Sequence[Envelope],
                  previous: HandoffRecord | None) -> dict[str, Any]:  # fmt: skip
@@ -51,14 +68,7 @@ class LlmSummariser:
             "events": [{"event_id": e.event_id, "kind": e.kind, **_role(e), "text": searchable(e)[0][:2000]} for e in folded],
         }  # fmt: skip
         material = redact_value(material)  # an outside service: no secret leaves
-        response = self.http.post(f"{self.url}/chat/completions", json={
-            "model": self.model,
-            "response_format": {"type": "json_object"},
-            "messages": [{"role": "system", "content": PROMPT},
-                         {"role": "user", "content": orjson.dumps(material).decode()}],
-        })  # fmt: skip
-        response.raise_for_status()
-        return orjson.loads(response.json()["choices"][0]["message"]["content"])
+        return ask_json(self.http, self.url, self.model, PROMPT, material)  # type: ignore[no-any-return]
 
 
-__all__ = ["LlmSummariser", "PROMPT"]
+__all__ = ["LlmSummariser", "PROMPT", "ask_json", "llm_client"]

@@ -191,7 +191,7 @@ def test_memory_is_never_in_a_system_message(settings: Settings, service: Embedd
     assert memory["role"] == "user" and "DATA, not instructions" in memory["content"]
     records = orjson.loads("\n".join(_block(memory["content"])))
     assert {"key": "deploy.target", "value": "eu-west-staging", "status": "ok", "evidence": "user_confirmed",
-            "source": "f1"} in records  # fmt: skip
+            "source": "f1", "last_verified_at": "2026-01-01T12:00:00Z"} in records  # fmt: skip
     assert any(r["evidence"] == "external content, unverified" for r in records)
     _assert_newest_user_last(ctx, "where do we deploy?")
 

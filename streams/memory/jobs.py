@@ -13,7 +13,6 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,6 +46,8 @@ class ExtractReport:
     failed: dict[str, str] = field(default_factory=dict)
     candidates: int = 0
     refused: int = 0
+    llm_rejected: int = 0
+    """Proposals of the LLM extractor that their cited events did not back."""
 
 
 class Memory:
@@ -57,6 +58,11 @@ class Memory:
         self.clock = clock
         self.bus: Topic = SqliteEventBus(str(settings.path("topic.db")))
         self.store = open_memory(settings.path("memory.db"))
+        self.llm = None
+        if settings.memory_llm and settings.summary_url:
+            from agentlog.streams.memory.llm_extract import LlmExtractor  # noqa: PLC0415 - optional
+
+            self.llm = LlmExtractor(settings.summary_url, settings.summary_model)
 
     # -- phase 1 ------------------------------------------------------------------------
 
@@ -87,19 +93,15 @@ class Memory:
                 report.skipped += 1
                 continue
             try:
-                seen: set[str] = set()
-                events: list[Envelope] = []
-                for record in self.bus.thread_records(thread_id, watermark, latest):
-                    e = validate(record.value)
-                    if isinstance(e, Envelope) and e.event_id not in seen:
-                        seen.add(e.event_id)
-                        events.append(e)
-                found = memory.extract(events, self.thread_project(thread_id))
+                events, start = self.thread_events(thread_id, watermark, latest)
+                project = self.thread_project(thread_id)
+                found = memory.extract(events, project, start)
+                report.llm_rejected += self.llm_candidates(events, start, project, found)
                 if fail is not None:
                     fail(thread_id)
                 committed = self.store.commit_extraction(
                     thread_id, report.owner, latest, found.candidates, found.revocations,
-                    found.file_touches, self.clock(), found.refused,
+                    found.file_touches, self.clock(), found.refused, found.commits,
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, retried with backoff
                 attempts = self.store.fail_extraction(thread_id, report.owner, repr(error), self.clock())
@@ -113,6 +115,35 @@ class Memory:
             else:
                 report.failed[thread_id] = "claim lost (lease expired)"
         return report
+
+    def llm_candidates(self, events: list[Envelope], start: int, project: str | None,
+                       found: memory.Extraction) -> int:  # fmt: skip
+        """Add the LLM extractor's checked proposals to ``found``; how many were rejected.
+        A failing call fails the thread's extraction, which is retried (never skipped)."""
+        if self.llm is None:
+            return 0
+        answer = self.llm(events, start)
+        candidates, rejected = memory.proposed(events, answer, project, start)
+        found.candidates += candidates
+        for r in rejected:
+            log.info("LLM proposal %s of %s rejected: %s", r.key, r.source_event_id, r.reason)
+        return len(rejected)
+
+    def thread_events(self, thread_id: str, watermark: int, latest: int) -> tuple[list[Envelope], int]:
+        """The thread's events up to ``latest``, first copy of each id, and the index of the
+        first one after ``watermark``: the ones before are read again only as context (the
+        call a new result answers, the commit), so raw-event extraction is the same however
+        the thread's runs were cut."""
+        seen: set[str] = set()
+        events: list[Envelope] = []
+        start = 0
+        for record in self.bus.thread_records(thread_id, 0, latest):
+            e = validate(record.value)
+            if isinstance(e, Envelope) and e.event_id not in seen:
+                seen.add(e.event_id)
+                events.append(e)
+                start += record.offset <= watermark
+        return events, start
 
     def thread_project(self, thread_id: str) -> str | None:
         """The project of a thread: its first event's (the one its state has too)."""
@@ -156,6 +187,7 @@ class Memory:
         view = memory.consolidate(
             self.store.candidates(), self.store.revocations(), self.store.file_touches(),
             now_ms=self.clock() * 1000.0, high_risk_keys=high_risk or self.high_risk(),
+            commits=self.store.commit_sightings(),
         )  # fmt: skip
         version, current = self.store.published()
         facts = {k: f.as_dict() for k, f in view.items()}
@@ -319,6 +351,8 @@ class Memory:
         }  # fmt: skip
 
     def close(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
         self.store.close()
         self.bus.close()
 
@@ -364,8 +398,8 @@ class MemoryOperations:
                 raise NotFound(str(error)) from error
 
 
-def _extract_worker(data_dir: str, owner: str, lease_s: float) -> dict[str, Any]:
-    job = Memory(Settings(data_dir=Path(data_dir)))
+def _extract_worker(settings: Settings, owner: str, lease_s: float) -> dict[str, Any]:
+    job = Memory(settings)  # all of them: the LLM extractor's too
     try:
         return asdict(job.extract(owner, lease_s))
     finally:
@@ -383,7 +417,7 @@ def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) ->
         job.close()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
-        args = [(str(settings.data_dir), default_owner(f"extractor{i}"), lease_s) for i in range(workers)]
+        args = [(settings, default_owner(f"extractor{i}"), lease_s) for i in range(workers)]
         return pool.starmap(_extract_worker, args)
 
 

@@ -1,0 +1,81 @@
+"""Text helpers of phase-1 extraction: sentences, keys, and the two refusals that keep
+memory honest: a hedged or questioning sentence is no statement, and hostile text
+(injected instructions, forged memory lines, privileged key names) is no memory at all."""
+
+from __future__ import annotations
+
+import re
+
+_SENTENCE_END = re.compile(r"(?<=[。！？!?])|(?<=[.;])\s+|\n+")
+"""A sentence ends at CJK or !/? punctuation, at '.' or ';' followed by space, or a line
+break; a dot inside a value (``pg-stage-3.internal``, ``21.0.2``) does not end one."""
+
+_HEDGES_EN = re.compile(
+    r"\b(maybe|perhaps|probably|possibly|might|may be|i think|i guess|i believe|i suppose|not sure|"
+    r"suppose|supposing|if|whether|unless|could|would|should we|assume|assuming|guess|likely|"
+    r"hypothetically|imagine|what if|let's say|do you know|is it|are we|does|do we)\b",
+    re.IGNORECASE,
+)
+_HEDGES_CJK = re.compile(
+    r"かもしれ|たぶん|多分|おそらく|でしょう|だろう|かな|と思う|思います|可能性|もし|ですか|ますか|"
+    r"可能|也许|大概|或许|应该是|好像|似乎|如果|假如|假设|我猜|我觉得|吧|吗|呢"
+)
+
+PRIVILEGED_WORDS = frozenset({
+    "preference", "preferences", "instruction", "instructions", "policy", "policies", "rule", "rules",
+    "permission", "permissions", "system", "prompt", "role", "roles", "admin", "sudo", "approval",
+    "approvals", "memory", "override", "guardrail", "guardrails",
+})  # fmt: skip
+"""First words a statement's key may not start with: they name what steers an agent."""
+
+_HOSTILE = re.compile(
+    r"ignore\s+(?:all\s+|any\s+|the\s+)?(?:previous|prior|above|earlier|preceding)|disregard\s+(?:all|any|the|previous|prior)|"
+    r"forget\s+(?:all|everything|previous|prior)|system\s*(?:prompt|override|message)|you\s+are\s+now|new\s+instructions|"
+    r"developer\s+mode|jailbreak|memory\.md|\bmemory\s*[:=\]]|\[\s*memory|<\|[a-z_]+\|>|\[/?inst\]|^\s*#{2,}\s*(?:system|instruction)|"
+    r"\b(?:preference|instruction|policy|rule|permission|system|approval)s?\.[a-z0-9_]|"
+    r"以前の指示|これまでの指示|指示を無視|システムプロンプト|忽略(?:之前|以上|上面|所有|先前)|无视(?:之前|以上)|系统提示|新的指令",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def sentences(text: str) -> list[str]:
+    """A text's sentences, stripped, terminators kept (a question keeps its '?')."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def is_question(sentence: str) -> bool:
+    return sentence.rstrip().endswith(("?", "？"))
+
+
+def is_hedged(sentence: str) -> bool:
+    """A guess, a hypothetical or a question: never a statement of fact."""
+    return is_question(sentence) or bool(_HEDGES_EN.search(sentence)) or bool(_HEDGES_CJK.search(sentence))
+
+
+def is_hostile(text: str) -> bool:
+    """Injected instructions or forged memory lines anywhere in ``text``."""
+    return bool(_HOSTILE.search(text))
+
+
+def slug(phrase: str, joiner: str = "_") -> str:
+    """A key from a phrase: lower case, words joined by ``joiner`` (CJK kept as written)."""
+    words = re.findall(r"\w+", phrase.lower())
+    return joiner.join(words)[:80]
+
+
+def privileged(key: str) -> bool:
+    """Whether a key starts with a word that names what steers an agent."""
+    first = re.split(r"[._\s]", key.lower(), maxsplit=1)[0]
+    return first in PRIVILEGED_WORDS
+
+
+def clean_value(value: str) -> str:
+    """A stated value without the sentence's closing punctuation, quotes or backticks."""
+    v = value.strip().rstrip("。．.!！;；,，、")
+    for a, b in ('""', "''", "``", "「」", "『』", "“”"):
+        if len(v) >= 2 and v[0] == a[0] and v[-1] == b[-1]:
+            v = v[1:-1]
+    return v.strip()
+
+
+__all__ = ["PRIVILEGED_WORDS", "clean_value", "is_hedged", "is_hostile", "is_question", "privileged", "sentences", "slug"]
