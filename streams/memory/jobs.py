@@ -50,13 +50,21 @@ class ExtractReport:
     """Proposals of the LLM extractor that their cited events did not back."""
 
 
+COPY_FILE = "kafka_events.db"
+"""Where a Kafka deployment's memory keeps its copy of the events topic (``kafka_feed``)."""
+
+
 class Memory:
     """The memory jobs of one data directory."""
 
     def __init__(self, settings: Settings, clock: Clock = time.time) -> None:
         self.settings = settings
         self.clock = clock
-        self.bus: Topic = SqliteEventBus(str(settings.path("topic.db")))
+        # On Kafka, the events topic's copy has a file of its own: an embedded service
+        # opened on the same directory (an analyst's `agentlog sql`) must not take it for
+        # its own topic and write its events into the log a second time.
+        events = COPY_FILE if settings.distributed else "topic.db"
+        self.bus: Topic = SqliteEventBus(str(settings.path(events)))
         self.store = open_memory(settings.path("memory.db"))
         self.llm = None
         if settings.memory_llm and settings.summary_url:

@@ -1,5 +1,5 @@
-"""The memory jobs' view of the Kafka deployment: the events topic copied into the data
-directory's topic file, where extraction, revocation and status read it exactly as in
+"""The memory jobs' view of the Kafka deployment: the events topic copied into a file of
+the data directory (``kafka_events.db``), where extraction, revocation and status read it exactly as in
 the embedded deployment. The copy's progress is a Kafka consumer group's (one per data
 directory) committed offsets, committed after each appended batch (a batch copied twice is harmless:
 extraction and lookups take the first copy of an event id)."""
@@ -22,7 +22,7 @@ def copy_group(settings: Settings) -> str:
     running memory on its own) keeps its own whole copy."""
     where = hashlib.sha256(str(Path(settings.data_dir).resolve()).encode()).hexdigest()[:12]
     ns = f"{settings.kafka_namespace}-" if settings.kafka_namespace else ""
-    return f"agentlog-memory-{ns}{where}"
+    return f"agentlog-memory-{ns}{where}-copy"  # -copy: the copy's own file, from its start
 
 
 def pull_events(settings: Settings, bus: Topic) -> int:
