@@ -128,11 +128,13 @@ def _stderr(settings: Settings) -> str:
     return (settings.data_dir / "memory.err").read_text()
 
 
-def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_and_the_view_is_the_others(
+def test_on_kafka_a_memory_consolidate_command_paused_past_its_lease_is_refused_by_the_broker_and_exits_with_status_3(
     tmp_path: Path, kafka_bootstrap: str,
 ) -> None:  # fmt: skip
-    """Two workers on two machines (two data directories, one namespace): the broker's
-    transactional fence, not a local lease, refuses the paused one."""
+    """The same fence for ``agentlog memory consolidate`` run by hand on two machines (two
+    data directories, one namespace): the broker's transactional fence, not a local lease,
+    refuses the paused one, which exits with status 3 and leaves the run in its ``memory
+    status``. The workers' runners are drilled in the next test."""
     ns = f"t{uuid.uuid4().hex[:8]}"
     a, b = (_kafka(tmp_path, n, kafka_bootstrap, ns) for n in ("a", "b"))
     _publish_kafka(a, fact("java-17", "java.version", "17", "user_confirmed", 0, thread="t1"))
@@ -145,6 +147,7 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
         _poll("worker A's open transaction", lambda: "holding the transaction" in _stderr(a) or paused.poll(), 60)
         assert paused.poll() is None, _stderr(a)
         os.kill(paused.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
         assert kafka_view.latest_view(b) is None  # read_committed: A's open transaction is invisible
         _publish_kafka(b, fact("gradle", "build.tool", "gradle", "tool_observed", 1, thread="t2"))
         other = subprocess.run([sys.executable, "-m", "agentlog", "memory", "extract", "--json"], env=worker_env(b),
@@ -154,7 +157,7 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
         out, _ = done.communicate(timeout=120)
         assert done.returncode == 0, _stderr(b)
         assert json.loads(out)["published"] is True
-        time.sleep(3.5)  # A stays paused past its lease (the transaction timeout)
+        time.sleep(max(0.0, stopped_at + 3.5 - time.monotonic()))  # A stays paused past its lease (3 s)
     finally:
         os.kill(paused.pid, signal.SIGCONT)
     paused.communicate(timeout=120)
@@ -193,7 +196,7 @@ def test_on_kafka_two_workers_the_one_paused_past_its_lease_is_refused_by_the_br
     ns, lease = f"t{uuid.uuid4().hex[:8]}", 3.0
     common = {"memory_idle_seconds": 1.0, "memory_lease_seconds": lease}
     a = _kafka(tmp_path, "a", kafka_bootstrap, ns, worker_port=free_port(),
-               memory_pause_before_publish_seconds=lease, **common)  # fmt: skip
+               memory_pause_before_publish_seconds=2 * lease, **common)  # fmt: skip
     b = _kafka(tmp_path, "b", kafka_bootstrap, ns, worker_port=free_port(), **common)
     _publish_kafka(a, fact("java-17", "java.version", "17", "user_confirmed", 0, thread="t1"),
                    fact("gradle", "build.tool", "gradle", "tool_observed", 1, thread="t1"))  # fmt: skip
