@@ -53,6 +53,7 @@ _ENV = {
     "memory_idle_seconds": "AGENTLOG_MEMORY_IDLE_SECONDS",
     "memory_lease_seconds": "AGENTLOG_MEMORY_LEASE_SECONDS",
     "memory_llm": "AGENTLOG_MEMORY_LLM",
+    "memory_pause_before_publish_seconds": "AGENTLOG_MEMORY_PAUSE_BEFORE_PUBLISH_SECONDS",
     "redact": "AGENTLOG_REDACT",
     # Security of each server (agentlog.streams.kafka.security); passwords stay out of every repr.
     "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
@@ -129,6 +130,9 @@ class Settings:
     # Phase 1 of memory also asks the summariser's LLM for candidates (checked against the
     # events they cite before they count).
     memory_llm: bool = False
+    # Fencing drills only: a runner holds its view's open transaction (on Kafka) this long
+    # before committing it, as ``agentlog memory consolidate --pause-before-publish`` does.
+    memory_pause_before_publish_seconds: float = 0.0
     # Secrets redacted from state, context and compaction records (``off`` for trusted
     # deployments); the search index and memory always redact, the log keeps the original.
     redact: bool = True

@@ -128,11 +128,13 @@ def _stderr(settings: Settings) -> str:
     return (settings.data_dir / "memory.err").read_text()
 
 
-def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_and_the_view_is_the_others(
+def test_on_kafka_a_memory_consolidate_command_paused_past_its_lease_is_refused_by_the_broker_and_exits_with_status_3(
     tmp_path: Path, kafka_bootstrap: str,
 ) -> None:  # fmt: skip
-    """Two workers on two machines (two data directories, one namespace): the broker's
-    transactional fence, not a local lease, refuses the paused one."""
+    """The same fence for ``agentlog memory consolidate`` run by hand on two machines (two
+    data directories, one namespace): the broker's transactional fence, not a local lease,
+    refuses the paused one, which exits with status 3 and leaves the run in its ``memory
+    status``. The workers' runners are drilled in the next test."""
     ns = f"t{uuid.uuid4().hex[:8]}"
     a, b = (_kafka(tmp_path, n, kafka_bootstrap, ns) for n in ("a", "b"))
     _publish_kafka(a, fact("java-17", "java.version", "17", "user_confirmed", 0, thread="t1"))
@@ -145,6 +147,7 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
         _poll("worker A's open transaction", lambda: "holding the transaction" in _stderr(a) or paused.poll(), 60)
         assert paused.poll() is None, _stderr(a)
         os.kill(paused.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
         assert kafka_view.latest_view(b) is None  # read_committed: A's open transaction is invisible
         _publish_kafka(b, fact("gradle", "build.tool", "gradle", "tool_observed", 1, thread="t2"))
         other = subprocess.run([sys.executable, "-m", "agentlog", "memory", "extract", "--json"], env=worker_env(b),
@@ -154,7 +157,7 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
         out, _ = done.communicate(timeout=120)
         assert done.returncode == 0, _stderr(b)
         assert json.loads(out)["published"] is True
-        time.sleep(3.5)  # A stays paused past its lease (the transaction timeout)
+        time.sleep(max(0.0, stopped_at + 3.5 - time.monotonic()))  # A stays paused past its lease (3 s)
     finally:
         os.kill(paused.pid, signal.SIGCONT)
     paused.communicate(timeout=120)
@@ -172,6 +175,77 @@ def test_on_kafka_a_consolidator_paused_past_its_lease_is_refused_by_the_broker_
     finally:
         job.close()
 
+
+
+HOLDING = re.compile(r"memory view v\d+ of (\S+) \(epoch (\d+)\) sent; holding the transaction")
+
+
+def _fenced_runs(settings: Settings) -> float:
+    """``agentlog_memory_runs_total{outcome="fenced",phase="consolidate"}`` on the worker's /metrics."""
+    metrics = httpx.get(f"http://127.0.0.1:{settings.worker_port}/metrics", timeout=10).text
+    found = re.search(r'^agentlog_memory_runs_total\{outcome="fenced",phase="consolidate"\} (\S+)$', metrics, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_on_kafka_two_workers_the_one_paused_past_its_lease_is_refused_by_the_broker_and_the_view_is_the_others(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    """Two real workers (two data directories standing in for two machines, one namespace)
+    whose runners consolidate on their own: A is stopped (SIGSTOP) inside its view's open
+    transaction, B publishes, A resumes past its lease and the broker refuses its commit."""
+    ns, lease = f"t{uuid.uuid4().hex[:8]}", 3.0
+    common = {"memory_idle_seconds": 1.0, "memory_lease_seconds": lease}
+    a = _kafka(tmp_path, "a", kafka_bootstrap, ns, worker_port=free_port(),
+               memory_pause_before_publish_seconds=2 * lease, **common)  # fmt: skip
+    b = _kafka(tmp_path, "b", kafka_bootstrap, ns, worker_port=free_port(), **common)
+    _publish_kafka(a, fact("java-17", "java.version", "17", "user_confirmed", 0, thread="t1"),
+                   fact("gradle", "build.tool", "gradle", "tool_observed", 1, thread="t1"))  # fmt: skip
+    worker_a = start_worker(a)
+    worker_b: subprocess.Popen | None = None
+    try:
+        held = _poll("worker A holding its view's open transaction",
+                     lambda: HOLDING.search(worker_log(a, tail=100_000)) or worker_a.poll() is not None, 90)  # fmt: skip
+        assert worker_a.poll() is None, worker_log(a)
+        os.kill(worker_a.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        a_owner, a_epoch = held.group(1), int(held.group(2))  # type: ignore[union-attr]
+        try:
+            assert kafka_view.latest_view(b) is None  # read_committed: A's open transaction is invisible
+            worker_b = start_worker(b)
+
+            def committed() -> kafka_view.KafkaView | None:
+                assert worker_b is not None and worker_b.poll() is None, worker_log(b)
+                return kafka_view.latest_view(b)
+
+            by_b = _poll("the view committed by worker B", committed, 90)
+            assert isinstance(by_b, kafka_view.KafkaView)
+            assert by_b.owner.startswith(f"memory-runner-{worker_b.pid}-") and by_b.epoch > a_epoch
+            # A stays stopped past its lease (the transaction timeout): the broker's abort or
+            # B's newer epoch, either fences it.
+            time.sleep(max(0.0, stopped_at + lease + 0.5 - time.monotonic()))
+        finally:
+            os.kill(worker_a.pid, signal.SIGCONT)
+        _poll("A's refused publication counted as fenced in its /metrics", lambda: _fenced_runs(a) >= 1, 60)
+        log_a = worker_log(a, tail=100_000)
+        assert f"the broker refused the memory view of {a_owner}" in log_a, log_a
+        assert f"memory consolidation of {a_owner} refused" in log_a  # logged by the job
+        view = kafka_view.latest_view(a)
+        assert view is not None and (view.owner, view.version) == (by_b.owner, by_b.version), view
+        assert {f["key"]: f["value"] for f in view.facts.values()} == {"java.version": "17", "build.tool": "gradle"}
+        job = Memory(a)  # A's machine: the fenced run recorded, and B's view is its published view
+        try:
+            assert job.status(pull=False)["phases"]["consolidate"]["fenced"] == 1
+            assert _poll("A adopting B's view", lambda: job.store.published()[1] == view.facts, 30)
+        finally:
+            job.close()
+        assert _fenced_runs(a) == 1 and worker_a.poll() is None, worker_log(a)
+    finally:
+        for worker in (worker_a, worker_b):
+            if worker is not None and worker.poll() is None:
+                worker.terminate()
+        for worker in (worker_a, worker_b):
+            if worker is not None:
+                stop_worker(worker)
 
 
 def test_idle_triggered_on_a_kafka_worker_the_committed_view_holds_the_facts_without_any_command(

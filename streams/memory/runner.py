@@ -100,7 +100,8 @@ class MemoryRunner:
             self.stale = True
         if self.consolidation_owed:
             try:
-                outcome["consolidated"] = job.consolidate(self.owner, lease_s)
+                outcome["consolidated"] = job.consolidate(
+                    self.owner, lease_s, pause_before_publish=self.settings.memory_pause_before_publish_seconds)
             except StaleToken as error:  # logged and counted by consolidate; the next pass retries
                 outcome["consolidated"] = {"published": False, "reason": str(error)}
             else:
