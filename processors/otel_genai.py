@@ -176,6 +176,8 @@ def unmapped_reason(span: Span) -> str | None:
     operation = attrs.get("gen_ai.operation.name")
     if operation is None:
         return f"otlp_unmapped: span {span.name!r} has no gen_ai.operation.name (not a GenAI span)"
+    if not isinstance(operation, str):  # an OTLP array or key-value list: not a name (nor hashable)
+        return f"otlp_unmapped: span {span.name!r} has a gen_ai.operation.name that is not a string"
     if not isinstance(attrs.get("gen_ai.conversation.id"), str):
         return f"otlp_unmapped: {operation} span {span.name!r} has no gen_ai.conversation.id (the thread)"
     if operation == "execute_tool" and not attrs.get("gen_ai.tool.name"):
