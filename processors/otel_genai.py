@@ -104,7 +104,8 @@ def _new_inputs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The input messages after the model's last answer or tool result: the new ones."""
     tail: list[dict[str, Any]] = []
     for message in reversed(messages):
-        if message.get("role") not in INPUT_ROLES:
+        role = message.get("role")
+        if not isinstance(role, str) or role not in INPUT_ROLES:  # a hostile role may be unhashable
             break
         tail.append(message)
     return tail[::-1]

@@ -77,3 +77,9 @@ def test_a_span_whose_operation_name_is_not_a_string_is_unmapped_not_a_crash() -
     mapped = map_spans(spans)
     assert mapped.events == [] and [i for i, _ in mapped.unmapped] == [0, 1]
     assert all("gen_ai.operation.name" in why for _, why in mapped.unmapped)
+
+
+def test_an_input_message_whose_role_is_not_a_string_ends_the_new_inputs_instead_of_crashing() -> None:
+    history = [{"role": ["user"], "content": "odd"}, {"role": "user", "content": "hi"}]
+    assert kinds([span("01", 0, 5, gen_ai__operation__name="chat", gen_ai__input__messages=json.dumps(history))]) == [
+        ("message", {"role": "user", "text": "hi"})]
