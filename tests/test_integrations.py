@@ -268,6 +268,15 @@ def test_hostile_otlp_bodies_get_a_clear_4xx_lose_nothing_and_the_next_request_w
     assert letter["n"] == 1024 * 1024  # a dead letter is bounded as an oversized event is
 
 
+def test_a_span_time_beyond_otlps_unsigned_64_bit_nanoseconds_is_a_clear_400(server: str) -> None:
+    # A time OTLP's fixed64 cannot hold: refused as the request's fault, not a 500 (or a
+    # "year out of range") when the span is dead-lettered or its time is rendered.
+    for start in ("1" + "0" * 30, 1e30, "-5"):
+        unmapped = {**span("00000000000000d1", 0, 1), "startTimeUnixNano": start}
+        answer = httpx.post(f"{server}/v1/traces", content=otlp_json(unmapped), headers=JSON_TYPE)
+        assert answer.status_code == 400 and "startTimeUnixNano" in answer.json()["error"], (start, answer.text)
+
+
 def _deep_protobuf(depth: int) -> bytes:
     """An export whose one attribute is key-value lists nested ``depth`` deep."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest

@@ -126,9 +126,12 @@ def _json_attributes(pairs: Any, depth: int = 0) -> dict[str, Any]:
 
 def _nanos(value: Any, what: str) -> int:
     try:
-        return int(value or 0)  # uint64 travels as a string in JSON
-    except (TypeError, ValueError):
+        nanos = int(value or 0)  # uint64 travels as a string in JSON
+    except (TypeError, ValueError, OverflowError):
         raise _refuse(f"{what} {str(value)[:40]!r} is not a number of nanoseconds") from None
+    if not 0 <= nanos < 2**64:  # what protobuf's fixed64 holds (past it: no date, no JSON int)
+        raise _refuse(f"{what} {str(value)[:40]!r} is not an unsigned 64-bit number of nanoseconds")
+    return nanos
 
 
 def _hex_id(value: Any, what: str, size: int) -> str:
