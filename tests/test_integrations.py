@@ -5,6 +5,7 @@ rows as publishing the equivalent events by hand."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -183,6 +184,31 @@ def test_the_otel_sdks_exporter_sends_genai_spans_that_become_calls_with_their_s
     assert pairs["call_2"]["status"] == "error"
     kinds = [e["kind"] for e in events(remote, "otel-sdk")]
     assert kinds == ["message", "tool_call", "tool_result", "tool_call", "tool_result", "message", "turn_end"]
+
+
+def test_an_exporter_that_compresses_as_the_collectors_otlphttp_does_by_default_is_understood(
+    server: str, remote: RemoteService,
+) -> None:
+    from opentelemetry.exporter.otlp.proto.http import Compression
+
+    for compression in (Compression.Gzip, Compression.Deflate):
+        thread = f"otel-{compression.value}"
+        provider = TracerProvider(resource=Resource.create({"service.name": "scripted-agent"}))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
+            endpoint=f"{server}/v1/traces", headers=AUTH, compression=compression)))  # fmt: skip
+        script.run_otel(provider.get_tracer("tests.scripted_agent"), thread)
+        assert provider.force_flush(30_000)
+        provider.shutdown()
+        kinds = [e["kind"] for e in events(remote, thread)]
+        assert kinds == ["message", "tool_call", "tool_result", "tool_call", "tool_result", "message", "turn_end"], thread
+    # Decompressed, a body is bounded as a plain one is; an encoding not spoken is said.
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024 + 1))
+    answer = httpx.post(f"{server}/v1/traces", content=bomb, headers={**JSON_TYPE, "Content-Encoding": "gzip"})
+    assert answer.status_code == 413 and "limit" in answer.json()["error"], answer.text
+    answer = httpx.post(f"{server}/v1/traces", content=otlp_json(), headers={**JSON_TYPE, "Content-Encoding": "br"})
+    assert answer.status_code == 415 and "gzip" in answer.json()["error"], answer.text
+    answer = httpx.post(f"{server}/v1/traces", content=b"not gzip", headers={**JSON_TYPE, "Content-Encoding": "gzip"})
+    assert answer.status_code == 400 and "gzip" in answer.json()["error"], answer.text
 
 
 def test_an_otlp_json_post_maps_spans_and_keeps_an_unknown_span_as_a_rejection_with_its_reason(

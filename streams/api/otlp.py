@@ -10,6 +10,7 @@ its ``partial_success`` counting the spans not (wholly) accepted.
 from __future__ import annotations
 
 import base64
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from agentlog.processors.otel_genai import Span, map_spans
 from agentlog.schemas.requests import RequestError
+from agentlog.streams.api.guard import too_large
 from agentlog.streams.api.service import Service
 
 PROTOBUF = "application/x-protobuf"
@@ -183,6 +185,29 @@ TRACES_DOC: dict[str, Any] = {
 # -- ingest ----------------------------------------------------------------------------
 
 
+_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+"""The ``Content-Encoding``s OTLP exporters send (the Collector's ``otlphttp`` gzips by default)."""
+
+
+def decompressed(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """``body`` without its ``Content-Encoding``, refused (413) once it inflates past ``limit``
+    (a small compressed body may hold a huge one)."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding == "identity":
+        return body
+    if encoding not in _WBITS:
+        raise RequestError(415, f"POST /v1/traces takes a body as is or with Content-Encoding gzip or deflate, "
+                                f"not {content_encoding!r}")  # fmt: skip
+    inflater = zlib.decompressobj(_WBITS[encoding])
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as error:
+        raise _refuse(f"the body does not decompress as {encoding} ({error})") from None
+    if len(out) > limit:
+        raise too_large(limit)
+    return out
+
+
 def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
@@ -220,4 +245,4 @@ def response(media: str, rejected: int, reason: str = "") -> tuple[bytes, str]:
     return orjson.dumps(body), JSON
 
 
-__all__ = ["JSON", "PROTOBUF", "TRACES_DOC", "ingest", "media_type", "response", "spans_of_json", "spans_of_protobuf"]
+__all__ = ["JSON", "PROTOBUF", "TRACES_DOC", "decompressed", "ingest", "media_type", "response", "spans_of_json", "spans_of_protobuf"]
