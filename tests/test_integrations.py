@@ -303,6 +303,14 @@ def test_a_span_time_beyond_otlps_unsigned_64_bit_nanoseconds_is_a_clear_400(ser
         assert answer.status_code == 400 and "startTimeUnixNano" in answer.json()["error"], (start, answer.text)
 
 
+def test_an_int_attribute_beyond_otlps_int64_is_a_clear_400(server: str) -> None:
+    # OTLP's intValue is an int64; a bigger one cannot be kept as JSON (the dead letter).
+    for value in ("9" * 30, "-" + "9" * 30):
+        unmapped = {**span("00000000000000d2", 0, 1), "attributes": [{"key": "n", "value": {"intValue": value}}]}
+        answer = httpx.post(f"{server}/v1/traces", content=otlp_json(unmapped), headers=JSON_TYPE)
+        assert answer.status_code == 400 and "intValue" in answer.json()["error"], (value, answer.text)
+
+
 def _deep_protobuf(depth: int) -> bytes:
     """An export whose one attribute is key-value lists nested ``depth`` deep."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest

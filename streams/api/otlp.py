@@ -107,9 +107,12 @@ def _json_value(value: Any, depth: int = 0) -> Any:
         return _json_attributes(_object(value["kvlistValue"], "kvlistValue").get("values"), depth + 1)
     if "intValue" in value:  # int64 travels as a string in JSON
         try:
-            return int(value["intValue"])
-        except (TypeError, ValueError):
+            number = int(value["intValue"])
+        except (TypeError, ValueError, OverflowError):
             raise _refuse(f"intValue {str(value['intValue'])[:40]!r} is not an integer") from None
+        if not -(2**63) <= number < 2**63:  # past it, not JSON a dead letter can keep
+            raise _refuse(f"intValue {str(value['intValue'])[:40]!r} is not a 64-bit integer")
+        return number
     for key in ("stringValue", "boolValue", "doubleValue", "bytesValue"):
         if key in value:
             return value[key]
