@@ -468,9 +468,12 @@ def assemble(
     if needed > budget:
         raise BudgetTooSmall(needed, budget)
     b = Budget(counter, budget - needed)
+    # Copies: ``state`` may hold the items later state reads answer (``PublicView``, copy=False).
+    goal = state.get("goal")
     sections: list[dict[str, Any]] = [{"name": "pinned", "tokens": message_tokens(counter, pinned),
-                                       "goal": state.get("goal"), "constraints": state.get("constraints", []),
-                                       "decided_approvals": state.get("decided_approvals", [])}]  # fmt: skip
+                                       "goal": None if goal is None else dict(goal),
+                                       "constraints": [dict(c) for c in state.get("constraints", [])],
+                                       "decided_approvals": [dict(a) for a in state.get("decided_approvals", [])]}]  # fmt: skip
     system: list[tuple[str, dict[str, Any]]] = []
 
     def add(name: str, msg: dict[str, Any] | None, **extra: Any) -> None:

@@ -104,7 +104,8 @@ def _new_inputs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The input messages after the model's last answer or tool result: the new ones."""
     tail: list[dict[str, Any]] = []
     for message in reversed(messages):
-        if message.get("role") not in INPUT_ROLES:
+        role = message.get("role")
+        if not isinstance(role, str) or role not in INPUT_ROLES:  # a hostile role may be unhashable
             break
         tail.append(message)
     return tail[::-1]
@@ -176,6 +177,10 @@ def unmapped_reason(span: Span) -> str | None:
     operation = attrs.get("gen_ai.operation.name")
     if operation is None:
         return f"otlp_unmapped: span {span.name!r} has no gen_ai.operation.name (not a GenAI span)"
+    if not isinstance(operation, str):  # an OTLP array or key-value list: not a name (nor hashable)
+        return f"otlp_unmapped: span {span.name!r} has a gen_ai.operation.name that is not a string"
+    if not span.trace_id or not span.span_id:  # the event ids are made of them: id-less spans would collide
+        return f"otlp_unmapped: {operation} span {span.name!r} has no trace id or no span id"
     if not isinstance(attrs.get("gen_ai.conversation.id"), str):
         return f"otlp_unmapped: {operation} span {span.name!r} has no gen_ai.conversation.id (the thread)"
     if operation == "execute_tool" and not attrs.get("gen_ai.tool.name"):

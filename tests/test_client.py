@@ -284,6 +284,23 @@ def test_records_the_deployment_rejects_are_reported_with_their_reasons_and_the_
         assert client.state("fine").event_count == 1
 
 
+def test_an_agent_that_never_flushes_keeps_a_bounded_record_of_refusals_and_flush_still_counts_them_all(
+    tmp_path: Path,
+) -> None:
+    # A write-only agent publishing a bad event now and then: what flush() will report must
+    # not grow with every refused batch for as long as the agent runs.
+    with Client(tmp_path / "data", batch_size=1, flush_interval=0.0) as client:
+        bad = client.thread("not an id")
+        for i in range(300):
+            bad.user(f"refused {i}")
+        while client.pending:
+            time.sleep(0.01)
+        assert len(client._buffer._errors) <= 100
+        with pytest.raises(PublishRefused) as refused:
+            client.flush()
+        assert str(refused.value).startswith("300 publish failures") and len(refused.value.rejections) <= 100
+
+
 def test_the_buffer_is_bounded_publishing_waits_while_the_server_is_away_and_nothing_is_lost(server: Server) -> None:
     proxy = TcpProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
     proxy.stop()  # the server is unreachable: connections refused

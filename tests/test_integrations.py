@@ -5,6 +5,7 @@ rows as publishing the equivalent events by hand."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -185,6 +186,31 @@ def test_the_otel_sdks_exporter_sends_genai_spans_that_become_calls_with_their_s
     assert kinds == ["message", "tool_call", "tool_result", "tool_call", "tool_result", "message", "turn_end"]
 
 
+def test_an_exporter_that_compresses_as_the_collectors_otlphttp_does_by_default_is_understood(
+    server: str, remote: RemoteService,
+) -> None:
+    from opentelemetry.exporter.otlp.proto.http import Compression
+
+    for compression in (Compression.Gzip, Compression.Deflate):
+        thread = f"otel-{compression.value}"
+        provider = TracerProvider(resource=Resource.create({"service.name": "scripted-agent"}))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
+            endpoint=f"{server}/v1/traces", headers=AUTH, compression=compression)))  # fmt: skip
+        script.run_otel(provider.get_tracer("tests.scripted_agent"), thread)
+        assert provider.force_flush(30_000)
+        provider.shutdown()
+        kinds = [e["kind"] for e in events(remote, thread)]
+        assert kinds == ["message", "tool_call", "tool_result", "tool_call", "tool_result", "message", "turn_end"], thread
+    # Decompressed, a body is bounded as a plain one is; an encoding not spoken is said.
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024 + 1))
+    answer = httpx.post(f"{server}/v1/traces", content=bomb, headers={**JSON_TYPE, "Content-Encoding": "gzip"})
+    assert answer.status_code == 413 and "limit" in answer.json()["error"], answer.text
+    answer = httpx.post(f"{server}/v1/traces", content=otlp_json(), headers={**JSON_TYPE, "Content-Encoding": "br"})
+    assert answer.status_code == 415 and "gzip" in answer.json()["error"], answer.text
+    answer = httpx.post(f"{server}/v1/traces", content=b"not gzip", headers={**JSON_TYPE, "Content-Encoding": "gzip"})
+    assert answer.status_code == 400 and "gzip" in answer.json()["error"], answer.text
+
+
 def test_an_otlp_json_post_maps_spans_and_keeps_an_unknown_span_as_a_rejection_with_its_reason(
     server: str, remote: RemoteService,
 ) -> None:
@@ -266,6 +292,23 @@ def test_hostile_otlp_bodies_get_a_clear_4xx_lose_nothing_and_the_next_request_w
     [letter] = rows(remote, "SELECT reason, length(raw) AS n FROM rejected_events WHERE position(raw, '00000000000000c3') > 0")
     assert letter["reason"].startswith("otlp_unmapped") and "kept the first" in letter["reason"]
     assert letter["n"] == 1024 * 1024  # a dead letter is bounded as an oversized event is
+
+
+def test_a_span_time_beyond_otlps_unsigned_64_bit_nanoseconds_is_a_clear_400(server: str) -> None:
+    # A time OTLP's fixed64 cannot hold: refused as the request's fault, not a 500 (or a
+    # "year out of range") when the span is dead-lettered or its time is rendered.
+    for start in ("1" + "0" * 30, 1e30, "-5"):
+        unmapped = {**span("00000000000000d1", 0, 1), "startTimeUnixNano": start}
+        answer = httpx.post(f"{server}/v1/traces", content=otlp_json(unmapped), headers=JSON_TYPE)
+        assert answer.status_code == 400 and "startTimeUnixNano" in answer.json()["error"], (start, answer.text)
+
+
+def test_an_int_attribute_beyond_otlps_int64_is_a_clear_400(server: str) -> None:
+    # OTLP's intValue is an int64; a bigger one cannot be kept as JSON (the dead letter).
+    for value in ("9" * 30, "-" + "9" * 30):
+        unmapped = {**span("00000000000000d2", 0, 1), "attributes": [{"key": "n", "value": {"intValue": value}}]}
+        answer = httpx.post(f"{server}/v1/traces", content=otlp_json(unmapped), headers=JSON_TYPE)
+        assert answer.status_code == 400 and "intValue" in answer.json()["error"], (value, answer.text)
 
 
 def _deep_protobuf(depth: int) -> bytes:

@@ -69,3 +69,26 @@ def test_spans_that_mean_nothing_here_are_unmapped_with_a_reason_each() -> None:
     reasons = dict(mapped.unmapped)
     assert "no gen_ai.operation.name" in reasons[0] and "'embeddings' is not mapped" in reasons[1]
     assert "no gen_ai.tool.name" in reasons[2] and "no gen_ai.conversation.id" in reasons[3]
+
+
+def test_a_span_whose_operation_name_is_not_a_string_is_unmapped_not_a_crash() -> None:
+    # An OTLP attribute may be an array or a key-value list; the operation is a name.
+    spans = [span("01", 0, 1, gen_ai__operation__name=["chat"]), span("02", 0, 1, gen_ai__operation__name={"a": 1})]
+    mapped = map_spans(spans)
+    assert mapped.events == [] and [i for i, _ in mapped.unmapped] == [0, 1]
+    assert all("gen_ai.operation.name" in why for _, why in mapped.unmapped)
+
+
+def test_an_input_message_whose_role_is_not_a_string_ends_the_new_inputs_instead_of_crashing() -> None:
+    history = [{"role": ["user"], "content": "odd"}, {"role": "user", "content": "hi"}]
+    assert kinds([span("01", 0, 5, gen_ai__operation__name="chat", gen_ai__input__messages=json.dumps(history))]) == [
+        ("message", {"role": "user", "text": "hi"})]
+
+
+def test_spans_without_a_trace_or_span_id_are_unmapped_so_their_events_ids_cannot_collide() -> None:
+    # Two different id-less spans would both be "otel:::turn_end": the second silently a duplicate.
+    spans = [Span("", "", "a", 0, 1, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "t1"}),
+             Span("ab" * 16, "", "b", 0, 1, attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "t2"})]  # fmt: skip
+    mapped = map_spans(spans)
+    assert mapped.events == [] and [i for i, _ in mapped.unmapped] == [0, 1]
+    assert all("trace id" in why for _, why in mapped.unmapped)

@@ -144,3 +144,23 @@ def test_context_reads_share_the_state_s_items_and_never_change_what_the_next_st
         assert svc.state("t1") == redact_if(True, tp.state.public())
     finally:
         svc.close()
+
+
+def test_a_caller_that_changes_the_context_it_read_changes_nothing_in_the_next_state_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
+
+    svc = EmbeddedService(Settings(data_dir=tmp_path / "data"))
+    try:
+        lines = [raw("g", "goal", {"text": "ship it"}), raw("c", "constraint", {"constraint_id": "k", "text": "no push"}, 1.0),
+                 raw("a", "approval_request", {"approval_id": "x", "action": "deploy"}, 2.0),
+                 raw("d", "approval_decision", {"approval_id": "x", "decision": "approved", "by": "ann"}, 3.0),
+                 raw("u", "message", {"role": "user", "text": "go on"}, 4.0)]  # fmt: skip
+        svc.publish(b"\n".join(lines))
+        before = svc.state("t1")
+        pinned = svc.context("t1", 2_000)["sections"][0]  # an in-process caller (the embedded client) gets this
+        for item in [pinned["goal"], *pinned["constraints"], *pinned["decided_approvals"]]:
+            item["text" if "text" in item else "action"] = "changed by the caller"
+        assert svc.state("t1") == before
+    finally:
+        svc.close()

@@ -24,6 +24,10 @@ from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.client")
 
+KEPT_ERRORS = 100
+"""Failures kept for the next ``flush()`` to raise (the first ones and the newest); past it
+they are only counted, so an agent that never flushes does not grow a list forever."""
+
 
 @dataclass(frozen=True)
 class BatchPolicy:
@@ -65,6 +69,7 @@ class Buffer:
         self._stalled = False  # a batch gave up (DeliveryFailed): wait for the next flush()
         self._closed = False
         self._errors: list[ClientError] = []
+        self._unkept = [0, 0]  # failures past KEPT_ERRORS: how many, how many were refusals
         self._lock = threading.Lock()  # ``put`` takes it directly: cheaper than the condition's wrapper
         self._cond = threading.Condition(self._lock)
         self.sent = 0  # events the deployment answered for (accepted or rejected)
@@ -129,8 +134,9 @@ class Buffer:
             finally:
                 self._flushing -= 1
             errors, self._errors = self._errors, []
+            unkept, self._unkept = self._unkept, [0, 0]
         if errors:
-            raise errors[0] if len(errors) == 1 else _merged(errors)
+            raise errors[0] if len(errors) == 1 else _merged(errors, unkept)
         if not done:
             raise DeliveryFailed(f"{self.pending} events still unpublished after {timeout} s")
 
@@ -184,6 +190,10 @@ class Buffer:
             with self._cond:
                 self._inflight = 0
                 if failed is not None:
+                    if len(self._errors) >= KEPT_ERRORS:  # the newest stays last: ``_check_open`` raises it
+                        dropped = self._errors.pop()
+                        self._unkept[0] += 1
+                        self._unkept[1] += isinstance(dropped, PublishRefused)
                     self._errors.append(failed)
                     log.warning("agentlog client: %s", failed)
                     if isinstance(failed, DeliveryFailed):
@@ -228,11 +238,14 @@ class Buffer:
             raise PublishRefused(f"{report.rejected} of {len(batch)} events rejected: {reasons}", report.rejections)
 
 
-def _merged(errors: list[ClientError]) -> ClientError:
+def _merged(errors: list[ClientError], unkept: list[int]) -> ClientError:
+    """One error for ``errors`` and the ``unkept`` ones counted past them (how many, how
+    many of those were refusals)."""
     refused = [e for e in errors if isinstance(e, PublishRefused)]
     rejections = [r for e in refused for r in e.rejections]
-    message = f"{len(errors)} publish failures; first: {errors[0]}"
-    return PublishRefused(message, rejections) if len(refused) == len(errors) else DeliveryFailed(message)
+    message = f"{len(errors) + unkept[0]} publish failures; first: {errors[0]}"
+    all_refused = len(refused) == len(errors) and unkept[1] == unkept[0]
+    return PublishRefused(message, rejections) if all_refused else DeliveryFailed(message)
 
 
 __all__ = ["BatchPolicy", "Buffer"]

@@ -5,6 +5,7 @@ memory honest: a hedged or questioning sentence is no statement, and hostile tex
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _SENTENCE_END = re.compile(r"(?<=[。！？!?])|(?<=[.;])\s+|\n+")
 """A sentence ends at CJK or !/? punctuation, at '.' or ';' followed by space, or a line
@@ -65,7 +66,9 @@ def slug(phrase: str, joiner: str = "_") -> str:
 
 def privileged(key: str) -> bool:
     """Whether a key starts with a word that names what steers an agent."""
-    first = re.split(r"[._\s]", key.lower(), maxsplit=1)[0]
+    # NFKC: "ｐｏｌｉｃｙ" (full width) reads as "policy" to a model; leading punctuation hides nothing either.
+    plain = re.sub(r"^[\W_]+", "", unicodedata.normalize("NFKC", key).lower())
+    first = re.split(r"[._\s]", plain, maxsplit=1)[0]
     return first in PRIVILEGED_WORDS
 
 

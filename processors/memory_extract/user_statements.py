@@ -87,7 +87,9 @@ def _is_statement(rest: str) -> Statement | None:
 def _preference(rest: str) -> Statement | None:
     value = clean_value(re.sub(r"^(?:to|please)\s+", "", rest.strip(), flags=_I))
     key = slug(value)[:48].rstrip("_")
-    if not key or len(value) > MAX_VALUE_CHARS or privileged(key):
+    # "our policy is: ..." misses the "X is Y" patterns: its X still may not steer.
+    subject = re.sub(r"^(?:(?:the|our|my)_)+", "", key)
+    if not key or len(value) > MAX_VALUE_CHARS or privileged(key) or privileged(subject):
         return None
     return Statement(f"preference.{key}", value)
 

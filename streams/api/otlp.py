@@ -10,6 +10,7 @@ its ``partial_success`` counting the spans not (wholly) accepted.
 from __future__ import annotations
 
 import base64
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from agentlog.processors.otel_genai import Span, map_spans
 from agentlog.schemas.requests import RequestError
+from agentlog.streams.api.guard import too_large
 from agentlog.streams.api.service import Service
 
 PROTOBUF = "application/x-protobuf"
@@ -105,9 +107,12 @@ def _json_value(value: Any, depth: int = 0) -> Any:
         return _json_attributes(_object(value["kvlistValue"], "kvlistValue").get("values"), depth + 1)
     if "intValue" in value:  # int64 travels as a string in JSON
         try:
-            return int(value["intValue"])
-        except (TypeError, ValueError):
+            number = int(value["intValue"])
+        except (TypeError, ValueError, OverflowError):
             raise _refuse(f"intValue {str(value['intValue'])[:40]!r} is not an integer") from None
+        if not -(2**63) <= number < 2**63:  # past it, not JSON a dead letter can keep
+            raise _refuse(f"intValue {str(value['intValue'])[:40]!r} is not a 64-bit integer")
+        return number
     for key in ("stringValue", "boolValue", "doubleValue", "bytesValue"):
         if key in value:
             return value[key]
@@ -126,9 +131,12 @@ def _json_attributes(pairs: Any, depth: int = 0) -> dict[str, Any]:
 
 def _nanos(value: Any, what: str) -> int:
     try:
-        return int(value or 0)  # uint64 travels as a string in JSON
-    except (TypeError, ValueError):
+        nanos = int(value or 0)  # uint64 travels as a string in JSON
+    except (TypeError, ValueError, OverflowError):
         raise _refuse(f"{what} {str(value)[:40]!r} is not a number of nanoseconds") from None
+    if not 0 <= nanos < 2**64:  # what protobuf's fixed64 holds (past it: no date, no JSON int)
+        raise _refuse(f"{what} {str(value)[:40]!r} is not an unsigned 64-bit number of nanoseconds")
+    return nanos
 
 
 def _hex_id(value: Any, what: str, size: int) -> str:
@@ -180,6 +188,29 @@ TRACES_DOC: dict[str, Any] = {
 # -- ingest ----------------------------------------------------------------------------
 
 
+_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+"""The ``Content-Encoding``s OTLP exporters send (the Collector's ``otlphttp`` gzips by default)."""
+
+
+def decompressed(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """``body`` without its ``Content-Encoding``, refused (413) once it inflates past ``limit``
+    (a small compressed body may hold a huge one)."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding == "identity":
+        return body
+    if encoding not in _WBITS:
+        raise RequestError(415, f"POST /v1/traces takes a body as is or with Content-Encoding gzip or deflate, "
+                                f"not {content_encoding!r}")  # fmt: skip
+    inflater = zlib.decompressobj(_WBITS[encoding])
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as error:
+        raise _refuse(f"the body does not decompress as {encoding} ({error})") from None
+    if len(out) > limit:
+        raise too_large(limit)
+    return out
+
+
 def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
@@ -217,4 +248,4 @@ def response(media: str, rejected: int, reason: str = "") -> tuple[bytes, str]:
     return orjson.dumps(body), JSON
 
 
-__all__ = ["JSON", "PROTOBUF", "TRACES_DOC", "ingest", "media_type", "response", "spans_of_json", "spans_of_protobuf"]
+__all__ = ["JSON", "PROTOBUF", "TRACES_DOC", "decompressed", "ingest", "media_type", "response", "spans_of_json", "spans_of_protobuf"]
