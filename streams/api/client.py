@@ -89,6 +89,9 @@ def answer_of(response: httpx.Response) -> Any:
         raise NotFound(_reason(response))
     if response.status_code == 503:
         raise Unavailable(_reason(response))
+    if response.status_code == 401:  # the server's words are for HTTP callers; say where a client's token comes from
+        raise StoreError(f"{_reason(response)} (set AGENTLOG_API_TOKEN to the server's token, "
+                         "or pass token= to agentlog.Client)")
     if response.status_code >= 400:
         raise StoreError(_reason(response))
     return response.json()
