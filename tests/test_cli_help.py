@@ -4,6 +4,10 @@ what it takes, and every command that answers a query can answer as JSON."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from agentlog.streams.cli.parser import build_parser
 
@@ -32,3 +36,18 @@ def test_every_query_command_takes_json() -> None:
 def _required(name: str) -> list[str]:
     return {"state": ["t"], "context": ["t", "--budget", "1"], "search": ["q"], "read": ["e"],
             "sql": ["SELECT 1"], "memory": ["status"], "publish": ["-"]}.get(name, [])  # fmt: skip
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env["AGENTLOG_DATA_DIR"] = str(tmp_path / "data")
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+
+
+def test_an_unknown_thread_says_where_the_thread_ids_are_listed(tmp_path: Path) -> None:
+    for args in (["state", "no-such-thread"], ["context", "no-such-thread", "--budget", "500"]):
+        done = _cli(tmp_path, *args)
+        assert done.returncode == 1
+        assert "no-such-thread" in done.stderr and "`agentlog threads` lists the threads" in done.stderr
+
