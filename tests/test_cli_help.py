@@ -51,3 +51,8 @@ def test_an_unknown_thread_says_where_the_thread_ids_are_listed(tmp_path: Path) 
         assert done.returncode == 1
         assert "no-such-thread" in done.stderr and "`agentlog threads` lists the threads" in done.stderr
 
+
+def test_an_empty_memory_view_says_how_facts_get_there(tmp_path: Path) -> None:
+    done = _cli(tmp_path, "memory", "show")
+    assert done.returncode == 0, done.stderr
+    assert "agentlog memory extract" in done.stdout and "agentlog memory consolidate" in done.stdout
