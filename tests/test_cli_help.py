@@ -4,6 +4,7 @@ what it takes, and every command that answers a query can answer as JSON."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -56,3 +57,9 @@ def test_an_empty_memory_view_says_how_facts_get_there(tmp_path: Path) -> None:
     done = _cli(tmp_path, "memory", "show")
     assert done.returncode == 0, done.stderr
     assert "agentlog memory extract" in done.stdout and "agentlog memory consolidate" in done.stdout
+
+
+def test_version_prints_the_installed_package_version(tmp_path: Path) -> None:
+    done = _cli(tmp_path, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"agentlog {importlib.metadata.version('agentlog')}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from agentlog import __version__
 from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.streams.cli.commands import (
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens (per thread and event)")
+    parser.add_argument("--version", action="version", version=f"agentlog {__version__}",
+                        help="print the installed version and exit")  # what a bug report needs first
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[..., int], help_text: str, json_flag: bool = True) -> argparse.ArgumentParser:
