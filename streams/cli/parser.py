@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("demo", cmd_demo, "run the whole pipeline on a built-in sample workload and show the results")
-    p.add_argument("--data-dir", help="keep the demo's data here (default: a fresh temporary directory)")
+    p.add_argument("--data-dir", help="keep the demo's data here, a new or empty directory (default: a fresh temporary one)")
     p = add("run", cmd_run, "run processors and sinks and serve the HTTP API (--until-idle: drain and exit)")
     p.add_argument("--until-idle", action="store_true", help="process everything pending, flush every sink, exit")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
