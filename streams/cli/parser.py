@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "processor alone and sinks the log and index writers alone, as separate processes "
                         "scaled apart (each kind shares the partitions among its processes)")
     p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected. "
-            "Exit status 0 if any record was accepted (rejected ones are dead-lettered with their reason), "
-            "1 if every record was rejected")
+            "Exit status 1 if every record was rejected (rejected ones are dead-lettered with their reason), "
+            "else 0, also when the input held no record")
     p.add_argument("file", metavar="FILE|-",
                    help="a file of JSON lines (or one JSON array or object); - reads stdin")
     p = add("state", cmd_state, "show a thread's working state")
