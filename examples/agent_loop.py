@@ -3,6 +3,8 @@ a scripted "model" fixes a failing test with tools, reading its context for each
 agentlog, and an analyst then searches the thread and queries the tool calls with SQL.
 
     python examples/agent_loop.py [DATA_DIR]     # default: a temporary directory
+    python examples/agent_loop.py http://127.0.0.1:8787   # a running `agentlog run`
+                                                 # (its token from AGENTLOG_API_TOKEN)
 
 Swap ``ScriptedModel`` for a real chat API: ``context.messages`` is ready to send.
 """
@@ -82,8 +84,8 @@ def agent_loop(client: Client, model: ScriptedModel, max_steps: int = 8) -> str:
     raise RuntimeError("the agent did not finish")
 
 
-def main(data_dir: Path) -> None:
-    with Client(data_dir) as client:
+def main(target: str | Path) -> None:
+    with Client(target) as client:
         answer = agent_loop(client, ScriptedModel())
         print("agent:", answer)
         reviewer = client.thread("fix-login").spawn("fix-login-review", role="reviewer")
@@ -102,7 +104,7 @@ def main(data_dir: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        main(Path(sys.argv[1]))
+        main(sys.argv[1])  # a str: Path() would turn a server URL into a folder "http:"
     else:
         with tempfile.TemporaryDirectory(prefix="agentlog-example-") as tmp:
             main(Path(tmp))

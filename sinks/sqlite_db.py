@@ -8,7 +8,9 @@ a 64 MiB page cache plus a WAL checkpointed every 50,000 pages 16.1 s.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -17,9 +19,32 @@ WAL_CHECKPOINT_PAGES = 50_000
 WAL_KEEP_BYTES = 64 * 1024 * 1024  # what a checkpointed WAL file shrinks back to
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that can be weakly referenced, so ``held_here`` can see it."""
+
+
+_HELD: dict[str, weakref.WeakSet[_Connection]] = {}
+
+
+def held_here(path: str | os.PathLike[str]) -> bool:
+    """Whether this process has an open connection to the database at ``path``. Then no one
+    may open and close the file outside SQLite here: closing any descriptor of a file drops
+    every POSIX lock the process holds on it, SQLite's included, and another process that
+    closes its last connection then deletes the WAL and shared memory under ours."""
+    for db in list(_HELD.get(os.path.realpath(path), ())):
+        try:
+            db.in_transaction  # noqa: B018 - raises once the connection is closed
+            return True
+        except sqlite3.ProgrammingError:
+            continue
+    return False
+
+
 def connect(path: str, timeout: float) -> sqlite3.Connection:
     """A connection in autocommit mode (callers open their own transactions)."""
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=timeout)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=timeout,
+                         factory=_Connection)  # fmt: skip
+    _HELD.setdefault(os.path.realpath(path), weakref.WeakSet()).add(db)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")

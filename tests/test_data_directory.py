@@ -12,7 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from agentlog.sinks import sqlite_db
 from agentlog.streams.cli.demo import synthetic_events
+from agentlog.streams.embedded.datadir import CorruptStore, open_sqlite
 from tests.test_e2e_embedded import agentlog
 
 EVENTS = 3_000
@@ -122,3 +124,24 @@ def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path, mo
         service.close()
     assert made_in and set(made_in) == {str((data / "tmp-inserts").resolve())}
     assert tempfile.gettempdir() == before
+
+
+def test_checking_a_store_this_process_holds_open_keeps_its_wal_when_another_process_closes(tmp_path: Path) -> None:
+    # `agentlog memory ...` beside `agentlog run`: the server reopened memory.db while it held
+    # it, read its header raw (dropping its SQLite locks), and the command's exit then deleted
+    # the WAL under the server, whose memory runner failed with "disk I/O error" ever after.
+    path = tmp_path / "memory.db"
+    held = open_sqlite(path, lambda p: sqlite_db.connect(p, timeout=5), lambda p: "")
+    held.execute("CREATE TABLE t (x)")
+    held.execute("INSERT INTO t VALUES (1)")
+    again = open_sqlite(path, lambda p: sqlite_db.connect(p, timeout=5), lambda p: "")
+    other = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.execute('SELECT count(*) FROM t'); db.close()"
+    subprocess.run([sys.executable, "-c", other, str(path)], check=True, timeout=60)
+    assert path.with_name("memory.db-wal").exists() and path.with_name("memory.db-shm").exists()
+    held.execute("INSERT INTO t VALUES (2)")
+    assert again.execute("SELECT count(*) FROM t").fetchone() == (2,)
+    held.close()
+    again.close()
+    path.write_bytes(b"not a database at all" * 10)
+    with pytest.raises(CorruptStore):  # closed connections do not hide a damaged file
+        open_sqlite(path, lambda p: sqlite_db.connect(p, timeout=5), lambda p: "")

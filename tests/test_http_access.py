@@ -327,3 +327,17 @@ def test_with_a_token_the_server_listens_beyond_loopback_and_answers_any_host_wi
     finally:
         served.proc.terminate()
         served.proc.wait(timeout=60)
+
+
+def test_a_cli_without_the_servers_token_is_told_to_set_agentlog_api_token(tmp_path: Path) -> None:
+    env = {**_env(tmp_path, "t"), "AGENTLOG_API_TOKEN": TOKEN}
+    served = start_server(env, tmp_path / "stderr.log")
+    try:
+        tokenless = {k: v for k, v in served.env.items() if k != "AGENTLOG_API_TOKEN"}
+        for given in (tokenless, {**tokenless, "AGENTLOG_API_TOKEN": "wrong"}):
+            done = _cli(given, "state", "t1")
+            assert done.returncode == 1
+            assert "set AGENTLOG_API_TOKEN to the server's token" in done.stderr.decode(), done.stderr
+    finally:
+        served.proc.terminate()
+        served.proc.wait(timeout=60)

@@ -3,10 +3,13 @@ answers and the same exceptions as the service it talks to, memory operations in
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
 
+from agentlog.processors.context import BudgetTooSmall
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import NotFound, Service
 from agentlog.streams.embedded.service import EmbeddedService
@@ -46,3 +49,20 @@ def test_the_http_client_answers_every_operation_as_the_server_does(
     # The revoke is an event of its own in the log.
     assert remote.sql("SELECT event_id FROM events ORDER BY event_id").rows == [("f1",), ("revoke.f1",)]
     remote.close()
+
+
+def test_a_budget_too_small_is_the_same_exception_over_http_and_the_cli_exits_2_on_it(
+    start_server: Callable[..., tuple[str, dict[str, str]]],
+) -> None:
+    url, env = start_server()
+    remote = RemoteService(url)
+    remote.publish(raw("u1", "message", {"role": "user", "text": "please fix the failing login test " * 5}, 0,
+                       thread="small"))  # fmt: skip
+    with pytest.raises(BudgetTooSmall) as raised:
+        remote.context("small", 5)
+    assert raised.value.budget == 5 and raised.value.needed > 5
+    assert remote.context("small", raised.value.needed)["meta"]["used_tokens"] <= raised.value.needed
+    done = subprocess.run([sys.executable, "-m", "agentlog", "context", "small", "--budget", "5"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"ask for at least {raised.value.needed}" in done.stderr

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from agentlog.processors.context import BudgetTooSmall
 from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
@@ -83,12 +84,27 @@ def _reason(response: httpx.Response) -> str:
         return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
+def _raise_budget(response: httpx.Response) -> None:
+    """A context budget too small, as the service raised it (the CLI exits 2 on it)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return
+    if isinstance(body, dict) and isinstance(body.get("needed"), int) and isinstance(body.get("budget"), int):
+        raise BudgetTooSmall(body["needed"], body["budget"])
+
+
 def answer_of(response: httpx.Response) -> Any:
     """A server's answer as the service's: its JSON, or the exception its status means."""
     if response.status_code == 404:
         raise NotFound(_reason(response))
     if response.status_code == 503:
         raise Unavailable(_reason(response))
+    if response.status_code == 400:
+        _raise_budget(response)
+    if response.status_code == 401:  # the server speaks to HTTP callers: say where a client sets its token
+        raise StoreError(f"{_reason(response)} (set AGENTLOG_API_TOKEN to the server's token, "
+                         "or pass token= to agentlog.Client)")
     if response.status_code >= 400:
         raise StoreError(_reason(response))
     return response.json()

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from agentlog.processors.context import BudgetTooSmall
 from agentlog.schemas.requests import (
     ConsolidateBody, ContextQuery, Id, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery, SqlBody,
     ThreadListQuery, bad_id, once, parse_body, refusal,
@@ -61,7 +62,10 @@ def failure(request: Request, error: Exception) -> OrjsonResponse:
         return _error(503, str(error), {"Retry-After": "2"})
     if isinstance(error, NotServedHere):
         return _error(501, str(error))
-    if isinstance(error, (ValueError, StoreError)):  # BudgetTooSmall is a ValueError
+    if isinstance(error, BudgetTooSmall):  # the figures, so a client raises the same exception
+        body = {"error": str(error), "needed": error.needed, "budget": error.budget}
+        return OrjsonResponse(body, status_code=400)
+    if isinstance(error, (ValueError, StoreError)):
         return _error(400, str(error))
     log.error("%s %s failed", request.method, request.url.path, exc_info=error)
     return _error(500, f"{request.method} {request.url.path} failed unexpectedly; the server logged why. "

@@ -129,6 +129,10 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     if args.data_dir:
         data_dir = Path(args.data_dir)
+        # a second run would report its own events as duplicates and the old rejections as new
+        if data_dir.exists() and any(data_dir.iterdir()):
+            raise UsageError(f"the demo writes a fresh data directory, and {data_dir} is not empty: "
+                             "remove it or name another (its data stays usable with AGENTLOG_DATA_DIR)")
     else:
         data_dir = Path(tempfile.mkdtemp(prefix="agentlog-demo-"))
     return run_demo(Settings(**{**settings.__dict__, "data_dir": data_dir}), as_json=args.json)

@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, so a closed pipe is seen below rather than at exit
         return code
     except NotFound as error:
-        print(f"agentlog: not found: {error}", file=sys.stderr)
+        # a mistyped thread id is the usual cause: say where the right ones are
+        hint = " (`agentlog threads` lists the threads)" if args.command in ("state", "context") else ""
+        print(f"agentlog: not found: {error}{hint}", file=sys.stderr)
         return 1
     except BudgetTooSmall as error:
         print(f"agentlog: {error}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from agentlog import __version__
 from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.streams.cli.commands import (
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens (per thread and event)")
+    parser.add_argument("--version", action="version", version=f"agentlog {__version__}",
+                        help="print the installed version and exit")  # what a bug report needs first
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[..., int], help_text: str, json_flag: bool = True) -> argparse.ArgumentParser:
@@ -50,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("demo", cmd_demo, "run the whole pipeline on a built-in sample workload and show the results")
-    p.add_argument("--data-dir", help="keep the demo's data here (default: a fresh temporary directory)")
+    p.add_argument("--data-dir", help="keep the demo's data here, a new or empty directory (default: a fresh temporary one)")
     p = add("run", cmd_run, "run processors and sinks and serve the HTTP API (--until-idle: drain and exit)")
     p.add_argument("--until-idle", action="store_true", help="process everything pending, flush every sink, exit")
     p.add_argument("--host", help="HTTP host (default 127.0.0.1)")
@@ -60,11 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "processor alone and sinks the log and index writers alone, as separate processes "
                         "scaled apart (each kind shares the partitions among its processes)")
     p = add("publish", cmd_publish, "publish JSON-lines events from FILE or - (stdin); reports accepted and rejected. "
-            "Exit status 0 if any record was accepted (rejected ones are dead-lettered with their reason), "
-            "1 if every record was rejected")
-    p.add_argument("file", metavar="FILE|-")
+            "Exit status 1 if every record was rejected (rejected ones are dead-lettered with their reason), "
+            "else 0, also when the input held no record")
+    p.add_argument("file", metavar="FILE|-",
+                   help="a file of JSON lines (or one JSON array or object); - reads stdin")
     p = add("state", cmd_state, "show a thread's working state")
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help="the thread id (`agentlog threads` lists them)")
     p = add("threads", cmd_threads, "list the threads, newest activity first: project, events, last activity "
             "(newest event time), open calls (tool calls without a result yet), recent failures and status. "
             "Status: waiting_approval (an approval request has no decision), idle (no event for 30 minutes), "
@@ -74,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=DEFAULT_THREAD_LIMIT,
                    help=f"at most this many threads (1..{MAX_THREAD_LIMIT}, default {DEFAULT_THREAD_LIMIT})")
     p = add("context", cmd_context, "assemble a thread's context under a token budget")
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help="the thread id (`agentlog threads` lists them)")
     p.add_argument("--budget", type=int, required=True, help="token budget (o200k_base tokens)")
     p.add_argument("--query", help="recall evidence matching this query (default: the latest user message and the goal)")
     p.add_argument("--model", help="model family, to choose the tokenizer (default o200k_base)")
@@ -83,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "request's system and messages (as JSON, ready to send; --json: the whole answer). "
                         "Default generic: the context as agentlog assembles it")
     p = add("search", cmd_search, "keyword search over events; hits say whether they came from the index or active state")
-    p.add_argument("query", metavar="QUERY")
+    p.add_argument("query", metavar="QUERY",
+                   help="words to find (BM25); an exact identifier such as an error name matches too")
     p.add_argument("--thread", help="only this thread (and see its not-yet-indexed events)")
     p.add_argument("--kind", help="only this event kind")
     p.add_argument("--tool", help="only this tool name")
@@ -95,19 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until", metavar="TIME", help="only events at or before this event time (same forms)")
     p.add_argument("--limit", type=int, default=10, help="at most this many hits (default 10)")
     p = add("read", cmd_read, "the original event, by id, from the log")
-    p.add_argument("event_id", metavar="EVENT_ID")
+    p.add_argument("event_id", metavar="EVENT_ID", help="the event_id as published (search hits name it)")
     p = add("sql", cmd_sql, "read-only SQL over the log (tables: events, tool_calls, rejected_events)")
-    p.add_argument("query", metavar="SQL")
-    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.add_argument("query", metavar="SQL", help="one SELECT (or DESCRIBE), quoted as one argument")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table",
+                   help="table (default), json (a list of row objects, as --json) or csv with a header")
     p = add("memory", cmd_memory, "long-term memory: extract, consolidate, show, revoke, status")
-    p.add_argument("action", choices=["extract", "consolidate", "show", "revoke", "status"])
+    p.add_argument("action", choices=["extract", "consolidate", "show", "revoke", "status"],
+                   help="extract candidates from new events, consolidate them into the published view, "
+                        "show the view, revoke a source event, or status of the jobs")
     p.add_argument("event_id", nargs="?", metavar="EVENT_ID", help="for revoke: the source event to withdraw")
     p.add_argument("--reason", help="for revoke: why the source is withdrawn")
     p.add_argument("--project", help="for show: only this project's facts")
     p.add_argument("--key", help="for show: only this key")
     p.add_argument("--workers", type=int, default=1, help="for extract: parallel worker processes")
     p.add_argument("--owner", help="for consolidate: the lease owner name (default: unique per process)")
-    p.add_argument("--lease-seconds", type=float, default=60.0, help="lease length (default 60)")
+    p.add_argument("--lease-seconds", type=float, default=60.0, 
+                   help="for extract and consolidate: lease length in seconds (default 60)")
     p.add_argument("--high-risk", action="append", metavar="KEY_GLOB",
                    help="for consolidate: keys whose fallback value becomes 'unknown, needs check'")
     p.add_argument("--pause-before-publish", type=float, default=0.0, help=argparse.SUPPRESS)

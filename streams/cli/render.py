@@ -146,6 +146,9 @@ def print_memory(action: str, result: Any) -> None:
         print_json(result)
         return
     print(f"memory view version {result['version']}")
+    if not result["facts"]:  # an empty view is no error, but a newcomer needs the way to fill it
+        print("no facts: `agentlog memory extract`, then `agentlog memory consolidate`, publishes them "
+              "(`agentlog run` does it for idle threads)")
     for f in result["facts"]:
         flags = f" [{', '.join(f['flags'])}]" if f["flags"] else ""
         print(f"{f['project']}/{f['key']} = {f['value']!r} ({f['status']}, {f['evidence_type']}, "

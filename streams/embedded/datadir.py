@@ -22,6 +22,7 @@ from typing import Any
 
 from agentlog.sinks.base import MemoryStore, StoreError
 from agentlog.sinks.memory_sqlite import SqliteMemoryStore
+from agentlog.sinks.sqlite_db import held_here
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -55,6 +56,8 @@ def sqlite_problem(path: Path) -> str | None:
     """Why the SQLite file at ``path`` is unusable, judged from its header and size; None
     when it looks whole or does not exist (SQLite creates it). An empty file is an empty
     database to SQLite, and is not a problem here either."""
+    if held_here(path):  # SQLite took it already; reading it raw here would drop our locks
+        return None
     try:
         size = path.stat().st_size
     except FileNotFoundError:

@@ -1,0 +1,65 @@
+"""A newcomer learns the command line from ``--help``: every argument of every command says
+what it takes, and every command that answers a query can answer as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agentlog.streams.cli.parser import build_parser
+
+QUERY_COMMANDS = ("state", "threads", "context", "search", "read", "sql", "memory", "publish", "run",
+                  "rebuild")
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_argument_of_every_command_has_a_help_text() -> None:
+    silent = [f"{name} {action.dest}" for name, command in _commands().items() for action in command._actions
+              if action.help is None]  # fmt: skip
+    assert silent == []
+
+
+def test_every_query_command_takes_json() -> None:
+    commands = _commands()
+    assert set(QUERY_COMMANDS) <= set(commands)
+    for name in QUERY_COMMANDS:
+        assert commands[name].parse_args(["--json", *_required(name)]).json is True, name
+
+
+def _required(name: str) -> list[str]:
+    return {"state": ["t"], "context": ["t", "--budget", "1"], "search": ["q"], "read": ["e"],
+            "sql": ["SELECT 1"], "memory": ["status"], "publish": ["-"]}.get(name, [])  # fmt: skip
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env["AGENTLOG_DATA_DIR"] = str(tmp_path / "data")
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+
+
+def test_an_unknown_thread_says_where_the_thread_ids_are_listed(tmp_path: Path) -> None:
+    for args in (["state", "no-such-thread"], ["context", "no-such-thread", "--budget", "500"]):
+        done = _cli(tmp_path, *args)
+        assert done.returncode == 1
+        assert "no-such-thread" in done.stderr and "`agentlog threads` lists the threads" in done.stderr
+
+
+def test_an_empty_memory_view_says_how_facts_get_there(tmp_path: Path) -> None:
+    done = _cli(tmp_path, "memory", "show")
+    assert done.returncode == 0, done.stderr
+    assert "agentlog memory extract" in done.stdout and "agentlog memory consolidate" in done.stdout
+
+
+def test_version_prints_the_installed_package_version(tmp_path: Path) -> None:
+    done = _cli(tmp_path, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"agentlog {importlib.metadata.version('agentlog')}"
