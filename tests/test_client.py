@@ -320,6 +320,26 @@ def test_the_buffer_is_bounded_publishing_waits_while_the_server_is_away_and_not
     proxy.stop()
 
 
+def test_the_buffer_is_bounded_in_bytes_too_so_big_tool_outputs_wait_for_room(server: Server) -> None:
+    proxy = TcpProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+    proxy.stop()  # the server is unreachable: connections refused
+    client = Client(f"http://127.0.0.1:{proxy.port}", token=TOKEN, capacity=10_000, capacity_bytes=1_000_000,
+                    batch_size=2)  # fmt: skip
+    t = client.thread("bounded-bytes")
+    big = "x" * 100_000
+    writer = threading.Thread(target=lambda: [t.user(f"{i} {big}") for i in range(40)])
+    writer.start()
+    time.sleep(1.0)
+    assert writer.is_alive(), "publishing should wait once the buffer holds its bytes"
+    assert client.pending <= 10 + 2 + 1  # about 1 MB of 100 KB events, one batch in flight, one over
+    proxy.start()
+    writer.join(timeout=60)
+    client.flush()
+    assert client.sql("SELECT count() FROM events WHERE thread_id = 'bounded-bytes'").rows == [[40]]
+    client.close()
+    proxy.stop()
+
+
 def test_the_package_exports_the_client_lazily() -> None:
     assert agentlog.Client is Client and agentlog.AsyncClient is AsyncClient
 

@@ -35,6 +35,9 @@ class BatchPolicy:
 
     capacity: int = 10_000
     """Events buffered at most; ``put`` waits for room beyond it."""
+    capacity_bytes: int = 256 * 1024 * 1024
+    """Bytes buffered at most (events of 1 MiB tool outputs fill it long before
+    ``capacity``); ``put`` waits for room beyond it. An event alone is always taken."""
     batch_size: int = 500
     """Events per publish request."""
     interval_s: float = 0.2
@@ -49,8 +52,8 @@ class BatchPolicy:
     refuses a request over ``AGENTLOG_MAX_REQUEST_BYTES`` (64 MiB by default)."""
 
     def __post_init__(self) -> None:
-        if self.capacity < 1 or self.batch_size < 1:
-            raise ValueError("capacity and batch_size must be at least 1")
+        if self.capacity < 1 or self.batch_size < 1 or self.capacity_bytes < 1:
+            raise ValueError("capacity, capacity_bytes and batch_size must be at least 1")
 
 
 Send = Callable[[bytes], PublishReport]
@@ -63,6 +66,7 @@ class Buffer:
         self.send = send
         self.policy = policy
         self._items: deque[bytes] = deque()
+        self._bytes = 0  # what ``_items`` holds
         self._oldest = 0.0  # when the oldest waiting event arrived
         self._inflight = 0
         self._flushing = 0  # flush() calls waiting: send partial batches now
@@ -82,11 +86,10 @@ class Buffer:
         """Queue one encoded event; waits while the buffer is full (``timeout``: at most
         so long, then ``ClientError``)."""
         with self._lock:
-            if len(self._items) >= self.policy.capacity or self._closed:  # else the fast path: room now
-                if not self._wait(lambda: len(self._items) < self.policy.capacity or self._stalled or self._closed,
-                                  timeout):  # fmt: skip
-                    raise ClientError(f"the client's buffer stayed full ({self.policy.capacity} events) "
-                                      f"for {timeout} s")  # fmt: skip
+            if self._full() or self._closed:  # else the fast path: room now
+                if not self._wait(lambda: not self._full() or self._stalled or self._closed, timeout):
+                    raise ClientError(f"the client's buffer stayed full ({self.policy.capacity} events or "
+                                      f"{self.policy.capacity_bytes} bytes) for {timeout} s")  # fmt: skip
                 self._check_open()
             self._append(raw)
 
@@ -94,12 +97,17 @@ class Buffer:
         """Queue one encoded event if there is room now, without waiting."""
         with self._cond:
             self._check_open()
-            if len(self._items) >= self.policy.capacity:
+            if self._full():
                 return False
             self._append(raw)
             return True
 
+    def _full(self) -> bool:
+        return bool(self._items) and (len(self._items) >= self.policy.capacity
+                                      or self._bytes >= self.policy.capacity_bytes)  # fmt: skip
+
     def _append(self, raw: bytes) -> None:
+        self._bytes += len(raw)
         items = self._items
         if not items:
             self._oldest = time.monotonic()
@@ -113,7 +121,7 @@ class Buffer:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientError("the client is closed")
-        if self._stalled and len(self._items) >= self.policy.capacity:
+        if self._stalled and self._full():
             raise self._errors[-1] if self._errors else DeliveryFailed("delivery failed and the buffer is full")
 
     @property
@@ -198,6 +206,7 @@ class Buffer:
                     log.warning("agentlog client: %s", failed)
                     if isinstance(failed, DeliveryFailed):
                         self._items.extendleft(reversed(batch))  # kept, in order, for the next flush
+                        self._bytes += sum(map(len, batch))
                         self._stalled = True
                         if self._closed:
                             self._cond.notify_all()
@@ -213,6 +222,7 @@ class Buffer:
         while items and len(batch) < self.policy.batch_size and size + len(items[0]) < self.policy.max_batch_bytes:
             size += len(items[0]) + 1
             batch.append(items.popleft())
+        self._bytes -= sum(map(len, batch))
         return batch
 
     def _deliver(self, batch: list[bytes]) -> None:

@@ -40,9 +40,10 @@ class Client:
                  kafka: str | None = None, worker: str | None = None, settings: Settings | None = None,
                  batch_size: int = 500, capacity: int = 10_000, flush_interval: float = 0.2,
                  retry_seconds: float = 120.0, max_batch_bytes: int = 8 * 1024 * 1024,
-                 id_prefix: str | None = None) -> None:  # fmt: skip
+                 capacity_bytes: int = 256 * 1024 * 1024, id_prefix: str | None = None) -> None:  # fmt: skip
         self.policy = BatchPolicy(capacity=capacity, batch_size=batch_size, interval_s=flush_interval,
-                                  retry_seconds=retry_seconds, max_batch_bytes=max_batch_bytes)  # fmt: skip
+                                  retry_seconds=retry_seconds, max_batch_bytes=max_batch_bytes,
+                                  capacity_bytes=capacity_bytes)  # fmt: skip
         self.connection = connect(target, token=token, kafka=kafka, worker=worker, settings=settings)
         self.service: Service = self.connection.service
         self.ids = EventIds(id_prefix)
