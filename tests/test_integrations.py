@@ -429,6 +429,20 @@ def test_a_model_and_a_tool_called_alone_are_published_and_leave_nothing_behind_
     assert handler._runs == {} and handler._turns == {}  # a long-lived handler does not grow
 
 
+def test_an_event_the_deployment_refuses_is_logged_with_its_thread_and_reason_not_dropped_in_silence(
+    remote: RemoteService, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    handler = AgentlogCallbackHandler(remote, thread_id="ada@example.com")  # not an id agentlog takes
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="hello")]))
+    with caplog.at_level("WARNING", logger="agentlog.integrations.langchain"):
+        model.invoke("hi", {"callbacks": [handler]})
+    refused = [r.getMessage() for r in caplog.records if r.name == "agentlog.integrations.langchain"]
+    assert refused and all("ada@example.com" in m for m in refused), refused
+
+
 def test_a_langgraph_agent_is_published_under_its_own_thread_id_with_its_parallel_tool_calls(
     remote: RemoteService,
 ) -> None:

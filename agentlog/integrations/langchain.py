@@ -25,6 +25,7 @@ delivered twice publishes the same event twice, which changes nothing.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ import orjson
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import LLMResult
+
+log = logging.getLogger("agentlog.integrations.langchain")
 
 INPUT_ROLES = {"human": "user", "system": "system", "developer": "developer"}
 THREAD_KEYS = ("agentlog_thread_id", "thread_id")
@@ -122,7 +125,14 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
 
     def _send(self, events: Sequence[dict[str, Any]]) -> None:
         if events:
-            self.service.publish(b"\n".join(orjson.dumps(e) for e in events))
+            report = self.service.publish(b"\n".join(orjson.dumps(e) for e in events))
+            # A callback must not raise into the agent's run; a refused event is said, not
+            # dropped in silence (a LangGraph thread id outside the id alphabet, say).
+            for rejection in getattr(report, "rejections", None) or ():
+                n = rejection.get("record")
+                event = events[n - 1] if isinstance(n, int) and 1 <= n <= len(events) else events[0]
+                log.warning("agentlog refused event %s of thread %s: %s", event.get("event_id"),
+                            event.get("thread_id"), rejection.get("reason"))  # fmt: skip
 
     # -- chat models -------------------------------------------------------------------
 
