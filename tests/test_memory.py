@@ -429,3 +429,12 @@ def test_memory_is_mirrored_to_the_log_but_every_projects_facts_stay_out_of_anal
     for table in ("memory_candidates", "memory_facts"):  # SQL has no projects: A's facts would reach B
         with pytest.raises(StoreError, match="not readable"):
             service.sql(f"SELECT * FROM {table}")
+
+
+def test_two_long_event_ids_with_the_same_start_get_revoke_events_of_their_own() -> None:
+    from agentlog.streams.memory.jobs import revoke_event_id  # noqa: PLC0415
+
+    first, second = "e" * 125 + "one", "e" * 125 + "two"
+    assert revoke_event_id("m1") == "revoke.m1"
+    assert revoke_event_id(first) != revoke_event_id(second)
+    assert all(len(revoke_event_id(i)) <= 128 for i in (first, second))

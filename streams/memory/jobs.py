@@ -4,6 +4,8 @@ this module claims, retries, fences and publishes."""
 
 from __future__ import annotations
 
+import hashlib
+
 import logging
 import multiprocessing
 import os
@@ -48,6 +50,14 @@ class ExtractReport:
     refused: int = 0
     llm_rejected: int = 0
     """Proposals of the LLM extractor that their cited events did not back."""
+
+
+def revoke_event_id(event_id: str) -> str:
+    """The id of the ``revoke`` event that withdraws ``event_id``: ``revoke.<id>``, or
+    ``revoke.<digest>`` when that would pass the id limit (cutting it made two long ids
+    with the same start withdraw each other's revocation)."""
+    whole = f"revoke.{event_id}"
+    return whole if len(whole) <= 128 else "revoke." + hashlib.sha256(event_id.encode()).hexdigest()[:40]
 
 
 COPY_FILE = "kafka_events.db"
@@ -279,7 +289,7 @@ class Memory:
         parsed = validate(target.value) if target is not None else None
         if not isinstance(parsed, Envelope):
             raise LookupError(f"event {event_id!r} was never accepted; nothing to revoke")
-        revoke_id = f"revoke.{event_id}"[:128]
+        revoke_id = revoke_event_id(event_id)
         now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
         body = orjson.dumps({"event_id": revoke_id, "thread_id": parsed.thread_id, "kind": "revoke",
                              "ts": now, "project": parsed.project, "source": "user",
@@ -429,4 +439,4 @@ def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) ->
         return pool.starmap(_extract_worker, args)
 
 
-__all__ = ["ExtractReport", "Memory", "MemoryOperations", "StaleToken", "extract_parallel"]
+__all__ = ["ExtractReport", "Memory", "MemoryOperations", "StaleToken", "extract_parallel", "revoke_event_id"]
