@@ -252,6 +252,17 @@ class Memory:
         finally:
             self.store.release(owner, token)
 
+    def _newest(self) -> tuple[int, dict[str, Any]]:
+        """The published view: on Kafka, the newest one committed to the memory topic by any
+        machine, read as it is (a read writes nothing here; the runner adopts it)."""
+        if self.settings.distributed:
+            from agentlog.streams.memory import kafka_view  # noqa: PLC0415 - Kafka deployment only
+
+            newest = kafka_view.latest_view(self.settings)
+            if newest is not None:
+                return newest.version, newest.facts
+        return self.store.published()
+
     def high_risk(self) -> list[str]:
         raw = os.environ.get("AGENTLOG_MEMORY_HIGH_RISK_KEYS", "credentials.*,secret.*,*.password,*.api_key")
         return [k.strip() for k in raw.split(",") if k.strip()]
@@ -268,9 +279,7 @@ class Memory:
         return pull_events(self.settings, self.bus)
 
     def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
-        if self.settings.distributed:
-            self.adopt()  # the newest view committed to the memory topic, by any machine
-        version, facts = self.store.published()
+        version, facts = self._newest()
         items = [
             f for f in facts.values()
             if (project is None or f["project"] == project) and (key is None or f["key"] == key)
