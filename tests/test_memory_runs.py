@@ -182,6 +182,25 @@ def test_on_kafka_a_memory_consolidate_command_paused_past_its_lease_is_refused_
 HOLDING = re.compile(r"memory view v\d+ of (\S+) \(epoch (\d+)\) sent; holding the transaction")
 
 
+def test_on_kafka_a_view_built_on_an_older_view_than_the_newest_committed_one_is_refused(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    """Two consolidators that both read v1: the one that commits second, though nobody
+    fenced it, built its view without the other's facts, and must not replace it."""
+    import pytest  # noqa: PLC0415
+
+    from agentlog.sinks.base import StaleToken  # noqa: PLC0415
+
+    settings = _kafka(tmp_path, "a", kafka_bootstrap, f"stale-{uuid.uuid4().hex[:8]}")
+    first = kafka_view.publish_view(settings, {"k1": {"key": "k1"}}, "first", after=0, lease_s=10)
+    assert first.version == 1
+    with pytest.raises(StaleToken, match="built on v0, but v1 of first"):
+        kafka_view.publish_view(settings, {"k2": {"key": "k2"}}, "second", after=0, lease_s=10)
+    newest = kafka_view.latest_view(settings)
+    assert newest is not None and (newest.version, newest.owner) == (1, "first")
+    assert kafka_view.publish_view(settings, {"k2": {"key": "k2"}}, "second", after=1, lease_s=10).version == 2
+
+
 def _fenced_runs(settings: Settings) -> float:
     """``agentlog_memory_runs_total{outcome="fenced",phase="consolidate"}`` on the worker's /metrics."""
     metrics = httpx.get(f"http://127.0.0.1:{settings.worker_port}/metrics", timeout=10).text

@@ -114,6 +114,13 @@ def publish_view(settings: Settings, facts: dict[str, dict[str, Any]], owner: st
     try:
         producer.init_transactions()  # fences every older holder of the id
         epoch = producer._transaction_manager.producer_id_and_epoch.epoch  # noqa: SLF001 - the token, for the record
+        # Every view committed before this epoch is visible now, and none can be committed
+        # after it without fencing this one: a view newer than the one this consolidation
+        # started from means it was built on stale facts.
+        newest = latest_view(settings)
+        if newest is not None and newest.version > after:
+            raise StaleToken(f"the memory view of {owner} was built on v{after}, but v{newest.version} of "
+                             f"{newest.owner} was committed since; the next run consolidates on top of it")
         view = KafkaView(after + 1, owner, epoch, facts)
         producer.begin_transaction()
         producer.send(memory_topic(settings), orjson.dumps(view.__dict__), key=VIEW_KEY)
