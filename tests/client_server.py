@@ -16,10 +16,12 @@ TOKEN = "client-test-token"
 
 
 class Server:
-    def __init__(self, data_dir: Path, port: int, **extra_env: str) -> None:
+    def __init__(self, data_dir: Path, port: int, token: str | None = TOKEN, **extra_env: str) -> None:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-        self.env |= {"AGENTLOG_DATA_DIR": str(data_dir), "AGENTLOG_HTTP_PORT": str(port),
-                     "AGENTLOG_API_TOKEN": TOKEN, **extra_env}  # fmt: skip
+        self.env |= {"AGENTLOG_DATA_DIR": str(data_dir), "AGENTLOG_HTTP_PORT": str(port), **extra_env}
+        if token is not None:
+            self.env["AGENTLOG_API_TOKEN"] = token
+        self.auth = {} if token is None else {"Authorization": f"Bearer {token}"}
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -29,7 +31,7 @@ class Server:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1, headers={"Authorization": f"Bearer {TOKEN}"}).is_success:
+                if httpx.get(f"{self.url}/healthz", timeout=1, headers=self.auth).is_success:
                     return self
             except httpx.HTTPError:
                 time.sleep(0.1)

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
 from agentlog.integrations.langchain import AgentlogCallbackHandler  # noqa: E402
 from agentlog.streams.api.client import RemoteService  # noqa: E402
 from tests import scripted_agent as script  # noqa: E402
+from tests.client_server import Server  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 TOKEN = "otlp-test-token"
@@ -42,27 +39,9 @@ JSON_TYPE = {**AUTH, "Content-Type": "application/json"}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One ``agentlog run`` for the module (each test uses threads of its own)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    port = free_port()
-    env.update(AGENTLOG_DATA_DIR=str(tmp_path_factory.mktemp("otlp") / "data"), AGENTLOG_HTTP_PORT=str(port),
-               AGENTLOG_API_TOKEN=TOKEN)  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise AssertionError(f"agentlog run did not start: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
-        time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=60)
+    running = Server(tmp_path_factory.mktemp("otlp") / "data", free_port(), token=TOKEN).start()
+    yield running.url
+    running.stop()
 
 
 @pytest.fixture(scope="module")

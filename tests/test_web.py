@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.client_server import Server
 from tests.conftest import free_port
 from tests.helpers import raw
 
@@ -67,30 +68,13 @@ BACKGROUND = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
-    data = tmp_path_factory.mktemp("web-data")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(AGENTLOG_DATA_DIR=str(data), AGENTLOG_HTTP_PORT=str(port))
-    proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise AssertionError(f"agentlog run did not start: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
-        time.sleep(0.2)
+    running = Server(tmp_path_factory.mktemp("web-data"), free_port(), token=None).start()
+    url, env = running.url, running.env
     report = httpx.post(f"{url}/events", content=b"\n".join(SCRIPT + BACKGROUND), headers=JSON, timeout=30).json()
     assert (report["accepted"], report["rejected"]) == (len(SCRIPT) + len(BACKGROUND) - 1, 1), report
     httpx.post(f"{url}/flush", headers=JSON, timeout=60)
     yield url, env
-    proc.terminate()
-    proc.wait(timeout=60)
+    running.stop()
 
 
 @pytest.fixture(scope="module")
