@@ -60,7 +60,9 @@ def wait_written(settings: Settings, worker: subprocess.Popen, events: int, reje
     while time.monotonic() < deadline:
         assert worker.poll() is None, worker_log(settings)
         try:
-            last = httpx.get(url, timeout=2).json()["written"]
+            health = httpx.get(url, timeout=2).json()
+            assert "written" in health, f"/healthz answered without its counters: {health}"
+            last = health["written"]
             if last["events"] >= events and last["rejected"] >= rejected:
                 return
         except httpx.HTTPError:

@@ -96,3 +96,24 @@ def test_the_worker_answers_the_routes_it_cannot_serve_with_a_501_that_says_what
     assert {name: a.status_code for name, a in answers.items()} == {"rebuild": 501, "memory": 501, "extract": 501}
     assert "agentlog rebuild" in answers["rebuild"].json()["error"]
     assert all("agentlog memory" in answers[name].json()["error"] for name in ("memory", "extract"))
+
+
+def test_a_worker_whose_consumer_has_not_started_answers_healthz_as_starting_not_500(tmp_path: Path) -> None:
+    """CI saw ``/healthz`` fail while the worker was still joining its group (faust raises
+    ConsumerNotStarted for the assignment until its consumer thread runs): a health check
+    must answer then too, saying it is starting, with its counters."""
+    import httpx  # noqa: PLC0415
+
+    from agentlog.streams.kafka.app import create_app  # noqa: PLC0415 - needs faust
+
+    app = create_app(Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:1"))
+    port = free_port()
+    try:
+        with serving(app.conf.agentlog_http, port):
+            answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
+    finally:
+        app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
+    assert answer.status_code == 200, answer.text
+    health = answer.json()
+    assert health["status"] == "starting" and health["partitions"] == []
+    assert health["written"]["events"] == 0

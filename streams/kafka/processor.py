@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 import faust
 import orjson
+from faust.exceptions import ConsumerNotStarted
 from faust.streams import _current_event
 from kafka.partitioner.default import murmur2
 from yarl import URL
@@ -151,13 +152,27 @@ class KafkaProcessor:
         return None if raw is None else ThreadSnapshot.model_validate_json(raw)
 
     def owned_partitions(self) -> list[int]:
+        """The event partitions assigned here; none while the consumer has not started
+        (faust raises until its consumer thread runs: a worker joining owns nothing yet)."""
         name = self.ownership.get_topic_name()
-        return sorted(tp.partition for tp in self.app.consumer.assignment() if tp.topic == name)
+        try:
+            assigned = self.app.consumer.assignment()
+        except ConsumerNotStarted:
+            return []
+        return sorted(tp.partition for tp in assigned if tp.topic == name)
+
+    def started(self) -> bool:
+        try:
+            self.app.consumer.assignment()
+        except ConsumerNotStarted:
+            return False
+        return True
 
     def health(self) -> dict[str, Any]:
         counts = {**self.written, "index_retries": self.feeds["index"].retries if self.sinks_here else 0}
         failing = {name: feed.last_error for name, feed in self.feeds.items() if feed.last_error}
-        return {"status": "degraded" if failing else "ok", "failing": failing, "deployment": "kafka",
+        status = "degraded" if failing else "ok" if self.started() else "starting"
+        return {"status": status, "failing": failing, "deployment": "kafka",
                 "role": "all" if self.sinks_here else "processor", "written": counts,
                 "partitions": self.owned_partitions(), "dedup_ids": len(self.seen),
                 "unlogged": len(self.unlogged.events)}  # fmt: skip
