@@ -63,7 +63,8 @@ def wait_written(settings: Settings, worker: subprocess.Popen, events: int, reje
             health = httpx.get(url, timeout=2).json()
             assert "written" in health, f"/healthz answered without its counters: {health}"
             last = health["written"]
-            if last["events"] >= events and last["rejected"] >= rejected:
+            joined = health["status"] != "starting"  # a worker still joining its group owns nothing
+            if joined and last["events"] >= events and last["rejected"] >= rejected:
                 return
         except httpx.HTTPError:
             pass

@@ -241,14 +241,18 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
     def memory_status() -> Response:
         return json(service.memory_status())
 
-    @app.get("/healthz", name="healthz", responses=errors(403, 421, 500),
+    @app.get("/healthz", name="healthz", responses=errors(403, 421, 500, 503),
              summary="liveness, and which data directory this server holds (no token needed)")  # fmt: skip
     def healthz(request: Request) -> Response:
         health = {**service.health(), **(identity or {})}
+        # A Kafka worker still joining its group answers 503 with its counters: a check that
+        # waits for 200 waits until the worker can answer queries.
+        status, retry = (503, {"Retry-After": "2"}) if health.get("status") == "starting" else (200, None)
         if check_token(policy, "/", request.headers.get("authorization")) is not None:
             # Without the token: liveness only; paths and store details are for callers with it.
-            return json({k: health[k] for k in ("status", "deployment", "instance") if k in health})
-        return json(health)
+            bare = {k: health[k] for k in ("status", "deployment", "instance") if k in health}
+            return json(bare, status_code=status, headers=retry)
+        return json(health, status_code=status, headers=retry)
 
     @app.get("/metrics", name="metrics", summary="Prometheus metrics", responses=errors(*READS),
              response_class=PlainTextResponse)  # fmt: skip
