@@ -15,7 +15,8 @@ from agentlog.streams.api.service import Service
 from agentlog.streams.cli.render import progress
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.publisher import LocalPublisher
-from agentlog.streams.embedded.service import DataDirLock, EmbeddedService
+from agentlog.streams.embedded.dir_lock import DataDirLock
+from agentlog.streams.embedded.service import EmbeddedService
 from agentlog.streams.kafka.offline import OfflineService
 from agentlog.streams.publish_check import Publisher
 

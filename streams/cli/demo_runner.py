@@ -13,7 +13,8 @@ from rich.table import Table
 from agentlog.streams.config import Settings
 from agentlog.streams.cli.demo import sample_session
 from agentlog.streams.cli.render import print_json
-from agentlog.streams.embedded.service import DataDirLock, EmbeddedService
+from agentlog.streams.embedded.dir_lock import DataDirLock
+from agentlog.streams.embedded.service import EmbeddedService
 
 PAIRS_SQL = (
     "SELECT thread_id, call_id, tool_name, status, synthetic, latency_ms, output_bytes "

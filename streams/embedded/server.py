@@ -17,7 +17,8 @@ from agentlog.streams.api.client import SERVER_FILE, data_dir_identity
 from agentlog.streams.config import Settings
 from agentlog.streams.api.http import build_app
 from agentlog.streams.api.guard import Policy, bind_refusal
-from agentlog.streams.embedded.service import DataDirLock, EmbeddedService
+from agentlog.streams.embedded.dir_lock import DataDirLock
+from agentlog.streams.embedded.service import EmbeddedService
 
 log = logging.getLogger("agentlog.server")
 

@@ -8,9 +8,7 @@ API (``agentlog.streams.api.client``).
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import sys
 import threading
 import time
@@ -23,7 +21,6 @@ import orjson
 
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.records import active_hits
-from agentlog.processors.redaction import redact_if
 from agentlog.processors.textsearch import identifiers, tokenize
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.validation import validate
@@ -31,7 +28,7 @@ from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.state import DEFAULT_WINDOW
-from agentlog.sinks.base import MemoryStore, QueryResult, StoreError, Topic
+from agentlog.sinks.base import MemoryStore, QueryResult, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
@@ -41,17 +38,15 @@ from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.driver import EmbeddedDriver
-from agentlog.streams.embedded.sink_process import Remote, RemoteSinks, SinkProcess, wait_for_sink_process
+from agentlog.streams.embedded.live_loops import LiveLoops
+from agentlog.streams.embedded.sink_process import RemoteSinks, SinkProcess, wait_for_sink_process
+from agentlog.streams.embedded.sink_supervisor import SinkSupervision
 from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.publisher import publish_to
 from agentlog.streams.memory.jobs import MemoryOperations
-from agentlog.streams import summary_job
-from agentlog.streams.memory import runner as memory_runner
 from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.rebuild import replay_log
 from agentlog.streams.wiring import open_log_store, open_search_index
-from agentlog.streams.metrics import METRICS
-from agentlog.streams.sink_guard import StoreUnavailable
 
 log = logging.getLogger("agentlog.service")
 
@@ -64,39 +59,7 @@ publishes and reads contexts would otherwise pay for a backlog that only grows. 
 also how many of a thread's newest unindexed events that scan reads, so in-process none
 is ever past its reach."""
 
-RETRY_MAX_S = 30.0
-"""The longest wait between retries of a store that is down."""
-
-
-class DataDirLock:
-    """An exclusive ``flock`` on the data directory's stores."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.path = settings.path("agentlog.lock")
-        self._fd: int | None = None
-
-    def acquire(self, timeout: float) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(0.05)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-
-class EmbeddedService(MemoryOperations):
+class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
     """The embedded deployment's stores and the operations on them."""
 
     def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None) -> None:
@@ -244,97 +207,6 @@ class EmbeddedService(MemoryOperations):
         self._settle()
         with self.sink_lock:
             self.sinks.drain()
-
-    def _wait_sinks(self, committed: bool, timeout: float = 10.0) -> None:
-        """Serving: wait until the sink stage has written (and, ``committed``, made
-        searchable) what the processor applied so far. A failing store answers now, with
-        warnings, not late."""
-        self._settle()
-        target = self.queue.end()
-        dlq_end = self.bus.end_offsets()[1]
-        deadline = time.monotonic() + timeout
-        hurried = False
-        while time.monotonic() < deadline and not self.failing:
-            done = self.sinks.committed() if committed else self.sinks.written()
-            if done[0] >= target and done[1] >= dlq_end:
-                return
-            if not hurried:
-                self._hurry_sinks()
-                hurried = True
-            time.sleep(0.002)
-
-    def _hurry_sinks(self) -> None:
-        if isinstance(self.sinks, RemoteSinks):
-            self.sinks.hurry()
-        else:
-            self._flush_now.set()
-
-    # -- the sink process (``agentlog run``) ----------------------------------------------
-
-    def split_sinks(self) -> None:
-        """Move the sink stage, the log and the index into a process of their own (the
-        second core); this process keeps the topic, the processor and the state. Queries
-        on the log and the index are forwarded to it."""
-        with self.lock, self.sink_lock:
-            self.driver.checkpoint()
-            self.sinks.drain()
-            description = self.log.description
-            self.log.close()
-            self.index.close()
-            self._start_sink_process(description)
-
-    def _start_sink_process(self, log_description: str, attempts: int = 3) -> None:
-        for attempt in range(1, attempts + 1):
-            process = SinkProcess(self.settings)
-            try:
-                process.start()
-                sinks = RemoteSinks(process, self.bus)
-                break
-            except (StoreError, OSError, EOFError):  # killed while it started: another one resumes
-                process.stop()
-                if attempt == attempts:
-                    raise
-        self.sink_process = process
-        self.log = Remote(process, "log", {"description": log_description})  # type: ignore[assignment]
-        self.index = Remote(process, "index")  # type: ignore[assignment]
-        self.sinks = sinks  # type: ignore[assignment]
-
-    def _join_sinks(self) -> None:
-        """Stop the sink process (it writes what is queued first) and open its stores here."""
-        if self.sink_process is None:
-            return
-        self.sink_process.stop()
-        self.sink_process = None
-        self.log = open_log_store(self.settings)
-        self.index = open_search_index(self.settings)
-        self.sinks = self._new_sinks()
-
-    def _restart_dead_sinks(self) -> None:
-        """A sink process that died (killed, out of memory) is started again: it resumes
-        from its committed positions and writes the rest again, idempotently."""
-        process = self.sink_process
-        if process is None or process.process.is_alive():
-            return
-        log.error("the sink process exited (code %s); starting it again", process.process.exitcode)
-        with self.sink_lock:
-            if self.sink_process is not process:
-                return
-            process.stop()
-            self._start_sink_process(self.log.description)
-
-    def _poll_sinks(self) -> None:
-        """The sink process's failing stores and lag into health and metrics."""
-        if not isinstance(self.sinks, RemoteSinks):
-            return  # joined into this process for a moment (a rebuild)
-        status = self.sinks.status()
-        failing = status["failing"]
-        for store in ("log", "index", "sinks"):
-            if store in failing:
-                self.failing[store] = failing[store]
-                METRICS.store_failed(store, failing[store])
-            elif store in self.failing:
-                self._store_recovered((store,))
-        METRICS.sink_lag.set(status["lag"])
 
     # -- reads ------------------------------------------------------------------------
 
@@ -582,133 +454,6 @@ class EmbeddedService(MemoryOperations):
             **({"rebuild": dict(zip(("done", "total"), self.rebuilding))} if self.rebuilding else {}),
         }
 
-    # -- serving ----------------------------------------------------------------------
-
-    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.005) -> None:
-        """The live loops of ``agentlog run`` (background threads of the server): the
-        processor here, the sink stage beside it (on a thread, or watched in its own
-        process after ``split_sinks``)."""
-        self.serving = True
-        # The LLM summariser, when configured, runs beside these loops, never in them.
-        join_summaries = summary_job.start(self, self.summariser, stop)
-        # So does memory, for threads idle long enough, while the processor has no backlog.
-        join_memory = memory_runner.start(self.settings, stop, busy=self._backlog)
-        sinks = self._watch_sinks if self.sink_process is not None else self._sink_loop
-        sink_loop = threading.Thread(target=sinks, args=(stop,), name="sinks", daemon=True)
-        sink_loop.start()
-        delay = 0.0
-        rebuild = False
-        while not stop.is_set():
-            try:
-                if rebuild:
-                    with self.lock:
-                        # The failed batch is applied in memory but maybe not handed off:
-                        # start again from the checkpoint, replaying into the same queue rows.
-                        self.driver = self._new_driver()
-                    rebuild = False
-                with self.lock:
-                    n = self.driver.step()
-                if n == 0:
-                    stop.wait(idle_sleep)
-            except Exception as error:  # noqa: BLE001 - state.db failed: back off, resume from the checkpoint
-                delay = self._store_failed(error, delay, "pipeline")
-                rebuild = True
-                stop.wait(delay)
-            else:
-                if self.failing:
-                    self._store_recovered(("state", "pipeline"))
-                delay = 0.0
-        sink_loop.join()
-        try:
-            with self.lock:
-                if rebuild:
-                    self.driver = self._new_driver()
-            if self.interrupted:
-                pass
-            elif self.sink_process is not None:
-                with self.lock:  # the sink process writes the rest when it is stopped (close)
-                    self._apply(lambda: self.driver.run_until_idle().processed)
-            else:
-                self._run_until_idle()
-        except Exception as error:  # noqa: BLE001 - stopping: the topic keeps what is not written
-            log.error("stopped with a store still failing (the rest is processed on the next start): %s", error)
-        join_summaries()
-        join_memory()
-
-    def _backlog(self) -> bool:
-        with self.lock:
-            return self.driver.pending() > 0
-
-    def _sink_loop(self, stop: threading.Event, idle_sleep: float = 0.01) -> None:
-        """The sink stage of ``agentlog run``: group commits off the read path; a failed
-        write is retried from the stage's committed positions, with back-off."""
-        last_mirror = delay = 0.0
-        retry = False
-        while not stop.is_set():
-            try:
-                with self.sink_lock:
-                    if retry:
-                        self.sinks = self._new_sinks()
-                    if retry or self._flush_now.is_set():
-                        self._flush_now.clear()
-                        n = self.sinks.drain()
-                    else:
-                        n = self.sinks.step()
-                    if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
-                        self.mirror_memory()
-                        last_mirror = time.monotonic()
-            except Exception as error:  # noqa: BLE001 - a store failed: back off, retry from the commit
-                delay = self._store_failed(error, delay, "sinks")
-                retry = True
-                stop.wait(delay)
-                continue
-            if retry:
-                self._store_recovered(("log", "index", "sinks"))
-            retry, delay = False, 0.0
-            if n == 0:
-                stop.wait(idle_sleep)
-
-    def _watch_sinks(self, stop: threading.Event, every: float = 0.2) -> None:
-        """The sink process's health into this one's, and the memory mirror on its cadence."""
-        last_mirror = 0.0
-        while not stop.wait(every):
-            try:
-                self._restart_dead_sinks()
-                self._poll_sinks()
-                if time.monotonic() - last_mirror > self.settings.checkpoint_seconds:
-                    self.mirror_memory()
-                    last_mirror = time.monotonic()
-            except Exception as error:  # noqa: BLE001 - reported; the sink process restarts nothing here
-                self.failing["sinks"] = str(error).strip()[:500] or type(error).__name__
-                METRICS.store_failed("sinks", self.failing["sinks"])
-
-    def _sink_lag(self) -> int:
-        lag = self.sinks.lag()  # the sink process's: as last polled
-        METRICS.sink_lag.set(lag)
-        return lag
-
-    def _store_failed(self, error: Exception, delay: float, default: str) -> float:
-        """Report a failing store (``/healthz``, ``/metrics``) and the next back-off."""
-        store = error.store if isinstance(error, StoreUnavailable) else default
-        message = str(error).strip()[:500] or type(error).__name__
-        self.failing[store] = message
-        METRICS.store_failed(store, message)
-        delay = min(max(1.0, delay * 2), RETRY_MAX_S)
-        log.exception("the %s store failed; retrying from the last checkpoint in %.0f s", store, delay)
-        return delay
-
-    def _store_recovered(self, stores: Sequence[str]) -> None:
-        back = [s for s in stores if s in self.failing]
-        if back:
-            log.warning("stores back: %s", ", ".join(back))
-        for store in back:
-            self.failing.pop(store, None)
-            METRICS.store_recovered(store)
-
-    def warnings(self) -> list[str]:
-        """Why an answer may be stale right now (empty when it is not)."""
-        return [f"{store} failing: {error}" for store, error in self.failing.items()]
-
     def close(self) -> None:
         """Checkpoint and write every applied event into the sinks, then close the stores
         (what the topic holds beyond it is applied on the next start)."""
@@ -750,4 +495,4 @@ class _Answering:
         return self._service._state(thread_id, copy=False)  # assembly reads it, never changes it
 
 
-__all__ = ["DataDirLock", "EmbeddedService"]
+__all__ = ["EmbeddedService"]
