@@ -279,3 +279,23 @@ def test_every_legal_thread_id_opens_in_the_web_view_dots_included(open_client: 
     assert form is not None
     fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form[2]))
     assert urlsplit(form[1]).path + ("?" + urlencode(fields) if fields else "") == target
+
+
+def test_agentlog_run_never_prints_the_token_of_a_login_or_of_a_refused_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import httpx  # noqa: PLC0415
+
+    from tests.client_server import Server  # noqa: PLC0415
+    from tests.conftest import free_port  # noqa: PLC0415
+
+    secret = "printed-nowhere-7f3a"
+    server = Server(tmp_path / "data", free_port(), token=secret).start()
+    try:
+        with httpx.Client(base_url=server.url, follow_redirects=False) as client:
+            assert client.get("/ui/login", params={"token": secret}).status_code == 400
+            assert client.post("/ui/login", data={"token": secret, "next": "/ui/memory"}).status_code == 303
+            assert client.get("/ui/memory").status_code == 200
+            assert client.get("/ui/threads/nope").status_code == 404
+    finally:
+        server.stop()
+    said = server.proc.stderr.read().decode()  # type: ignore[union-attr]
+    assert "serving" in said and secret not in said
