@@ -150,6 +150,9 @@ class Topic(Protocol):
     def thread_records(self, thread_id: str, after: int, upto: int) -> list[Record]:
         """A thread's records with ``after < offset <= upto``, oldest first."""
 
+    def seen_before(self, thread_id: str, event_ids: Sequence[str], upto: int) -> set[str]:
+        """Which of ``event_ids`` the thread already holds at an offset up to ``upto``."""
+
     def close(self) -> None: ...
 
 
@@ -173,8 +176,14 @@ class MemoryStore(Protocol):
         self, thread_id: str, owner: str, watermark: int, candidates: Sequence[Candidate],
         revocations: Sequence[Revocation], touches: Sequence[FileTouch], now: float,
         refused: Sequence[Refusal] = (), commits: Sequence[CommitSighting] = (),
+        context: Sequence[bytes] | None = None,
     ) -> bool:  # fmt: skip
-        """Store what was extracted and move the watermark, if ``owner`` still holds the claim."""
+        """Store what was extracted and move the watermark, if ``owner`` still holds the claim;
+        ``context``: the records the next run needs in place of the thread's first ones."""
+
+    def resume(self, thread_id: str) -> tuple[int, list[bytes]] | None:
+        """The last extraction's position in the thread (the offset it parsed through) and its
+        context records, if stored."""
 
     def fail_extraction(self, thread_id: str, owner: str, error: str, now: float,
                         base_s: float = 1.0, max_attempts: int = 5) -> int:  # fmt: skip

@@ -34,6 +34,10 @@ CREATE TABLE IF NOT EXISTS extraction (
 -- Keyed by the candidate's id: its source event (a ``fact`` event), or source event and
 -- key (raw events, one candidate per key). Bodies are JSON, so a data directory written
 -- before a field existed reads on with that field's default.
+-- Where each thread's last extraction stopped (the offset it parsed through) and the few
+-- records the next one needs instead of the thread's start (the calls later results
+-- answer, the requests decisions answer, the last message, what set the commit).
+CREATE TABLE IF NOT EXISTS extraction_context (thread_id TEXT PRIMARY KEY, upto INTEGER NOT NULL, records BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS candidates (
     source_event_id TEXT PRIMARY KEY, body TEXT NOT NULL, extracted_by TEXT NOT NULL,
     extracted_at REAL NOT NULL
@@ -110,6 +114,7 @@ class SqliteMemoryStore(MemoryStore):
         self, thread_id: str, owner: str, watermark: int, candidates: Sequence[Candidate],
         revocations: Sequence[Revocation], touches: Sequence[FileTouch], now: float,
         refused: Sequence[Refusal] = (), commits: Sequence[CommitSighting] = (),
+        context: Sequence[bytes] | None = None,
     ) -> bool:  # fmt: skip
         """Store what was extracted and move the watermark, if ``owner`` still holds the
         claim. Candidates are keyed by source event, so a repeat adds nothing."""
@@ -141,7 +146,16 @@ class SqliteMemoryStore(MemoryStore):
                 "attempts = 0, retry_at = 0, last_error = NULL, runs = runs + 1 WHERE thread_id = ?",
                 (watermark, thread_id),
             )
+            if context is not None:
+                db.execute("INSERT OR REPLACE INTO extraction_context VALUES (?, ?, ?)",
+                           (thread_id, watermark, orjson.dumps([r.decode() for r in context])))  # fmt: skip
             return True
+
+    def resume(self, thread_id: str) -> tuple[int, list[bytes]] | None:
+        with self._lock:
+            row = self._db.execute("SELECT upto, records FROM extraction_context WHERE thread_id = ?",
+                                   (thread_id,)).fetchone()  # fmt: skip
+        return None if row is None else (int(row[0]), [r.encode() for r in orjson.loads(row[1])])
 
     def fail_extraction(self, thread_id: str, owner: str, error: str, now: float,
                         base_s: float = 1.0, max_attempts: int = 5) -> int:  # fmt: skip

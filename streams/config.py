@@ -31,6 +31,7 @@ _ENV = {
     "max_request_bytes": "AGENTLOG_MAX_REQUEST_BYTES",
     "api_token": "AGENTLOG_API_TOKEN",
     "allowed_hosts": "AGENTLOG_ALLOWED_HOSTS",
+    "trust_proxy": "AGENTLOG_TRUST_PROXY",
     "refresh_seconds": "AGENTLOG_REFRESH_SECONDS",
     "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
     "sink_flush_ms": "AGENTLOG_SINK_FLUSH_MS",
@@ -99,6 +100,9 @@ class Settings:
     max_request_bytes: int = 64 * 1024 * 1024
     api_token: str | None = field(default=None, repr=False)
     allowed_hosts: str | None = None
+    # Behind an HTTPS proxy that sets X-Forwarded-Proto: believe it (the web view's cookie
+    # is then Secure). Off by default: anyone could send the header.
+    trust_proxy: bool = False
     refresh_seconds: float = 1.0
     checkpoint_seconds: float = 2.0
     # The embedded sink stage's group commit: it writes the log, pairs and index once this

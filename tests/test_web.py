@@ -220,3 +220,20 @@ def test_a_just_published_event_appears_in_the_open_thread_page_within_2_s(serve
     ids = [r.get_attribute("id") for r in browser.find_elements(By.CSS_SELECTOR, "#timeline tr.ev")]
     assert ids[-1] == "ev-w99" and ids.index("ev-w14") < ids.index("ev-w99")
     assert [f for f in browser.get_log("browser") if f["level"] == "SEVERE"] == []
+
+
+def test_threads_named_dot_and_dot_dot_open_from_the_list_and_stay_live(server: tuple[str, dict[str, str]], browser: Any) -> None:
+    # Its own project, so the thread list of the tests above is as they published it.
+    url, _ = server
+    dots = [raw(f"dot{n}", "goal", {"text": f"thread {tid}"}, 40 + n, tid, project="dots") for n, tid in enumerate([".", ".."])]
+    assert httpx.post(f"{url}/events", content=b"\n".join(dots), headers=JSON, timeout=10).json()["accepted"] == 2
+    for tid in (".", ".."):
+        assert _open(browser, f"{url}/?project=dots") == []
+        browser.find_element(By.XPATH, f"//table[contains(@class,'threads')]//td/a[text()='{tid}']").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, "h1 code"))
+        assert browser.find_element(By.CSS_SELECTOR, "h1 code").text == tid
+        assert [r.get_attribute("id") for r in browser.find_elements(By.CSS_SELECTOR, "#timeline tr.ev")] == [f"ev-dot{len(tid) - 1}"]
+        fresh = raw(f"dot-live{len(tid)}", "message", {"role": "user", "text": "live"}, 50, tid)
+        assert httpx.post(f"{url}/events", content=fresh, headers=JSON, timeout=10).json()["accepted"] == 1
+        WebDriverWait(browser, 5, poll_frequency=0.05).until(lambda d: d.find_elements(By.ID, f"ev-dot-live{len(tid)}"))
+        assert [f for f in browser.get_log("browser") if f["level"] == "SEVERE"] == []

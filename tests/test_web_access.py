@@ -4,8 +4,10 @@ process (no browser needed to read the HTML the server sends)."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
+from urllib.parse import unquote, urlencode, urlsplit
 
 import pytest
 from starlette.testclient import TestClient
@@ -41,12 +43,12 @@ def test_with_a_token_a_page_opened_without_it_goes_to_the_login_form_and_the_ap
 
 
 def test_the_token_given_once_opens_the_pages_and_the_api_through_an_httponly_cookie(guarded: TestClient) -> None:
-    assert guarded.get("/ui/login?token=wrong&next=/").status_code == 401
+    assert guarded.post("/ui/login", data={"token": "wrong", "next": "/"}).status_code == 401
     assert "agentlog_token" not in guarded.cookies
-    answer = guarded.get("/ui/login", params={"token": TOKEN, "next": "/ui/analytics"})
+    answer = guarded.post("/ui/login", data={"token": TOKEN, "next": "/ui/analytics"})
     assert (answer.status_code, answer.headers["location"]) == (303, "/ui/analytics")
     cookie = answer.headers["set-cookie"].lower()
-    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie and "secure" not in cookie
     assert guarded.get("/").status_code == 200
     assert guarded.get("/ui/analytics").status_code == 200
     assert guarded.get("/threads").status_code == 200  # the cookie counts as the bearer token
@@ -56,9 +58,48 @@ def test_the_token_given_once_opens_the_pages_and_the_api_through_an_httponly_co
     assert guarded.get("/threads").status_code == 401
 
 
+def test_the_token_never_travels_in_a_url_a_login_by_get_logs_no_one_in_and_the_form_posts_it(guarded: TestClient) -> None:
+    form = guarded.get("/ui/login?next=%2Fui%2Fmemory")
+    assert re.search(r'<form method="post" action="/ui/login">', form.text), form.text
+    for query in ({"token": TOKEN}, {"token": TOKEN, "next": "/ui/memory"}):
+        answer = guarded.get("/ui/login", params=query)
+        assert answer.status_code == 400 and "set-cookie" not in answer.headers, query
+        assert "never taken from a URL" in answer.text and 'method="post"' in answer.text
+        assert TOKEN not in answer.text and "s3cret" not in answer.text
+    assert guarded.get("/ui/memory").status_code == 303  # still not logged in
+    # Logged in, no page links to a URL holding the token (nor does the login redirect).
+    login = guarded.post("/ui/login", data={"token": TOKEN, "next": "/ui/memory"})
+    assert "s3cret" not in login.headers["location"]
+    for path in PAGES:
+        assert "s3cret" not in guarded.get(path).text, path
+
+
+def test_the_cookie_is_secure_over_https_and_behind_a_proxy_only_when_the_deployment_trusts_it(
+    service: EmbeddedService,
+) -> None:
+    proxied = {"X-Forwarded-Proto": "https"}
+    for policy, base, headers, secure in (
+        (Policy(token=TOKEN), "https://localhost", {}, True),
+        (Policy(token=TOKEN), "http://localhost", proxied, False),  # anyone can send the header
+        (Policy(token=TOKEN, trust_proxy=True), "http://localhost", proxied, True),
+        (Policy(token=TOKEN, trust_proxy=True), "http://localhost", {"X-Forwarded-Proto": "https, http"}, False),
+        (Policy(token=TOKEN, trust_proxy=True), "http://localhost", {}, False),
+    ):  # fmt: skip
+        with TestClient(build_app(service, policy), base_url=base, follow_redirects=False) as client:
+            answer = client.post("/ui/login", data={"token": TOKEN}, headers=headers)
+        cookie = answer.headers["set-cookie"].lower()
+        assert answer.status_code == 303 and "httponly" in cookie and "samesite=strict" in cookie
+        assert ("; secure" in cookie) is secure, (base, headers, policy.trust_proxy)
+
+
+def test_the_login_form_is_refused_from_another_sites_page(guarded: TestClient) -> None:
+    answer = guarded.post("/ui/login", data={"token": TOKEN}, headers={"Origin": "https://evil.example"})
+    assert answer.status_code == 403 and "set-cookie" not in answer.headers
+
+
 def test_the_login_sends_a_browser_back_only_to_this_servers_own_pages(guarded: TestClient) -> None:
     for target in ("//evil.example/", "https://evil.example/", "/\\evil.example", "javascript:alert(1)"):
-        answer = guarded.get("/ui/login", params={"token": TOKEN, "next": target})
+        answer = guarded.post("/ui/login", data={"token": TOKEN, "next": target})
         assert answer.headers["location"] == "/", target
 
 
@@ -164,8 +205,8 @@ def test_the_kafka_worker_serves_the_same_pages_under_the_same_token(tmp_path) -
         with serving(app.conf.agentlog_http, port), httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
             page = client.get("/ui/analytics")
             css = client.get("/ui/static/style.css")
-            login = client.get("/ui/login", params={"token": TOKEN, "next": "/ui/memory"})
-            wrong = client.get("/ui/login", params={"token": "wrong"})
+            login = client.post("/ui/login", data={"token": TOKEN, "next": "/ui/memory"})
+            wrong = client.post("/ui/login", data={"token": "wrong"})
     finally:
         app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
     assert (page.status_code, page.headers["location"]) == (303, "/ui/login?next=%2Fui%2Fanalytics")
@@ -190,3 +231,71 @@ def test_a_large_tool_output_is_cut_in_the_waterfall_with_a_link_to_the_whole_ev
     assert f"output truncated at {OUTPUT_CHARS} of {len(big)} characters" in call[0]
     assert '<a href="/events/b2">the whole output</a>' in call[0]
     assert open_client.get("/events/b2").json()["event"]["payload"]["output"] == big
+
+
+def test_a_query_parameter_given_twice_on_a_page_is_refused_with_400_naming_it(open_client: TestClient) -> None:
+    assert open_client.post("/events", content=raw("r1", "goal", {"text": "g"}, 0, "r"), headers=JSON).status_code == 200
+    open_client.post("/flush", headers=JSON)
+    for url, name in (("/ui/threads/r?budget=1&budget=2000", "budget"), ("/?project=a&project=b", "project"),
+                      ("/ui/search?q=g&q=h", "q"), ("/ui/analytics?sql=SELECT+1&sql=SELECT+2", "sql"),
+                      ("/ui/memory?key=a&key=b", "key"), ("/ui/thread?id=r&id=s", "id"),
+                      ("/ui/login?next=/&next=/ui/memory", "next")):  # fmt: skip
+        answer = open_client.get(url)
+        assert answer.status_code == 400 and answer.headers["content-type"].startswith("text/html"), url
+        assert f"parameter &#x27;{name}&#x27; is given twice" in answer.text, (url, answer.text)
+    poll = open_client.get("/ui/threads/r/poll?after=1&after=-1")
+    assert poll.status_code == 400 and "'after' is given twice" in poll.json()["error"]
+    form = open_client.post("/ui/login", content="next=/&next=/ui/memory",
+                            headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 400 and "&#x27;next&#x27; is given twice" in form.text
+
+
+def _survives_a_browser(url: str) -> bool:
+    """A browser resolves "." and ".." path segments (percent-encoded too) before asking."""
+    return all(unquote(s) not in (".", "..") for s in urlsplit(url).path.split("/"))
+
+
+@pytest.mark.parametrize("thread_id", [".", "..", "...", ".a", "a.."])
+def test_every_legal_thread_id_opens_in_the_web_view_dots_included(open_client: TestClient, thread_id: str) -> None:
+    first = raw("d1", "goal", {"text": "dots"}, 0, thread_id, project="dots")
+    assert open_client.post("/events", content=first, headers=JSON).json()["accepted"] == 1
+    open_client.post("/flush", headers=JSON)
+    listing = open_client.get("/?project=dots").text
+    link = re.search(r'<td><a href="([^"]+)">' + re.escape(thread_id) + "</a>", listing)
+    assert link is not None, listing
+    target = link[1].replace("&amp;", "&")
+    assert _survives_a_browser(target), target
+    page = open_client.get(target)
+    assert page.status_code == 200 and f"Thread <code>{html.escape(thread_id)}</code>" in page.text
+    poll = re.search(r'data-poll="([^"]+)"', page.text)
+    assert poll is not None and _survives_a_browser(poll[1]), poll
+    more = raw("d2", "message", {"role": "user", "text": "another"}, 1, thread_id)
+    assert open_client.post("/events", content=more, headers=JSON).json()["accepted"] == 1
+    open_client.post("/flush", headers=JSON)
+    rows = open_client.get(poll[1].replace("&amp;", "&") + "&after=-1").json()["rows"]
+    assert 'id="ev-d1"' in rows and 'id="ev-d2"' in rows
+    # The context form keeps the thread when its query carries it.
+    form = re.search(r'<form class="filters" method="get" action="([^"#]+)#context">(.*?)</form>', page.text, re.S)
+    assert form is not None
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form[2]))
+    assert urlsplit(form[1]).path + ("?" + urlencode(fields) if fields else "") == target
+
+
+def test_agentlog_run_never_prints_the_token_of_a_login_or_of_a_refused_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import httpx  # noqa: PLC0415
+
+    from tests.client_server import Server  # noqa: PLC0415
+    from tests.conftest import free_port  # noqa: PLC0415
+
+    secret = "printed-nowhere-7f3a"
+    server = Server(tmp_path / "data", free_port(), token=secret).start()
+    try:
+        with httpx.Client(base_url=server.url, follow_redirects=False) as client:
+            assert client.get("/ui/login", params={"token": secret}).status_code == 400
+            assert client.post("/ui/login", data={"token": secret, "next": "/ui/memory"}).status_code == 303
+            assert client.get("/ui/memory").status_code == 200
+            assert client.get("/ui/threads/nope").status_code == 404
+    finally:
+        server.stop()
+    said = server.proc.stderr.read().decode()  # type: ignore[union-attr]
+    assert "serving" in said and secret not in said

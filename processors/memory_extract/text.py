@@ -53,9 +53,18 @@ def is_hedged(sentence: str) -> bool:
     return is_question(sentence) or bool(_HEDGES_EN.search(sentence)) or bool(_HEDGES_CJK.search(sentence))
 
 
+def plain(text: str) -> str:
+    """``text`` as a model reads it: invisible format characters (zero-width spaces and
+    joiners, soft hyphens, direction marks) dropped, compatibility letters (full width,
+    mathematical, circled, half-width kana) as the letters they show (NFKC), case folded."""
+    visible = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", visible).casefold())
+
+
 def is_hostile(text: str) -> bool:
-    """Injected instructions or forged memory lines anywhere in ``text``."""
-    return bool(_HOSTILE.search(text))
+    """Injected instructions or forged memory lines anywhere in ``text``, however written
+    ("ｉｇｎｏｒｅ ｐｒｅｖｉｏｕｓ", "ig\u200bnore previous" read as "ignore previous")."""
+    return bool(_HOSTILE.search(plain(text)))
 
 
 def slug(phrase: str, joiner: str = "_") -> str:
@@ -66,9 +75,9 @@ def slug(phrase: str, joiner: str = "_") -> str:
 
 def privileged(key: str) -> bool:
     """Whether a key starts with a word that names what steers an agent."""
-    # NFKC: "ｐｏｌｉｃｙ" (full width) reads as "policy" to a model; leading punctuation hides nothing either.
-    plain = re.sub(r"^[\W_]+", "", unicodedata.normalize("NFKC", key).lower())
-    first = re.split(r"[._\s]", plain, maxsplit=1)[0]
+    # "ｐｏｌｉｃｙ" (full width) or "pol\u200bicy" reads as "policy" to a model; leading punctuation hides nothing either.
+    bare = re.sub(r"^[\W_]+", "", plain(key))
+    first = re.split(r"[._\s]", bare, maxsplit=1)[0]
     return first in PRIVILEGED_WORDS
 
 
@@ -81,4 +90,6 @@ def clean_value(value: str) -> str:
     return v.strip()
 
 
-__all__ = ["PRIVILEGED_WORDS", "clean_value", "is_hedged", "is_hostile", "is_question", "privileged", "sentences", "slug"]
+__all__ = [
+    "PRIVILEGED_WORDS", "clean_value", "is_hedged", "is_hostile", "is_question", "plain", "privileged", "sentences", "slug",
+]  # fmt: skip

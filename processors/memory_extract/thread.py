@@ -130,4 +130,37 @@ def scan(events: Sequence[Envelope], start: int = 0) -> Scan:
     return result
 
 
-__all__ = ["Finding", "Scan", "scan"]
+def context(events: Sequence[Envelope]) -> list[int]:
+    """The indexes, in order, of the events of ``events`` a later run needs in their place
+    (``scan(kept + new, len(kept))`` finds what ``scan(events + new, len(events))`` finds):
+    the last call of each call id and request of each approval id (what later results and
+    decisions answer), the last message (what a "yes, remember that" confirms) and the
+    event that last set the code version, with the call it answered."""
+    walk = _Walk()
+    calls: dict[str, int] = {}
+    requests: dict[str, int] = {}
+    keep: set[int] = set()
+    setter: set[int] = set()
+    message: int | None = None
+    for i, e in enumerate(events):
+        p: Any = e.payload
+        before = walk.commit
+        if e.repo_commit:
+            walk.commit = e.repo_commit
+        if e.kind == "tool_call":
+            walk.calls[p.call_id] = (p.tool_name, p.arguments)
+            calls[p.call_id] = i
+        elif e.kind == "approval_request":
+            requests[p.approval_id] = i
+        elif e.kind == "tool_result":
+            _result(e, walk, None)
+        elif e.kind == "message":
+            message = i
+        if walk.commit != before:
+            answered = calls.get(p.call_id) if e.kind == "tool_result" else None
+            setter = {i} if answered is None else {i, answered}
+    keep |= set(calls.values()) | set(requests.values()) | setter | ({message} if message is not None else set())
+    return sorted(keep)
+
+
+__all__ = ["Finding", "Scan", "context", "scan"]

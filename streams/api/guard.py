@@ -8,7 +8,9 @@
   ``AGENTLOG_ALLOWED_HOSTS``), so a page whose DNS name is rebound to 127.0.0.1 cannot read
   it; a browser's ``Origin`` must be on the same list.
 - Writes carry a JSON content type, so a cross-origin form or ``text/plain`` POST (which a
-  browser sends without asking) is refused; state changes only on POST (the routing).
+  browser sends without asking) is refused; state changes only on POST (the routing). The
+  one form a browser posts is the web view's login (its ``Origin`` checked as above), so the
+  token never travels in a URL.
 - A body is refused (413) when its Content-Length, or what has been read of it, passes
   ``max_request_bytes``: it is never held whole in memory first.
 
@@ -36,9 +38,11 @@ WRITE_TYPES = frozenset({"application/json", "application/x-ndjson", "applicatio
 OTLP_PATH = "/v1/traces"
 """OpenTelemetry's route also takes its protobuf encoding (not a type a browser may send
 cross-origin without asking first, so the rule above holds)."""
-OPEN_PATHS = frozenset({"/healthz", "/ui/login", "/ui/static/app.js", "/ui/static/style.css"})
+LOGIN_PATH = "/ui/login"
+OPEN_PATHS = frozenset({"/healthz", LOGIN_PATH, "/ui/static/app.js", "/ui/static/style.css"})
 """Routes that answer without the token: liveness, and the web view's login form and its
 two static files (no data)."""
+FORM = "application/x-www-form-urlencoded"
 TOKEN_COOKIE = "agentlog_token"
 """The web view's cookie (HttpOnly, SameSite=Strict; set by ``/ui/login``): the token, for
 a browser, which cannot send the ``Authorization`` header on a page load."""
@@ -70,6 +74,8 @@ class Policy:
     allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
     """Host names requests may address; ``None``: any (a non-loopback bind with no list)."""
     max_request_bytes: int = 64 * 1024 * 1024
+    trust_proxy: bool = False
+    """Whether a proxy in front says how the browser connected (``X-Forwarded-Proto``)."""
 
     @classmethod
     def of(cls, settings: Settings, bind_host: str) -> Policy:
@@ -80,7 +86,7 @@ class Policy:
             allowed: frozenset[str] | None = LOOPBACK_NAMES | extra
         else:
             allowed = extra or None
-        return cls(settings.api_token or None, allowed, settings.max_request_bytes)
+        return cls(settings.api_token or None, allowed, settings.max_request_bytes, settings.trust_proxy)
 
 
 def host_name(authority: str) -> str:
@@ -127,6 +133,8 @@ def check_content_type(method: str, content_type: str | None, path: str = "") ->
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if path == OTLP_PATH and media == "application/x-protobuf":
         return None
+    if path == LOGIN_PATH and media == FORM:
+        return None
     if media not in WRITE_TYPES and path == OTLP_PATH:
         return RequestError(415, f"POST {OTLP_PATH} takes OTLP as `Content-Type: application/x-protobuf` or "
                             f"application/json, not {content_type!r}")  # fmt: skip
@@ -149,6 +157,16 @@ def check_length(policy: Policy, content_length: str | None) -> RequestError | N
 def too_large(limit: int) -> RequestError:
     return RequestError(413, f"the body passes the limit of {limit} bytes; send it in smaller parts "
                         "(or raise AGENTLOG_MAX_REQUEST_BYTES)", limit=limit)  # fmt: skip
+
+
+def over_https(policy: Policy, scheme: str, headers: Mapping[str, str]) -> bool:
+    """Whether the browser reached the server over HTTPS (then the cookie is ``Secure``): the
+    connection's scheme, or, with ``AGENTLOG_TRUST_PROXY``, what the nearest proxy says (the
+    last value of ``X-Forwarded-Proto``; a client could have sent the ones before)."""
+    if scheme == "https":
+        return True
+    forwarded = headers.get("x-forwarded-proto", "") if policy.trust_proxy else ""
+    return forwarded.split(",")[-1].strip().lower() == "https"
 
 
 def refusal(policy: Policy, method: str, path: str, headers: Mapping[str, str]) -> RequestError | None:
@@ -227,6 +245,6 @@ class Guard:
 
 
 __all__ = [
-    "Guard", "OPEN_PATHS", "Policy", "TOKEN_COOKIE", "bind_refusal", "check_content_type", "check_host", "check_length",
-    "check_token", "host_name", "is_loopback", "read_body", "refusal",
+    "FORM", "Guard", "LOGIN_PATH", "OPEN_PATHS", "Policy", "TOKEN_COOKIE", "bind_refusal", "check_content_type", "check_host", "check_length",
+    "check_token", "host_name", "is_loopback", "over_https", "read_body", "refusal",
 ]  # fmt: skip

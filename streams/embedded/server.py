@@ -57,7 +57,8 @@ def serve(settings: Settings, host: str, port: int) -> int:
     try:
         print(f"agentlog: serving {settings.data_dir} on http://{host}:{port}", file=sys.stderr)
         app = build_app(service, Policy.of(settings, host), identity, background=service.run_forever)
-        _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        # A proxy's X-Forwarded-* headers are believed only with AGENTLOG_TRUST_PROXY (guard.over_https).
+        _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False))
     finally:
         marker.unlink(missing_ok=True)
         service.close()

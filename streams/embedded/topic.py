@@ -138,6 +138,17 @@ class SqliteEventBus(Topic):
             thread_id, after, upto,
         )  # fmt: skip
 
+    def seen_before(self, thread_id: str, event_ids: Sequence[str], upto: int) -> set[str]:
+        """Which of ``event_ids`` the thread already holds at an offset up to ``upto``."""
+        unique, seen = list(dict.fromkeys(event_ids)), set()
+        with self._lock:
+            for i in range(0, len(unique), 500):  # SQLite's bound on host parameters
+                chunk = unique[i : i + 500]
+                seen |= {row[0] for row in self._db.execute(
+                    "SELECT DISTINCT event_id FROM events WHERE event_id IN (" + ",".join("?" * len(chunk)) +
+                    ") AND thread_id = ? AND offset <= ?", (*chunk, thread_id, upto))}  # fmt: skip
+        return seen
+
     def close(self) -> None:
         with self._lock:
             self._db.close()

@@ -133,7 +133,8 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
     # Listen where it is advertised, behind the API's rules (a token beyond loopback, Host,
     # content type, body size); faust's worker keeps the signals (AsgiService leaves them).
     http = AsgiService(app.conf.agentlog_http, host=settings.http_host, port=settings.worker_port,
-                       uvicorn_options={"access_log": False, "timeout_graceful_shutdown": 5})  # fmt: skip
+                       uvicorn_options={"access_log": False, "timeout_graceful_shutdown": 5,
+                                        "proxy_headers": False})  # fmt: skip
     worker = faust.Worker(app, http, loglevel=loglevel, quiet=True)
     # Memory runs on its own beside the worker (threads idle for AGENTLOG_MEMORY_IDLE_SECONDS),
     # in a daemon thread off faust's loop; its view is fenced by the broker.

@@ -221,7 +221,7 @@ def sinks_app(settings: Settings, sinks: SinkWorker) -> FastAPI:
 async def serve_sinks(settings: Settings) -> None:
     sinks = SinkWorker(settings)
     server = uvicorn.Server(uvicorn.Config(sinks_app(settings, sinks), host=settings.http_host,
-                                           port=settings.sinks_port, access_log=False, log_level="warning",
+                                           port=settings.sinks_port, access_log=False, log_level="warning", proxy_headers=False,
                                            timeout_graceful_shutdown=5))  # fmt: skip
     work = asyncio.create_task(sinks.run())
     try:

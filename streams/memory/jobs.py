@@ -20,6 +20,8 @@ from typing import Any
 import orjson
 
 from agentlog.processors import memory
+from agentlog.processors.memory_extract.thread import context
+from agentlog.processors.pipeline import Record
 from agentlog.processors.redaction import redact_value
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
@@ -50,6 +52,9 @@ class ExtractReport:
     refused: int = 0
     llm_rejected: int = 0
     """Proposals of the LLM extractor that their cited events did not back."""
+    parsed: int = 0
+    """Records read from the topic and parsed: a thread's new ones only, when its last run's
+    position is stored (else the thread's whole history)."""
 
 
 def revoke_event_id(event_id: str) -> str:
@@ -58,6 +63,17 @@ def revoke_event_id(event_id: str) -> str:
     with the same start withdraw each other's revocation)."""
     whole = f"revoke.{event_id}"
     return whole if len(whole) <= 128 else "revoke." + hashlib.sha256(event_id.encode()).hexdigest()[:40]
+
+
+@dataclass
+class ThreadRead:
+    """A thread's events for one extraction: ``events[start:]`` are new, the ones before
+    context; ``records`` their raw values; ``parsed`` how many records the topic gave."""
+
+    events: list[Envelope]
+    records: list[bytes]
+    start: int
+    parsed: int
 
 
 COPY_FILE = "kafka_events.db"
@@ -111,7 +127,9 @@ class Memory:
                 report.skipped += 1
                 continue
             try:
-                events, start = self.thread_events(thread_id, watermark, latest)
+                read = self.thread_events(thread_id, watermark, latest)
+                report.parsed += read.parsed
+                events, start = read.events, read.start
                 project = self.thread_project(thread_id)
                 found = memory.extract(events, project, start)
                 report.llm_rejected += self.llm_candidates(events, start, project, found)
@@ -120,6 +138,7 @@ class Memory:
                 committed = self.store.commit_extraction(
                     thread_id, report.owner, latest, found.candidates, found.revocations,
                     found.file_touches, self.clock(), found.refused, found.commits,
+                    [read.records[i] for i in context(events)],
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, retried with backoff
                 attempts = self.store.fail_extraction(thread_id, report.owner, repr(error), self.clock())
@@ -147,21 +166,34 @@ class Memory:
             log.info("LLM proposal %s of %s rejected: %s", r.key, r.source_event_id, r.reason)
         return len(rejected)
 
-    def thread_events(self, thread_id: str, watermark: int, latest: int) -> tuple[list[Envelope], int]:
+    def thread_events(self, thread_id: str, watermark: int, latest: int) -> ThreadRead:
         """The thread's events up to ``latest``, first copy of each id, and the index of the
-        first one after ``watermark``: the ones before are read again only as context (the
-        call a new result answers, the commit), so raw-event extraction is the same however
-        the thread's runs were cut."""
-        seen: set[str] = set()
-        events: list[Envelope] = []
-        start = 0
-        for record in self.bus.thread_records(thread_id, 0, latest):
+        first one after ``watermark``: the ones before are only context (the call a new
+        result answers, the commit), so raw-event extraction is the same however the
+        thread's runs were cut. Where the last run stopped at ``watermark``, the context is
+        the few records it kept (``memory_extract.thread.context``) and only the records
+        after it are read; else the thread is read from its start."""
+        stored = self.store.resume(thread_id)
+        if stored is None or stored[0] != watermark:  # never run, or stored before this field
+            return self._parse(self.bus.thread_records(thread_id, 0, latest), watermark, set())
+        kept = [(e, r) for r in stored[1] if isinstance(e := validate(r), Envelope)]
+        read = self._parse(self.bus.thread_records(thread_id, watermark, latest), watermark, set())
+        # A copy of an event the thread held before counts once, as a whole read would count it.
+        earlier = self.bus.seen_before(thread_id, [e.event_id for e in read.events], watermark)
+        new = [(e, r) for e, r in zip(read.events, read.records) if e.event_id not in earlier]
+        return ThreadRead([e for e, _ in kept + new], [r for _, r in kept + new], len(kept), read.parsed)
+
+    @staticmethod
+    def _parse(records: list[Record], watermark: int, seen: set[str]) -> ThreadRead:
+        read = ThreadRead([], [], 0, len(records))
+        for record in records:
             e = validate(record.value)
             if isinstance(e, Envelope) and e.event_id not in seen:
                 seen.add(e.event_id)
-                events.append(e)
-                start += record.offset <= watermark
-        return events, start
+                read.events.append(e)
+                read.records.append(record.value)
+                read.start += record.offset <= watermark
+        return read
 
     def thread_project(self, thread_id: str) -> str | None:
         """The project of a thread: its first event's (the one its state has too)."""
@@ -448,4 +480,4 @@ def extract_parallel(settings: Settings, workers: int, lease_s: float = 60.0) ->
         return pool.starmap(_extract_worker, args)
 
 
-__all__ = ["ExtractReport", "Memory", "MemoryOperations", "StaleToken", "extract_parallel", "revoke_event_id"]
+__all__ = ["ExtractReport", "Memory", "ThreadRead", "MemoryOperations", "StaleToken", "extract_parallel", "revoke_event_id"]

@@ -36,7 +36,7 @@ def e(value: Any) -> str:
 def href(path: str, **params: Any) -> str:
     """A link to ``path`` with its query (empty parameters left out), escaped for an attribute."""
     query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
-    return e(f"{path}?{query}" if query else path)
+    return e(f"{path}{'&' if '?' in path else '?'}{query}" if query else path)
 
 
 def page(title: str, body: str, active: str = "", script: bool = False) -> str:

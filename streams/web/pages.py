@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from itertools import groupby
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
@@ -54,8 +55,28 @@ def event_text(kind: str, p: dict[str, Any]) -> str:
 # -- threads ----------------------------------------------------------------------------
 
 
+DOT_SEGMENTS = (".", "..")
+"""Legal thread ids a path cannot carry: a browser resolves ``/ui/threads/..`` (and its
+percent-encoded ``%2E%2E``) to ``/ui/`` before sending it."""
+
+
 def thread_link(thread_id: str) -> str:
-    return f"/ui/threads/{thread_id}"  # ids are 1-128 of [A-Za-z0-9._:-]: nothing to encode
+    """The thread page; ids are 1-128 of [A-Za-z0-9._:-], nothing to encode, but "." and
+    ".." go through the query (``/ui/thread?id=``), which no browser rewrites."""
+    return f"/ui/thread?{urlencode({'id': thread_id})}" if thread_id in DOT_SEGMENTS else f"/ui/threads/{thread_id}"
+
+
+def poll_link(thread_id: str) -> str:
+    """What an open thread page polls (by the query, so every legal id)."""
+    return f"/ui/thread/poll?{urlencode({'id': thread_id})}"
+
+
+def _form_action(link: str) -> tuple[str, str]:
+    """A GET form's action and the hidden fields that carry ``link``'s query (a browser
+    replaces an action's query with the form's fields)."""
+    path, _, query = link.partition("?")
+    hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in parse_qsl(query))
+    return path, hidden
 
 
 def thread_list(answer: dict[str, Any], project: str, status: str, q: str) -> str:
@@ -190,7 +211,8 @@ def _compaction(state: dict[str, Any]) -> str:
 
 
 def context_panel(ctx: dict[str, Any] | None, error: str | None, budget: int, model: str, query: str, action: str) -> str:
-    form = (f'<form class="filters" method="get" action="{e(action)}#context"><label>budget <input name="budget" '
+    action, hidden = _form_action(action)
+    form = (f'<form class="filters" method="get" action="{e(action)}#context">{hidden}<label>budget <input name="budget" '
             f'type="number" min="1" value="{budget}"></label><label>model <input name="model" value="{e(model)}" '
             f'placeholder="o200k_base"></label><label>query <input name="query" value="{e(query)}"></label>'
             '<button>preview</button></form>')  # fmt: skip
@@ -231,7 +253,7 @@ def thread_page(thread_id: str, tl: Timeline, calls: list[dict[str, Any]], state
             f'{e(state.get("event_count"))} events · {len(state.get("pending_calls", []))} open calls · '
             f'{len(state.get("failures", []))} recent failures · last activity {e(state.get("newest_ts"))}</p>')  # fmt: skip
     body = (f'<h1>Thread <code>{e(thread_id)}</code></h1>{head}<div class="cols"><section class="main">'
-            f'<h2>Timeline</h2>{older}<table class="timeline" id="timeline" data-thread="{e(thread_id)}" '
+            f'<h2>Timeline</h2>{older}<table class="timeline" id="timeline" data-poll="{e(poll_link(thread_id))}" '
             f'data-after="{int(last["offset"]) if last else -1}" data-turn="{e(last["turn_id"] if last else "")}" '
             f'data-window="{e(last["window_id"] if last else "")}" data-live="{"1" if live else "0"}">'
             '<thead><tr><th>time</th><th>kind</th><th>agent</th><th>what</th><th>event</th></tr></thead>'

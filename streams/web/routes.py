@@ -2,10 +2,11 @@
 under ``/ui/``, served in both deployments over the ``Service`` the API holds.
 
 Parameters are checked by the API's own request models (the same limits and refusals as
-``GET /threads``, ``/search`` and ``/context``). A page answers its failures as an HTML page
-(escaped), never a traceback. Access is the API's: when ``AGENTLOG_API_TOKEN`` is set, a
-browser opens ``/ui/login?token=...`` once, which checks it and keeps it in an HttpOnly,
-SameSite=Strict cookie the access rules read like the ``Authorization`` header."""
+``GET /threads``, ``/search`` and ``/context``; a parameter given twice is refused). A page
+answers its failures as an HTML page (escaped), never a traceback. Access is the API's: when
+``AGENTLOG_API_TOKEN`` is set, a browser posts it once through the form at ``/ui/login``
+(never in a URL), which checks it and keeps it in an HttpOnly, SameSite=Strict cookie
+(``Secure`` over HTTPS) the access rules read like the ``Authorization`` header."""
 
 from __future__ import annotations
 
@@ -14,18 +15,20 @@ import logging
 from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from pydantic import ValidationError
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from agentlog.schemas.requests import (
-    ContextQuery, MemoryQuery, RequestError, SearchQuery, SqlBody, ThreadListQuery, ThreadPath, parse_path, parse_query,
+    ContextQuery, MemoryQuery, RequestError, SearchQuery, SqlBody, ThreadListQuery, ThreadPath, once, parse_path,
+    parse_query,
 )  # fmt: skip
 from agentlog.schemas.responses import READS, errors
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
-from agentlog.streams.api.guard import TOKEN_COOKIE, Policy
+from agentlog.streams.api.guard import FORM, TOKEN_COOKIE, Policy, over_https
 from agentlog.streams.api.service import NotFound, Service, Unavailable
 from agentlog.streams.web import pages
 from agentlog.streams.web.html import CSP
@@ -46,8 +49,20 @@ def _html(text: str, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _given(request: Request, *names: str) -> list[tuple[str, str]]:
-    """The query parameters a form sent, its empty fields left out (a form sends every field)."""
-    return [(k, v) for k, v in request.query_params.multi_items() if v != "" and (not names or k in names)]
+    """The query parameters a form sent, its empty fields left out (a form sends every field).
+    One given twice is refused as the API refuses it (a page would silently take either)."""
+    return _filled(request.query_params.multi_items(), names)
+
+
+def _filled(items: list[tuple[str, str]], names: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    once(items)
+    return [(k, v) for k, v in items if v != "" and (not names or k in names)]
+
+
+def _thread_id(request: Request, given: dict[str, str]) -> str:
+    """The thread a page shows: its path's, or ``?id=`` (``/ui/thread``, for "." and "..")."""
+    raw = request.path_params["thread_id"] if "thread_id" in request.path_params else given.pop("id", "")
+    return parse_path(ThreadPath, {"thread_id": raw}).thread_id
 
 
 def _failure(error: Exception, what: str) -> HTMLResponse:
@@ -95,8 +110,8 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
         return pages.thread_list(answer, query.project or "", query.status or "", q)
 
     def thread(request: Request) -> str:
-        thread_id = parse_path(ThreadPath, {"thread_id": request.path_params["thread_id"]}).thread_id
         given = dict(_given(request))
+        thread_id = _thread_id(request, given)
         before = _offset(given.pop("before", None))
         ctx_query = parse_query(ContextQuery, list({"budget": str(DEFAULT_BUDGET), **given}.items()))
         state = service.state(thread_id)  # NotFound for a thread without events
@@ -114,8 +129,8 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
         """What an open thread page has not shown yet: new timeline rows and, when there
         are any, the waterfall and the state panel again."""
         try:
-            thread_id = parse_path(ThreadPath, {"thread_id": request.path_params["thread_id"]}).thread_id
             given = dict(_given(request))
+            thread_id = _thread_id(request, given)
             after = _offset(given.get("after", "-1"), lowest=-1)
             events = events_after(service, thread_id, after if after is not None else -1)
             if not events:
@@ -148,7 +163,7 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
                 charts.append((title, statement, shape, service.sql(statement)))
             except Exception as error:  # noqa: BLE001 - one chart's failure leaves the others
                 charts.append((title, statement, shape, _text_error(error)))
-        statement = request.query_params.get("sql", "")
+        statement = dict(_given(request)).get("sql", "")
         result, error = None, None
         if statement.strip():
             try:
@@ -175,23 +190,44 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
         return Response(body, media_type=STATIC[name], headers={"Cache-Control": "max-age=300",
                                                                 "X-Content-Type-Options": "nosniff"})  # fmt: skip
 
+    def login_form(target: str, said: str = "") -> str:
+        return (f'<h1>agentlog</h1>{said}<p>This server needs its API token (AGENTLOG_API_TOKEN).</p>'
+                f'<form method="post" action="/ui/login"><input type="hidden" name="next" value="{pages.e(target)}">'
+                '<input type="password" name="token" placeholder="API token" autocomplete="current-password" autofocus>'
+                '<button>open</button></form>')  # fmt: skip
+
     def login(request: Request) -> Response:
-        """``?token=`` once: checked, then kept in a cookie; the page asked for next."""
-        token = request.query_params.get("token", "")
-        target = request.query_params.get("next", "/")
-        target = target if target.startswith("/") and not target.startswith("//") and "\\" not in target else "/"
+        """The form (``GET``); a token in the URL is refused unread, since the URL stays in
+        the browser's history and in any log of requests."""
+        try:
+            given = dict(_given(request, "next", "token"))
+        except RequestError as error:
+            return _html(pages.page("login", login_form("/", f"<p class=warn>{pages.e(error)}</p>")), 400)
+        target = _own_page(given.get("next", "/"))
+        if not policy.token:
+            return RedirectResponse(target, status_code=303)
+        if "token" in given:
+            said = ("<p class=warn>the token is never taken from a URL (it would stay in the browser's history "
+                    "and in request logs): type it here</p>")  # fmt: skip
+            return _html(pages.page("login", login_form(target, said)), 400)
+        return _html(pages.page("login", login_form(target)))
+
+    async def login_post(request: Request) -> Response:
+        """The form's ``token`` (in the body): checked, then kept in a cookie; the page asked for next."""
+        try:
+            sent = dict(_filled(parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)))
+        except RequestError as error:
+            return _html(pages.page("login", login_form("/", f"<p class=warn>{pages.e(error)}</p>")), 400)
+        token, target = sent.get("token", ""), _own_page(sent.get("next", "/"))
         if not policy.token:
             return RedirectResponse(target, status_code=303)
         if token and hmac.compare_digest(token.encode(), policy.token.encode()):
             answer = RedirectResponse(target, status_code=303)
             answer.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/",
-                              secure=request.url.scheme == "https")  # fmt: skip
+                              secure=over_https(policy, request.url.scheme, request.headers))  # fmt: skip
             return answer
-        said = "<p class=warn>that token is wrong</p>" if token else ""
-        form = (f'<h1>agentlog</h1>{said}<p>This server needs its API token (AGENTLOG_API_TOKEN).</p>'
-                f'<form method="get" action="/ui/login"><input type="hidden" name="next" value="{pages.e(target)}">'
-                '<input type="password" name="token" placeholder="API token" autofocus><button>open</button></form>')  # fmt: skip
-        return _html(pages.page("login", form), 401 if token else 200)
+        said = "<p class=warn>that token is wrong</p>" if token else "<p class=warn>type the token</p>"
+        return _html(pages.page("login", login_form(target, said)), 401)
 
     for path, endpoint, summary, takes, answers in (
         ("/", _page(thread_list, "the thread list"), "web view: the thread list (HTML)",
@@ -201,6 +237,11 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
          ("thread_id", "before", "budget", "model", "query"), (400, 404)),
         ("/ui/threads/{thread_id}/poll", poll, "web view: what an open thread page has not shown yet (JSON)",
          ("thread_id", "after", "turn", "window"), (400,)),
+        ("/ui/thread", _page(thread, "the thread page"),
+         "web view: the thread page for any thread id, \".\" and \"..\" too (HTML)",
+         ("id", "before", "budget", "model", "query"), (400, 404)),
+        ("/ui/thread/poll", poll, "web view: what an open thread page has not shown yet, for any thread id (JSON)",
+         ("id", "after", "turn", "window"), (400,)),
         ("/ui/search", _page(search, "the search page"), "web view: search across threads (HTML)",
          pages.SEARCH_FIELDS, (400,)),
         ("/ui/analytics", _page(analytics, "the analytics page"), "web view: charts and the SQL console (HTML)",
@@ -208,16 +249,31 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
         ("/ui/memory", _page(memory, "the memory page"), "web view: the published memory (HTML)",
          ("project", "key"), (400,)),
         ("/ui/static/{name}", static, "web view: its stylesheet and script (no token needed)", (), (404, *OPEN)),
-        ("/ui/login", login, "web view: the API token, once, into a cookie (no token needed)", ("token", "next"),
-         (401, *OPEN)),
+        ("/ui/login", login, "web view: the login form (no token needed; a token in the URL is refused)",
+         ("next",), (400, *OPEN)),
     ):  # fmt: skip
-        media = "application/json" if path.endswith("/poll") else "text/css" if "static" in path else "text/html"
+        media = "application/json" if path.endswith("poll") else "text/css" if "static" in path else "text/html"
         # a metrics label per page: "web thread", "web poll", "web static", ...
-        name = "web " + {"/": "threads", "/ui/threads/{thread_id}": "thread", "/ui/static/{name}": "static"}.get(path, path.split("/")[-1])
+        name = "web " + {"/": "threads", "/ui/threads/{thread_id}": "thread", "/ui/static/{name}": "static",
+                         "/ui/thread/poll": "poll"}.get(path, path.split("/")[-1])  # fmt: skip
         app.add_api_route(path, endpoint, methods=["GET"], name=name, summary=summary,
                           response_class={"application/json": JSONResponse, "text/html": HTMLResponse}.get(media, Response),
                           responses={200: {"content": {media: {}}}, **errors(*answers, *(() if OPEN[0] in answers else READS))},
                           openapi_extra={"parameters": [_parameter(path, p) for p in takes]} if takes else None)  # fmt: skip
+
+
+    # The token travels only in a POST body, never in a URL.
+    app.add_api_route("/ui/login", login_post, methods=["POST"], name="web login", response_class=HTMLResponse,
+                      summary="web view: the API token from the login form, into a cookie (no token needed)",
+                      openapi_extra={"requestBody": {"required": True, "content": {FORM: {"schema": {
+                          "type": "object", "properties": {"token": {"type": "string"}, "next": {"type": "string"}}}}}}},
+                      responses={200: {"content": {"text/html": {}}}, 303: {"description": "logged in: to `next`"},
+                                 **errors(400, 401, *OPEN)})  # fmt: skip
+
+
+def _own_page(target: str) -> str:
+    """``target`` if it is a path of this server, else ``/`` (the login sends nowhere else)."""
+    return target if target.startswith("/") and not target.startswith("//") and "\\" not in target else "/"
 
 
 def _parameter(path: str, name: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@
   var table = document.getElementById("timeline");
   if (!table || table.dataset.live !== "1") return;
   var status = document.getElementById("live");
-  var url = "/ui/threads/" + encodeURIComponent(table.dataset.thread) + "/poll";
+  var url = table.dataset.poll;  // by the query: a path cannot carry the thread ids "." and ".."
   var busy = false;
 
   function replace(id, html) {
@@ -21,7 +21,7 @@
     if (busy || document.hidden) return;
     busy = true;
     var q = new URLSearchParams({ after: table.dataset.after, turn: table.dataset.turn, window: table.dataset.window });
-    fetch(url + "?" + q.toString(), { credentials: "same-origin", cache: "no-store" })
+    fetch(url + "&" + q.toString(), { credentials: "same-origin", cache: "no-store" })
       .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
       .then(function (answer) {
         var body = answer.body;
