@@ -6,7 +6,9 @@ Where things live (and where a new one goes):
                  (one route table for both deployments), its access rules, and the HTTP client;
                  a new query or route starts in ``api/service.py``.
 - ``embedded/``  the default deployment: the on-disk topic, the driver running the
-                 processors over it, the service over a data directory, ``agentlog run``.
+                 processors over it, the service over a data directory (``service`` its
+                 operations, ``live_loops`` what ``agentlog run`` runs beside its server,
+                 ``sink_supervisor`` the sink stage and its process, ``dir_lock``), ``agentlog run``.
 - ``kafka/``     the distributed deployment: publisher, faust worker (processor, sinks,
                  tables), feeds, topics, groups, the worker's service and the offline one.
 - ``memory/``    long-term memory jobs (extraction, consolidation) and their topic view.
