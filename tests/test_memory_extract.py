@@ -374,3 +374,17 @@ def test_the_context_shows_a_stated_fact_as_data_with_status_source_last_verifie
     assert records == [{"key": "staging.database.host", "value": "pg-stage-3.internal", "status": "ok",
                         "evidence": "user_confirmed", "source": "m1", "last_verified_at": "2026-01-01T12:00:00Z",
                         "commit": "abc1234"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("events", [
+    [say("m1", "Remember for this project: the api key is sk-live-ABCDEF1234567890abcdef.")],
+    [say("m1", "Remember: our database password is hunter2-Secret!")],
+    [say("m1", "Remember for this project: the github token is ghp_abcdefghijklmnopqrstuvwxyz0123456789.")],
+    [say("m1", "Our database url is postgres://admin:Sup3rS3cret!@db.internal:5432/app")],
+    [say("m1", "记住：数据库密码是 hunter2hunter2。")],
+    run("r1", "c1", "ls", "secrets.env\n", 0),
+])  # fmt: skip
+def test_a_secret_a_user_states_or_a_tool_shows_never_becomes_a_memory(events: list) -> None:
+    """Redacted, it would still be a memory of nothing ("api.key" = "[REDACTED]") that a
+    context shows to a model as a fact: a secret is no memory at all."""
+    assert memory.extract(events).candidates == []
