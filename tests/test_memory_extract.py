@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -388,3 +391,19 @@ def test_a_secret_a_user_states_or_a_tool_shows_never_becomes_a_memory(events: l
     """Redacted, it would still be a memory of nothing ("api.key" = "[REDACTED]") that a
     context shows to a model as a fact: a secret is no memory at all."""
     assert memory.extract(events).candidates == []
+
+
+def test_agentlog_memory_extract_reports_the_llm_extractors_rejected_proposals_as_llm_rejected(
+    cli_env: dict[str, str], llm_url: str
+) -> None:
+    env = {**cli_env, "AGENTLOG_MEMORY_LLM": "true", "AGENTLOG_SUMMARY_URL": llm_url, "AGENTLOG_MEMORY_IDLE_SECONDS": "0"}
+    _publish(Settings(data_dir=Path(env["AGENTLOG_DATA_DIR"])),
+             raw("u1", "message", {"role": "user", "text": "The database listens on port 5433 in staging."}, 0),
+             raw("a1", "message", {"role": "assistant", "text": "The cache host is redis-7."}, 1))  # fmt: skip
+    FakeLLM.answer = {"facts": [{"key": "db.port", "value": "5433", "source_event_id": "u1"},
+                                {"key": "cache.host", "value": "redis-7", "source_event_id": "a1"}]}  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "agentlog", "memory", "extract", "--json"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["candidates"], report["llm_rejected"]) == (1, 1)
