@@ -407,3 +407,21 @@ def test_agentlog_memory_extract_reports_the_llm_extractors_rejected_proposals_a
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert (report["candidates"], report["llm_rejected"]) == (1, 1)
+
+
+@pytest.mark.parametrize("text", [
+    "Remember: the prod host isn't pg-1.", "Remember: the prod host is no longer pg-1.",
+    "Remember: the prod host is never pg-1.", "Remember: our prod host wasn't pg-1.",
+    "From now on, the deploy branch is not release-6.",
+    "记住：生产主机不是 pg-1。", "我们的主机不是pg-1。", "以后，部署分支不再是release-6。", "我们的主机是否是pg-1。",
+    "覚えておいて：本番ホストは pg-1 ではありません。", "覚えておいて：本番ホストは pg-1 じゃないです。",
+    "このプロジェクトでは、本番ホストはpg-1ではない。",
+])  # fmt: skip
+def test_a_negated_statement_in_any_of_the_three_languages_is_no_fact_and_no_preference(text: str) -> None:
+    assert memory.extract([say("m1", text)]).candidates == []
+
+
+def test_an_assistants_negated_claim_confirmed_by_the_user_is_no_fact() -> None:
+    found = memory.extract([say("a1", "The prod host is not pg-1. 生产主机不是 pg-1。", role="assistant"),
+                            say("m1", "Yes, remember that.", 1)])  # fmt: skip
+    assert found.candidates == []
