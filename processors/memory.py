@@ -128,6 +128,22 @@ def _value(key: str, value: Any) -> str:
     return REDACTED if is_secret_name(key) else redact(_text(mask_secret_keys(value)))
 
 
+def _holds_secret(f: Finding) -> bool:
+    """Whether what a raw event says names or carries a secret ("the api key is sk-...",
+    a listing's ``secrets.env``): redacted, it would be a memory of nothing that a context
+    still shows as a fact, so it is no candidate at all. (A ``fact`` event is the
+    producer's explicit choice: it stays, redacted.)"""
+    if f.origin == "approval":
+        return False  # "approved" or "denied", whatever the action is named
+    if redact(f.key) != f.key or _value(f.key, f.value) != f.value:
+        return True
+    # A value cut from a secret ("postgres://admin:pw" of a URL whose "!@host" ended the
+    # sentence) no longer looks like one alone: it must survive its text's redaction.
+    p: Any = f.event.payload
+    text = getattr(p, "text", None) or getattr(p, "output", None) or ""
+    return f.value in text and f.value not in redact(text)
+
+
 def _found(f: Finding, project: str) -> Candidate:
     e = f.event
     return Candidate(
@@ -152,7 +168,7 @@ def extract(events: Sequence[Envelope], thread_project: str | None = None, start
     project = thread_project if thread_project is not None else (events[0].project if events else "default")
     scanned = scan(events, start)
     commit_at = scanned.commit_at
-    out.candidates += [_found(f, project) for f in scanned.findings]
+    out.candidates += [_found(f, project) for f in scanned.findings if not _holds_secret(f)]
     out.commits += [CommitSighting(project, c, at) for c, at in scanned.commits]
     for e in events[start:]:
         p: Any = e.payload
@@ -184,7 +200,7 @@ def proposed(events: Sequence[Envelope], answer: Any, thread_project: str | None
     ``llm``, and the rejected ones with their reason."""
     project = thread_project if thread_project is not None else (events[0].project if events else "default")
     found, rejected = validate(answer, events, start)
-    return [_found(f, project) for f in found], rejected
+    return [_found(f, project) for f in found if not _holds_secret(f)], rejected
 
 
 @dataclass(slots=True)

@@ -43,7 +43,9 @@ _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")
                            ("auth", "key"), ("session", "key"), ("signing", "key"), ("encryption", "key")})  # fmt: skip
 # Also inside a word (PGPASSWORD, DBPASS_SECRET); "token" only as a word (max_tokens stays).
 _SECRET_STEMS = ("password", "passwd", "secret", "passphrase", "credential", "apikey", "privatekey",
-                 "accesskey")
+                 "accesskey",
+                 # the same words in the seeds' other languages, for keys a user's statement names
+                 "密码", "口令", "密钥", "令牌", "凭据", "パスワード", "トークン", "秘密鍵", "暗証番号", "認証情報")
 _NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd"})  # the shell's working directory, not a password
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")

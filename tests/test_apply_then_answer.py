@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -243,5 +245,35 @@ def test_a_sink_process_started_from_a_thread_that_ends_outlives_that_thread(set
         time.sleep(1.0)
         assert svc.sink_process is not None and svc.sink_process.process.is_alive()
         assert svc.sink_process.call("host", "status") is not None  # and it answers
+    finally:
+        svc.close()
+
+
+_APPLY_THEN_DIE = """
+import os, signal, sys
+from pathlib import Path
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+svc = EmbeddedService(Settings(data_dir=Path(sys.argv[1]), checkpoint_seconds=3600))
+svc.publish(sys.stdin.buffer.read())
+svc.state("step")  # applied and handed to the sinks' queue; the checkpoint is an hour away
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_kill_9_of_the_processor_between_its_hand_off_and_its_checkpoint_loses_nothing_and_duplicates_nothing(
+    settings: Settings,
+) -> None:
+    """The restarted processor applies the same events again and hands them over a second
+    time: both copies reach the sinks in one group, and the log must keep one."""
+    body = b"\n".join(goal(i) for i in range(1, 4))
+    died = subprocess.run([sys.executable, "-c", _APPLY_THEN_DIE, str(settings.data_dir)], input=body,
+                          capture_output=True, timeout=120)  # fmt: skip
+    assert died.returncode == -signal.SIGKILL, died.stderr.decode()[-2000:]
+    svc = EmbeddedService(settings)
+    try:
+        assert svc.state("step")["goal"]["text"] == "walrus step 3"
+        assert svc.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(3, 3)]
+        assert sorted(h["event_id"] for h in svc.search("walrus")["hits"]) == ["g1", "g2", "g3"]
     finally:
         svc.close()

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -429,3 +432,51 @@ def test_the_hostile_check_reads_a_disguised_text_as_its_plain_letters(text: str
     disguised = "".join(data.draw(st.sampled_from([c, _full_width(c)])) + data.draw(st.sampled_from(["", *ZERO_WIDTH]))
                         for c in text)  # fmt: skip
     assert is_hostile(disguised) == is_hostile(text)
+
+
+@pytest.mark.parametrize("events", [
+    [say("m1", "Remember for this project: the api key is sk-live-ABCDEF1234567890abcdef.")],
+    [say("m1", "Remember: our database password is hunter2-Secret!")],
+    [say("m1", "Remember for this project: the github token is ghp_abcdefghijklmnopqrstuvwxyz0123456789.")],
+    [say("m1", "Our database url is postgres://admin:Sup3rS3cret!@db.internal:5432/app")],
+    [say("m1", "记住：数据库密码是 hunter2hunter2。")],
+    run("r1", "c1", "ls", "secrets.env\n", 0),
+])  # fmt: skip
+def test_a_secret_a_user_states_or_a_tool_shows_never_becomes_a_memory(events: list) -> None:
+    """Redacted, it would still be a memory of nothing ("api.key" = "[REDACTED]") that a
+    context shows to a model as a fact: a secret is no memory at all."""
+    assert memory.extract(events).candidates == []
+
+
+def test_agentlog_memory_extract_reports_the_llm_extractors_rejected_proposals_as_llm_rejected(
+    cli_env: dict[str, str], llm_url: str
+) -> None:
+    env = {**cli_env, "AGENTLOG_MEMORY_LLM": "true", "AGENTLOG_SUMMARY_URL": llm_url, "AGENTLOG_MEMORY_IDLE_SECONDS": "0"}
+    _publish(Settings(data_dir=Path(env["AGENTLOG_DATA_DIR"])),
+             raw("u1", "message", {"role": "user", "text": "The database listens on port 5433 in staging."}, 0),
+             raw("a1", "message", {"role": "assistant", "text": "The cache host is redis-7."}, 1))  # fmt: skip
+    FakeLLM.answer = {"facts": [{"key": "db.port", "value": "5433", "source_event_id": "u1"},
+                                {"key": "cache.host", "value": "redis-7", "source_event_id": "a1"}]}  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "agentlog", "memory", "extract", "--json"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["candidates"], report["llm_rejected"]) == (1, 1)
+
+
+@pytest.mark.parametrize("text", [
+    "Remember: the prod host isn't pg-1.", "Remember: the prod host is no longer pg-1.",
+    "Remember: the prod host is never pg-1.", "Remember: our prod host wasn't pg-1.",
+    "From now on, the deploy branch is not release-6.",
+    "记住：生产主机不是 pg-1。", "我们的主机不是pg-1。", "以后，部署分支不再是release-6。", "我们的主机是否是pg-1。",
+    "覚えておいて：本番ホストは pg-1 ではありません。", "覚えておいて：本番ホストは pg-1 じゃないです。",
+    "このプロジェクトでは、本番ホストはpg-1ではない。",
+])  # fmt: skip
+def test_a_negated_statement_in_any_of_the_three_languages_is_no_fact_and_no_preference(text: str) -> None:
+    assert memory.extract([say("m1", text)]).candidates == []
+
+
+def test_an_assistants_negated_claim_confirmed_by_the_user_is_no_fact() -> None:
+    found = memory.extract([say("a1", "The prod host is not pg-1. 生产主机不是 pg-1。", role="assistant"),
+                            say("m1", "Yes, remember that.", 1)])  # fmt: skip
+    assert found.candidates == []

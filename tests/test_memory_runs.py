@@ -3,12 +3,14 @@ workers), shows what is pending, running and failed, and is fenced by the broker
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +24,8 @@ from agentlog.streams.kafka.worker_process import free_port, start_worker, stop_
 from agentlog.streams.memory import kafka_view
 from agentlog.streams.memory.jobs import Memory
 from agentlog.streams.memory.runner import MemoryRunner
+from tests.helpers import raw
+from tests.test_compaction import FakeLLM
 from tests.test_memory import FakeClock, fact, publish
 
 
@@ -100,6 +104,52 @@ def test_idle_triggered_under_agentlog_run_the_view_holds_the_facts_without_any_
     metrics = httpx.get(f"{url}/metrics", timeout=30).text
     assert 'agentlog_memory_runs_total{outcome="ok",phase="consolidate"} 1.0' in metrics
     assert 'agentlog_memory_pending{phase="extract"} 0.0' in metrics
+
+
+class HeldLLM(FakeLLM):
+    """An OpenAI-compatible extractor that answers only once the test lets it: a memory
+    run that calls it stays running meanwhile."""
+
+    answer: dict = {"facts": []}
+    release = threading.Event()
+
+    def do_POST(self) -> None:  # noqa: N802
+        type(self).release.wait(60)
+        super().do_POST()
+
+
+def _gauge(metrics: str, name: str, phase: str) -> float | None:
+    found = re.search(rf'^{name}{{phase="{phase}"}} (\S+)$', metrics, re.M)
+    return None if found is None else float(found[1])
+
+
+def test_metrics_show_what_is_pending_and_running_while_a_memory_run_is_under_way(
+    start_server: Callable[..., tuple[str, dict[str, str]]],
+) -> None:  # fmt: skip
+    HeldLLM.release.clear()
+    llm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HeldLLM)
+    threading.Thread(target=llm.serve_forever, daemon=True).start()
+    try:
+        url, _ = start_server(AGENTLOG_MEMORY_IDLE_SECONDS="0.5", AGENTLOG_MEMORY_LLM="true",
+                              AGENTLOG_SUMMARY_URL=f"http://127.0.0.1:{llm.server_address[1]}/v1",
+                              AGENTLOG_SUMMARY_MODEL="held")  # fmt: skip
+        said = raw("m1", "message", {"role": "user", "text": "Remember: our deploy branch is release-7."}, 0)
+        assert httpx.post(f"{url}/events", content=said, headers={"content-type": "application/x-ndjson"},
+                          timeout=30).json()["accepted"] == 1  # fmt: skip
+
+        def scraped(running: float, pending: float) -> bool:
+            metrics = httpx.get(f"{url}/metrics", timeout=30).text
+            return (_gauge(metrics, "agentlog_memory_running", "extract"),
+                    _gauge(metrics, "agentlog_memory_pending", "extract")) == (running, pending)
+
+        _poll("the run under way on /metrics", lambda: scraped(1.0, 1.0))
+        HeldLLM.release.set()
+        _poll("the run done on /metrics", lambda: scraped(0.0, 0.0))
+        facts = httpx.get(f"{url}/memory", timeout=30).json()["facts"]
+        assert [(f["key"], f["value"]) for f in facts] == [("deploy.branch", "release-7")]
+    finally:
+        HeldLLM.release.set()
+        llm.shutdown()
 
 
 # -- Kafka ----------------------------------------------------------------------------------

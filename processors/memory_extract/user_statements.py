@@ -53,6 +53,13 @@ _IS = (
 _REQUEST = re.compile(r"(?:ください|下さい|して|しないで|すること|ように|してね|请|吧)$|^请")
 """A value that asks for something (「スカッシュマージしてください」, 请使用): a request, not a value."""
 _NEGATED = re.compile(r"^(?:not|no\s+longer|never|ではない|じゃない|不是|没有)\b", _I)
+_DENIES = re.compile(
+    r"\b(?:is|are|was|were)\s+(?:not|no\s+longer|never)\b|\b(?:isn|aren|wasn|weren)['’]t\b|"
+    r"不是|不再是|并非|并不是|不为|是否|ではな|ではありません|じゃな|じゃありません|でない",
+    _I,
+)
+"""A sentence that says what X is not ("isn't pg-1", 不是, ではありません), or asks whether
+(是否): neither a fact nor, after "remember", a preference."""
 MAX_KEY_WORDS = 6
 MAX_VALUE_CHARS = 160
 
@@ -96,7 +103,7 @@ def _preference(rest: str) -> Statement | None:
 
 def statement(sentence: str) -> Statement | None:
     """The statement one sentence makes, if it makes one."""
-    if is_hedged(sentence):
+    if is_hedged(sentence) or _DENIES.search(sentence):
         return None
     for pattern, may_prefer in TRIGGERS:
         m = pattern.match(sentence.strip())
@@ -131,7 +138,7 @@ def claims(text: str) -> list[Statement]:
         return []
     out: dict[str, Statement] = {}
     for s in sentences(text):
-        found = None if is_hedged(s) else _is_statement(s)
+        found = None if is_hedged(s) or _DENIES.search(s) else _is_statement(s)
         if found is not None and found is not REFUSED and found.key not in out:
             out[found.key] = found
     return list(out.values())

@@ -146,6 +146,7 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             "candidates": sum(r["candidates"] for r in reports),
             "failed": {t: e for r in reports for t, e in r["failed"].items()},
             "refused": sum(r["refused"] for r in reports),  # out-of-scope facts and revokes
+            "llm_rejected": sum(r["llm_rejected"] for r in reports),  # proposals their sources did not back
             "workers": len(reports),
         }
     else:

@@ -124,7 +124,17 @@ class AcceptedQueue:
 
 
 def applied_offsets(batches: Sequence[AcceptedBatch]) -> list[tuple[int, str, str | None]]:
-    return [a for b in batches for a in b.applied]
+    """The applied records of ``batches``, each offset once: a processor that crashed
+    between its hand-off and its checkpoint hands the same records over again, and both
+    copies may land in one group, where the log's high-water mark does not tell them apart."""
+    seen: set[int] = set()
+    out: list[tuple[int, str, str | None]] = []
+    for b in batches:
+        for a in b.applied:
+            if a[0] not in seen:
+                seen.add(a[0])
+                out.append(a)
+    return out
 
 
 __all__ = ["AcceptedBatch", "AcceptedQueue", "applied_offsets", "batch_body"]

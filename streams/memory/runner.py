@@ -88,17 +88,32 @@ class MemoryRunner:
             job.close()
 
     def _pass(self, job: Memory) -> dict[str, Any]:
-        lease_s = self.settings.memory_lease_seconds
         outcome: dict[str, Any] = {}
+        try:
+            return self._work(job, outcome)
+        finally:
+            if outcome or self.clock() - self.gauges_at >= GAUGES_EVERY_S:
+                self.gauges_at = self.clock()
+                METRICS.memory_status(job.status(pull=False)["phases"])
+
+    def _work(self, job: Memory, outcome: dict[str, Any]) -> dict[str, Any]:
+        lease_s = self.settings.memory_lease_seconds
         if self.settings.distributed:
             job.pull()
         due = self.due(job)
+        # A scrape during a run (an LLM extractor may take minutes) sees it under way: the
+        # full refresh from the store comes after the run.
+        METRICS.memory_pending.labels("extract").set(len(self.pending))
         if due:
+            outcome["extracted"] = []
+            METRICS.memory_running.labels("extract").set(len(due))
             report = job.extract(self.owner, lease_s, only=due)
             outcome["extracted"] = report.extracted_threads
             self.consolidation_owed |= bool(report.extracted_threads)
             self.stale = True
         if self.consolidation_owed:
+            outcome.setdefault("consolidated", {"published": False})
+            METRICS.memory_running.labels("consolidate").set(1)
             try:
                 outcome["consolidated"] = job.consolidate(
                     self.owner, lease_s, pause_before_publish=self.settings.memory_pause_before_publish_seconds)
@@ -108,9 +123,6 @@ class MemoryRunner:
                 self.consolidation_owed = outcome["consolidated"].get("reason", "").startswith("lease held")
         elif self.settings.distributed:
             job.adopt(lease_s)  # another worker's newer view, committed to the memory topic
-        if outcome or self.clock() - self.gauges_at >= GAUGES_EVERY_S:
-            self.gauges_at = self.clock()
-            METRICS.memory_status(job.status(pull=False)["phases"])
         return outcome
 
     def run(self, stop: threading.Event) -> None:
