@@ -35,7 +35,7 @@ from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
 from agentlog.streams.api import otlp
 from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
-from agentlog.streams.api.service import NotFound, NotServedHere, Service, Unavailable
+from agentlog.streams.api.service import NotFound, NotServedHere, Service, StateJson, Unavailable
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.web.routes import add_pages
@@ -161,6 +161,8 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
         return Depends(parse)
 
     json = OrjsonResponse  # answers as they are, no second encoding; plain handlers run on the thread pool
+    # The same bytes as ``json(service.state(...))``, the sections that did not change not serialised again.
+    state_json = service.state_json if isinstance(service, StateJson) else None
 
     @app.post("/events", name="events", summary="publish events: one JSON object, a JSON array, or JSON lines",
               response_model=PublishReport, responses=errors(400, *WRITES), openapi_extra=EVENTS_BODY)  # fmt: skip
@@ -183,6 +185,8 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
     @app.get("/threads/{thread_id}/state", name="state", summary="a thread's working state",
              responses=errors(400, 404, *READS))  # fmt: skip
     def state(thread_id: Id) -> Response:
+        if state_json is not None:
+            return Response(state_json(thread_id), media_type=json.media_type)
         return json(service.state(thread_id))
 
     @app.get("/threads/{thread_id}/context", name="context", responses=errors(400, 404, *READS),

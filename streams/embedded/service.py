@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from agentlog.processors.compaction import Summariser
+from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
 from agentlog.processors.redaction import redact_if
 from agentlog.processors.textsearch import identifiers, tokenize
@@ -30,7 +31,7 @@ from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
-from agentlog.schemas.state import DEFAULT_WINDOW
+from agentlog.schemas.state import DEFAULT_WINDOW, WorkingState
 from agentlog.sinks.base import MemoryStore, QueryResult, StoreError, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
@@ -343,6 +344,15 @@ class EmbeddedService(MemoryOperations):
 
     def _state(self, thread_id: str, copy: bool) -> dict[str, Any]:
         """``copy=False``: the items are shared with later reads (see ``PublicView.render``)."""
+        return self._public(thread_id, lambda view, state: view.render(state, self.settings.redact, copy))
+
+    def state_json(self, thread_id: str) -> bytes:
+        """``orjson.dumps(self.state(thread_id))``, byte for byte, without copying or
+        serialising again the sections that did not change since the last read (the HTTP
+        route sends it as it is)."""
+        return orjson.dumps(self._public(thread_id, lambda view, state: view.render_json(state, self.settings.redact)))
+
+    def _public(self, thread_id: str, render: Callable[[PublicView, WorkingState], dict[str, Any]]) -> dict[str, Any]:
         self._settle()
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
@@ -350,7 +360,7 @@ class EmbeddedService(MemoryOperations):
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            public = tp.view.render(tp.state, self.settings.redact, copy)
+            public = render(tp.view, tp.state)
         if self.failing:  # the state may lag what was published while a store is down
             public["warnings"] = self.warnings()
         return public
