@@ -182,6 +182,13 @@ def _sink_process_of(pid: int) -> int:
     raise AssertionError(f"agentlog run ({pid}) has no sink process: {_children(pid)}")
 
 
+def test_agentlog_run_s_sink_process_runs_at_a_lower_cpu_priority_so_state_reads_win_the_cores(start_server) -> None:
+    _url, env = start_server(AGENTLOG_SINK_NICE="7")
+    server = orjson.loads((Path(env["AGENTLOG_DATA_DIR"]) / "server.json").read_bytes())["pid"]
+    sinks = _sink_process_of(server)
+    assert os.getpriority(os.PRIO_PROCESS, sinks) - os.getpriority(os.PRIO_PROCESS, server) == 7
+
+
 def test_agentlog_run_writes_the_sinks_in_a_process_of_its_own_that_never_holds_up_state_and_stops_with_it(
     start_server,
 ) -> None:
