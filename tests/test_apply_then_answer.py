@@ -252,3 +252,38 @@ def test_a_sink_process_started_from_a_thread_that_ends_outlives_that_thread(set
         assert svc.sink_process.call("host", "status") is not None  # and it answers
     finally:
         svc.close()
+
+
+def test_a_state_read_that_costs_no_wait_is_answered_at_once_with_the_same_bytes_else_it_is_left_to_a_thread(
+    service: EmbeddedService,
+) -> None:
+    """The HTTP route answers ``state_json_now`` on its event loop: it must never block
+    there (the processor busy, a long backlog), and must answer what a thread would."""
+    from agentlog.streams.embedded.service import STEP_RECORDS  # noqa: PLC0415
+
+    service.publish(goal(1))
+    assert service.state_json_now("step") is None  # a thread it has not applied yet
+    service.state("step")
+    service.publish(goal(2))  # one agent step: applied inline
+    now = service.state_json_now("step")
+    assert now is not None and orjson.loads(now)["goal"]["text"] == "walrus step 2"
+    assert now == service.state_json("step") == orjson.dumps(service.state("step"))
+    held, release = threading.Event(), threading.Event()
+
+    def processor_busy() -> None:
+        with service.lock:
+            held.set()
+            release.wait(10)
+
+    busy = threading.Thread(target=processor_busy)
+    busy.start()
+    try:
+        assert held.wait(10)
+        assert service.state_json_now("step") is None
+    finally:
+        release.set()
+        busy.join()
+    service.publish(b"\n".join(goal(i) for i in range(3, 4 + STEP_RECORDS)))  # a backlog
+    assert service.state_json_now("step") is None
+    assert orjson.loads(service.state_json("step"))["goal"]["text"] == f"walrus step {3 + STEP_RECORDS}"
+    assert service.state_json_now("step") is not None

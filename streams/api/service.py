@@ -44,6 +44,10 @@ class StateJson(Protocol):
     def state_json(self, thread_id: str) -> bytes:
         """``orjson.dumps(self.state(thread_id))``, byte for byte."""
 
+    def state_json_now(self, thread_id: str) -> bytes | None:
+        """``state_json``, if it can answer without waiting (a lock, a long backlog, a
+        store); else ``None`` (then ``state_json`` is called where blocking is fine)."""
+
 
 @runtime_checkable
 class Service(Protocol):

@@ -97,6 +97,11 @@ class DataDirLock:
             self._fd = None
 
 
+STEP_RECORDS = 64
+"""What an agent step publishes before it reads, at most: applied inline by a read that
+answers on the HTTP event loop (a longer backlog is applied on a worker thread)."""
+
+
 class EmbeddedService(MemoryOperations):
     """The embedded deployment's stores and the operations on them."""
 
@@ -351,6 +356,19 @@ class EmbeddedService(MemoryOperations):
         serialising again the sections that did not change since the last read (the HTTP
         route sends it as it is)."""
         return orjson.dumps(self._public(thread_id, lambda view, state: view.render_json(state, self.settings.redact)))
+
+    def state_json_now(self, thread_id: str, most: int = STEP_RECORDS) -> bytes | None:
+        """``state_json`` if it costs no wait: the processor is free, its thread in memory,
+        at most ``most`` records (an agent step's) to apply first and no checkpoint due.
+        ``None`` otherwise. The HTTP route answers this on its event loop, without the
+        two thread hops of a blocking call, which cost more than the answer itself."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            ready = thread_id in self.driver.pipeline.threads and not self.driver.checkpoint_due()
+            return self.state_json(thread_id) if ready and self.driver.pending() <= most else None
+        finally:
+            self.lock.release()
 
     def _public(self, thread_id: str, render: Callable[[PublicView, WorkingState], dict[str, Any]]) -> dict[str, Any]:
         self._settle()
