@@ -9,6 +9,10 @@ renders the same: a read dumps and redacts only the items that are new since the
 Same value as ``redact_if(redact, state.public())``, key order included (a property test
 checks it after every event of generated threads). Every read returns fresh dicts and
 lists: a caller may change what it gets without touching the next read's.
+
+``render_json`` is the same state for a caller that only sends it on (the HTTP route): each
+section's JSON is kept as bytes beside its items and spliced in (``orjson.Fragment``), so
+an unchanged section costs neither a copy nor a second serialisation.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ _ITEM_ADAPTERS: dict[type, TypeAdapter[Any]] = {
 _SUMMARY_ADAPTER: TypeAdapter[dict[str, Any] | None] = TypeAdapter(dict[str, Any] | None)
 _FIELDS = tuple(f.name for f in fields(WorkingState))
 _APPROVAL_QUEUE_HIDES = ("decision", "decided_by")
+_QUEUES = ("pending_approvals", "decided_approvals")
 
 
 class PublicView:
@@ -55,7 +60,7 @@ class PublicView:
     and a copy of its dicts; one that did renders its new and replaced items only.
     """
 
-    __slots__ = ("_sections", "_summary", "_redact")
+    __slots__ = ("_sections", "_summary", "_redact", "_json")
 
     def __init__(self) -> None:
         self._sections: dict[str, tuple[tuple[object, ...], list[dict[str, Any]], Any]] = {}
@@ -63,30 +68,53 @@ class PublicView:
         their renderings, and what the section derived from them (the approval queues)."""
         self._summary: tuple[object, bytes | None] = (None, None)
         self._redact: bool | None = None
+        self._json: dict[str, tuple[object, orjson.Fragment]] = {}
+        """Per shown section: the rendering it was serialised from (held: compared by
+        identity, as a section that changed renders into a new list) and its JSON."""
 
     def render(self, state: WorkingState, redact: bool, copy: bool = True) -> dict[str, Any]:
         """The public state. ``copy=False`` shares the item dicts with the next reads: for
         a caller that only reads them (context assembly), never for one that hands them out."""
         copies = _copies if copy else list
+        return self._render(state, redact, lambda _name, rendered: copies(rendered), orjson.loads)
+
+    def render_json(self, state: WorkingState, redact: bool) -> dict[str, Any]:
+        """The public state with its sections as JSON fragments: ``orjson.dumps`` of it is
+        ``orjson.dumps(self.render(state, redact))``, byte for byte. Only for serialising."""
+        return self._render(state, redact, self._fragment, orjson.Fragment)
+
+    def _render(self, state: WorkingState, redact: bool, shown: Callable[[str, list[dict[str, Any]]], Any],
+                summary: Callable[[bytes], Any]) -> dict[str, Any]:  # fmt: skip
+        """``shown(name, rendered)`` is what a section's renderings become in the answer,
+        ``summary(json)`` what the summary's JSON does."""
         if redact is not self._redact:  # rendered under the other setting: start over
-            self._sections, self._summary, self._redact = {}, (None, None), redact
+            self._sections, self._summary, self._redact, self._json = {}, (None, None), redact, {}
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(state, name)
             if name in KEYED_SECTIONS:
-                out[name] = copies(self._section(name, tuple(value.values()))[0])
+                out[name] = shown(name, self._section(name, tuple(value.values()))[0])
             elif name == "failures":
-                out[name] = copies(self._section(name, tuple(value))[0])
+                out[name] = shown(name, self._section(name, tuple(value))[0])
             elif name == "approvals":
                 queues = self._section(name, tuple(value.values()), _approval_queues)[1]
             elif name == "goal":
-                out[name] = None if value is None else copies(self._section(name, (value,))[0])[0]
+                out[name] = None if value is None else shown(name, self._section(name, (value,))[0])[0]
             elif name == "summary":
-                out[name] = self._rendered_summary(value)
+                out[name] = summary(self._rendered_summary(value))
             else:  # scalars and the small map of closed windows
                 out[name] = self._plain(dict(value) if isinstance(value, dict) else value)
-        out["pending_approvals"], out["decided_approvals"] = (copies(q) for q in queues)
+        out["pending_approvals"], out["decided_approvals"] = (shown(n, q) for n, q in zip(_QUEUES, queues))
         return out
+
+    def _fragment(self, name: str, rendered: list[dict[str, Any]]) -> Any:
+        """The section's JSON, serialised again only when its renderings changed. The goal,
+        a section of one item shown as that item, is shown as a list of its one fragment."""
+        held, fragment = self._json.get(name, (None, None))
+        if held is not rendered:
+            fragment = orjson.Fragment(orjson.dumps(rendered[0] if name == "goal" else rendered))
+            self._json[name] = (rendered, fragment)
+        return [fragment] if name == "goal" else fragment
 
     def _section(self, name: str, items: tuple[object, ...],
                  derive: Callable[[list[dict[str, Any]]], Any] = lambda _: None) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
@@ -115,13 +143,14 @@ class PublicView:
     def _item(self, item: object) -> dict[str, Any]:
         return self._plain(_ITEM_ADAPTERS[type(item)].dump_python(item, mode="json"))
 
-    def _rendered_summary(self, summary: dict[str, Any] | None) -> Any:
+    def _rendered_summary(self, summary: dict[str, Any] | None) -> bytes:
+        """The summary's JSON (``render`` loads it: a fresh deep copy for each read)."""
         # The fold replaces the summary dict whenever it changes (never edits it in place).
         held, rendered = self._summary
         if held is not summary or rendered is None:
             rendered = orjson.dumps(self._plain(_SUMMARY_ADAPTER.dump_python(summary, mode="json")))
             self._summary = (summary, rendered)
-        return orjson.loads(rendered)  # a fresh deep copy
+        return rendered
 
     def _plain(self, value: Any) -> Any:
         return redact_value(value) if self._redact else value

@@ -36,6 +36,7 @@ _ENV = {
     "checkpoint_seconds": "AGENTLOG_CHECKPOINT_SECONDS",
     "sink_flush_ms": "AGENTLOG_SINK_FLUSH_MS",
     "sink_flush_rows": "AGENTLOG_SINK_FLUSH_ROWS",
+    "sink_nice": "AGENTLOG_SINK_NICE",
     "batch_size": "AGENTLOG_BATCH_SIZE",
     "auto_compact": "AGENTLOG_AUTO_COMPACT",
     "compact_window_tokens": "AGENTLOG_COMPACT_WINDOW_TOKENS",
@@ -109,6 +110,9 @@ class Settings:
     # many applied events wait, or the oldest has waited this long.
     sink_flush_ms: float = 200.0
     sink_flush_rows: int = 5000
+    # `agentlog run`'s sink process lowers its CPU priority by this much (os.nice): when the
+    # two cores are contended, the serving process's state and context reads go first.
+    sink_nice: int = 5
     batch_size: int = 5000
     partitions: int = 4
     # Kafka processor: how many source records per partition its dedup ids cover

@@ -184,6 +184,13 @@ def _sink_process_of(pid: int) -> int:
     raise AssertionError(f"agentlog run ({pid}) has no sink process: {_children(pid)}")
 
 
+def test_agentlog_run_s_sink_process_runs_at_a_lower_cpu_priority_so_state_reads_win_the_cores(start_server) -> None:
+    _url, env = start_server(AGENTLOG_SINK_NICE="7")
+    server = orjson.loads((Path(env["AGENTLOG_DATA_DIR"]) / "server.json").read_bytes())["pid"]
+    sinks = _sink_process_of(server)
+    assert os.getpriority(os.PRIO_PROCESS, sinks) - os.getpriority(os.PRIO_PROCESS, server) == 7
+
+
 def test_agentlog_run_writes_the_sinks_in_a_process_of_its_own_that_never_holds_up_state_and_stops_with_it(
     start_server,
 ) -> None:
@@ -277,3 +284,38 @@ def test_kill_9_of_the_processor_between_its_hand_off_and_its_checkpoint_loses_n
         assert sorted(h["event_id"] for h in svc.search("walrus")["hits"]) == ["g1", "g2", "g3"]
     finally:
         svc.close()
+
+
+def test_a_state_read_that_costs_no_wait_is_answered_at_once_with_the_same_bytes_else_it_is_left_to_a_thread(
+    service: EmbeddedService,
+) -> None:
+    """The HTTP route answers ``state_json_now`` on its event loop: it must never block
+    there (the processor busy, a long backlog), and must answer what a thread would."""
+    from agentlog.streams.embedded.service import STEP_RECORDS  # noqa: PLC0415
+
+    service.publish(goal(1))
+    assert service.state_json_now("step") is None  # a thread it has not applied yet
+    service.state("step")
+    service.publish(goal(2))  # one agent step: applied inline
+    now = service.state_json_now("step")
+    assert now is not None and orjson.loads(now)["goal"]["text"] == "walrus step 2"
+    assert now == service.state_json("step") == orjson.dumps(service.state("step"))
+    held, release = threading.Event(), threading.Event()
+
+    def processor_busy() -> None:
+        with service.lock:
+            held.set()
+            release.wait(10)
+
+    busy = threading.Thread(target=processor_busy)
+    busy.start()
+    try:
+        assert held.wait(10)
+        assert service.state_json_now("step") is None
+    finally:
+        release.set()
+        busy.join()
+    service.publish(b"\n".join(goal(i) for i in range(3, 4 + STEP_RECORDS)))  # a backlog
+    assert service.state_json_now("step") is None
+    assert orjson.loads(service.state_json("step"))["goal"]["text"] == f"walrus step {3 + STEP_RECORDS}"
+    assert service.state_json_now("step") is not None

@@ -87,6 +87,43 @@ def test_a_read_after_every_event_answers_what_a_whole_render_of_the_state_would
         assert orjson.dumps(got) == orjson.dumps(want)  # the same value, key order included
 
 
+@PROPS
+@given(sessions(), st.booleans(), st.lists(st.booleans(), min_size=1))
+def test_the_state_s_json_after_every_event_is_the_whole_render_s_serialisation_byte_for_byte(
+        records: list[bytes], redact: bool, reads: list[bool]) -> None:  # fmt: skip
+    """``render_json`` splices each section's kept JSON; reads of dicts in between (one view
+    serves both) must not make it stale."""
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    view = PublicView()
+    for i, record in enumerate(records):
+        pipeline.process([Record(0, i, record)])
+        state = pipeline.thread("t1").state
+        if reads[i % len(reads)]:
+            view.render(state, redact, copy=False)
+        assert orjson.dumps(view.render_json(state, redact)) == orjson.dumps(redact_if(redact, state.public()))
+
+
+def test_the_state_s_json_serialises_again_only_the_sections_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = [{"step_id": f"s{i}", "text": f"step {i}", "status": "running"} for i in range(50)]
+    pipeline = Pipeline(MemorySeen())
+    pipeline.process([Record(0, 0, raw("e0", "plan", {"steps": steps})), Record(0, 1, raw("e1", "goal", {"text": "x"}, 1.0))])
+    view, state = PublicView(), pipeline.thread("t1").state
+    view.render_json(state, True)
+    file_change = Record(0, 2, raw("e2", "file_change", {"path": "a.py", "change": "modified"}, 2.0))
+    serialised: list[object] = []
+    original = orjson.dumps
+
+    def counting(value: object, *args: object) -> bytes:
+        serialised.append(value)
+        return original(value, *args)
+
+    monkeypatch.setattr(orjson, "dumps", counting)
+    pipeline.process([file_change])
+    out = original(view.render_json(state, True))
+    assert orjson.loads(out)["files"][0]["path"] == "a.py"
+    assert [type(v) for v in serialised] == [list] and serialised[0][0]["path"] == "a.py"  # the files only
+
+
 def test_a_caller_that_changes_what_it_read_changes_nothing_in_the_next_read() -> None:
     pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
     records = [raw("e0", "goal", {"text": "ship"}), raw("e1", "plan", {"steps": [{"step_id": "s", "text": "x"}]})]

@@ -3,10 +3,12 @@ answers and the same exceptions as the service it talks to, memory operations in
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from agentlog.processors.context import BudgetTooSmall
@@ -66,3 +68,11 @@ def test_a_budget_too_small_is_the_same_exception_over_http_and_the_cli_exits_2_
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert f"ask for at least {raised.value.needed}" in done.stderr
+
+
+def test_the_http_client_reads_an_answer_as_the_standard_library_would_even_past_64_bit_integers() -> None:
+    from agentlog.streams.api.client import answer_of  # noqa: PLC0415
+
+    body = {"n": 2**70, "x": 0.1, "s": "caf\u00e9 \U0001f600", "l": [None, True, -(2**63)], "nested": {"k": []}}
+    for content in (json.dumps(body).encode(), json.dumps(body, ensure_ascii=False).encode()):
+        assert answer_of(httpx.Response(200, content=content)) == json.loads(content) == body

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 from agentlog.processors.context import BudgetTooSmall
 from agentlog.sinks.base import QueryResult, StoreError
@@ -107,7 +108,17 @@ def answer_of(response: httpx.Response) -> Any:
                          "or pass token= to agentlog.Client)")
     if response.status_code >= 400:
         raise StoreError(_reason(response))
-    return response.json()
+    return _json(response)
+
+
+def _json(response: httpx.Response) -> Any:
+    """The body's JSON: orjson reads a long thread's state about ten times faster than the
+    standard library (part of every agent step over HTTP); what it refuses (an integer
+    beyond 64 bits, say) is read by the standard library, as before."""
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return response.json()
 
 
 class Unreachable(StoreError):

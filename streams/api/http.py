@@ -20,6 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -35,7 +36,7 @@ from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
 from agentlog.streams.api import otlp
 from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
-from agentlog.streams.api.service import NotFound, NotServedHere, Service, Unavailable
+from agentlog.streams.api.service import NotFound, NotServedHere, Service, StateJson, Unavailable
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.web.routes import add_pages
@@ -161,6 +162,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
         return Depends(parse)
 
     json = OrjsonResponse  # answers as they are, no second encoding; plain handlers run on the thread pool
+    spliced = service if isinstance(service, StateJson) else None  # the state's JSON written by the service
 
     @app.post("/events", name="events", summary="publish events: one JSON object, a JSON array, or JSON lines",
               response_model=PublishReport, responses=errors(400, *WRITES), openapi_extra=EVENTS_BODY)  # fmt: skip
@@ -182,8 +184,15 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
 
     @app.get("/threads/{thread_id}/state", name="state", summary="a thread's working state",
              responses=errors(400, 404, *READS))  # fmt: skip
-    def state(thread_id: Id) -> Response:
-        return json(service.state(thread_id))
+    async def state(thread_id: Id) -> Response:
+        if spliced is None:
+            return json(await run_in_threadpool(service.state, thread_id))
+        # Answered here on the event loop when that costs no wait (an agent's step: its
+        # event applied, the state spliced from kept JSON), else on the thread pool.
+        body = spliced.state_json_now(thread_id)
+        if body is None:
+            body = await run_in_threadpool(spliced.state_json, thread_id)
+        return Response(body, media_type=json.media_type)
 
     @app.get("/threads/{thread_id}/context", name="context", responses=errors(400, 404, *READS),
              summary="the thread's context assembled under a token budget")  # fmt: skip

@@ -37,6 +37,19 @@ class NotServedHere(RuntimeError):
 
 
 @runtime_checkable
+class StateJson(Protocol):
+    """A service that writes a thread's state as JSON itself: the HTTP route sends these
+    bytes as they are (the embedded service keeps unchanged sections serialised)."""
+
+    def state_json(self, thread_id: str) -> bytes:
+        """``orjson.dumps(self.state(thread_id))``, byte for byte."""
+
+    def state_json_now(self, thread_id: str) -> bytes | None:
+        """``state_json``, if it can answer without waiting (a lock, a long backlog, a
+        store); else ``None`` (then ``state_json`` is called where blocking is fine)."""
+
+
+@runtime_checkable
 class Service(Protocol):
     """Publish, query and maintain one deployment's threads."""
 
@@ -102,4 +115,4 @@ class Service(Protocol):
         """Release what the service holds (stores, connections)."""
 
 
-__all__ = ["NotFound", "NotServedHere", "Progress", "Service", "Unavailable"]
+__all__ = ["NotFound", "NotServedHere", "Progress", "Service", "StateJson", "Unavailable"]

@@ -125,8 +125,11 @@ class EmbeddedDriver:
         return None if first is None else first.value
 
     def maybe_checkpoint(self) -> None:
-        if time.monotonic() - self._last_checkpoint >= self.checkpoint_s:
+        if self.checkpoint_due():
             self.checkpoint()
+
+    def checkpoint_due(self) -> bool:
+        return time.monotonic() - self._last_checkpoint >= self.checkpoint_s
 
     # -- durability -------------------------------------------------------------------
 

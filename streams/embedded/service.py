@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from agentlog.processors.compaction import Summariser
+from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
 from agentlog.processors.textsearch import identifiers, tokenize
 from agentlog.processors.thread_list import select_rows, thread_row
@@ -27,7 +28,7 @@ from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
-from agentlog.schemas.state import DEFAULT_WINDOW
+from agentlog.schemas.state import DEFAULT_WINDOW, WorkingState
 from agentlog.sinks.base import MemoryStore, QueryResult, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
@@ -58,6 +59,11 @@ publishes and reads contexts would otherwise pay for a backlog that only grows. 
 ``agentlog run`` the sink process keeps the backlog short and no read ever writes. It is
 also how many of a thread's newest unindexed events that scan reads, so in-process none
 is ever past its reach."""
+
+STEP_RECORDS = 64
+"""What an agent step publishes before it reads, at most: applied inline by a read that
+answers on the HTTP event loop (a longer backlog is applied on a worker thread)."""
+
 
 class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
     """The embedded deployment's stores and the operations on them."""
@@ -215,6 +221,28 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
 
     def _state(self, thread_id: str, copy: bool) -> dict[str, Any]:
         """``copy=False``: the items are shared with later reads (see ``PublicView.render``)."""
+        return self._public(thread_id, lambda view, state: view.render(state, self.settings.redact, copy))
+
+    def state_json(self, thread_id: str) -> bytes:
+        """``orjson.dumps(self.state(thread_id))``, byte for byte, without copying or
+        serialising again the sections that did not change since the last read (the HTTP
+        route sends it as it is)."""
+        return orjson.dumps(self._public(thread_id, lambda view, state: view.render_json(state, self.settings.redact)))
+
+    def state_json_now(self, thread_id: str, most: int = STEP_RECORDS) -> bytes | None:
+        """``state_json`` if it costs no wait: the processor is free, its thread in memory,
+        at most ``most`` records (an agent step's) to apply first and no checkpoint due.
+        ``None`` otherwise. The HTTP route answers this on its event loop, without the
+        two thread hops of a blocking call, which cost more than the answer itself."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            ready = thread_id in self.driver.pipeline.threads and not self.driver.checkpoint_due()
+            return self.state_json(thread_id) if ready and self.driver.pending() <= most else None
+        finally:
+            self.lock.release()
+
+    def _public(self, thread_id: str, render: Callable[[PublicView, WorkingState], dict[str, Any]]) -> dict[str, Any]:
         self._settle()
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
@@ -222,7 +250,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
                 tp = self.driver.pipeline.thread(thread_id)
             if tp is None:
                 raise NotFound(f"no events for thread {thread_id!r}")
-            public = tp.view.render(tp.state, self.settings.redact, copy)
+            public = render(tp.view, tp.state)
         if self.failing:  # the state may lag what was published while a store is down
             public["warnings"] = self.warnings()
         return public

@@ -134,6 +134,8 @@ def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C goes to the server, which stops this
     settings = Settings.from_env(env)
+    if settings.sink_nice > 0:  # the serving process's reads win the contended cores
+        os.nice(settings.sink_nice)
     hold = os.open(settings.path(SINKS_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(hold, fcntl.LOCK_EX)  # released by the kernel when this process ends, however
     host = SinkHost(settings)
