@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from agentlog.client.aio_http import AsyncHttpReads
 from agentlog.client.client import TIMEOUT_OUTPUT, Client
-from agentlog.client.errors import DeliveryFailed, transient
+from agentlog.client.errors import ClientError, DeliveryFailed, transient
 from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList
 from agentlog.client.thread import ThreadBase, ToolCallBase
 from agentlog.streams.api.client import RemoteService
@@ -34,6 +34,7 @@ class AsyncClient:
         """The same arguments as ``Client`` (``token``, ``kafka``, ``worker``, ``batch_size``, ...)."""
         self.sync = Client(target, **options)
         self.ids = self.sync.ids
+        self.max_event_bytes = self.sync.max_event_bytes
         self._open_calls = self.sync._open_calls
         service = self.sync.service
         reader = getattr(service, "reader", service)  # Kafka: the worker's API, if named
@@ -45,6 +46,8 @@ class AsyncClient:
     async def _read(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """A read after a flush: awaited over HTTP, else the ``Client``'s in a worker thread;
         retried on transient errors as ``Client`` retries."""
+        if self.sync._closed:
+            raise ClientError("the client is closed")
         if self._http is None:
             return await self._run(getattr(self.sync, name), *args, **kwargs)
         await self.flush()
@@ -76,6 +79,8 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Give open tool calls a ``timeout`` result, publish the buffer, release the target."""
+        if self.sync._closed:
+            return
         for call in list(self._open_calls.values()):
             await call._result(TIMEOUT_OUTPUT, "timeout", None)
         try:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agentlog.client.events import encode, envelope, history_events
+from agentlog.client.events import envelope, fitted, history_events
 
 if TYPE_CHECKING:
     from agentlog.client.client import Client
@@ -60,7 +60,7 @@ class ThreadBase(Generic[R]):
     def publish(self, kind: str, payload: dict[str, Any], event_id: str | None = None) -> R:
         """Any kind of event with this thread's envelope (the typed methods cover the usual ones)."""
         event_id = event_id or self.client.ids.next()
-        raw = encode(event_id, self.thread_id, kind, payload, self._envelope)
+        raw = fitted(event_id, self.thread_id, kind, payload, self._envelope, self.client.max_event_bytes)
         return self.client._send(event_id, raw)  # type: ignore[no-any-return]
 
     # -- conversation -------------------------------------------------------------------------
@@ -217,9 +217,11 @@ class ToolCallBase:
 
     def _start(self) -> Any:
         self.started = time.perf_counter()
-        self.thread.client._open_calls[self.call_id] = self
-        return self.thread.publish("tool_call", {"call_id": self.call_id, "tool_name": self.tool_name,
+        sent = self.thread.publish("tool_call", {"call_id": self.call_id, "tool_name": self.tool_name,
                                                  "arguments": self.arguments})  # fmt: skip
+        # Open only once published: a call the client refused (closed) gets no result at close.
+        self.thread.client._open_calls[self.call_id] = self
+        return sent
 
     def _result(self, output: str, status: str, exit_code: int | None) -> Any:
         if self.status is not None:
