@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import gzip
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from agentlog.schemas.events import MAX_EVENT_BYTES
 from agentlog.streams.config import Settings
@@ -158,3 +161,25 @@ def test_kafka_away_when_the_client_starts_is_retried_and_nothing_is_lost(kafka_
         proxy.stop()
     produced = _produced(kafka_bootstrap, topic(EVENTS, namespace))
     assert sorted(e["event_id"] for e in produced) == sorted(sent)
+
+
+def test_an_otlp_tool_span_with_a_result_over_the_event_limit_keeps_its_result_cut(client: Client, server: Server) -> None:
+    """``POST /v1/traces`` (OTLP JSON, gzip): an ``execute_tool`` span whose result attribute
+    is 2 MB becomes a call and its result, the result cut to the event size limit, rather
+    than a call whose result was rejected."""
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.conversation.id": "otlp-huge",
+                  "gen_ai.tool.name": "grep", "gen_ai.tool.call.id": "otlp-big-1",
+                  "gen_ai.tool.call.result": "match\n" * 350_000}  # fmt: skip
+    start = 1_764_579_600_000_000_000
+    span = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": "execute_tool grep",
+            "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 42_000_000),
+            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()]}  # fmt: skip
+    body = gzip.compress(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode())
+    answer = httpx.post(f"{server.url}/v1/traces", content=body, timeout=60, headers={
+        **server.auth, "Content-Type": "application/json", "Content-Encoding": "gzip"})  # fmt: skip
+    assert answer.status_code == 200 and answer.json() == {}  # no partial success: nothing rejected
+    rows = client.sql("SELECT status, latency_ms, result_event_id FROM tool_calls FINAL "
+                      "WHERE call_id = 'otlp-big-1'").records()  # fmt: skip
+    assert [(r["status"], r["latency_ms"]) for r in rows] == [("ok", 42)]
+    output = client.read(rows[0]["result_event_id"]).event["payload"]["output"]
+    assert output.startswith("match\nmatch\n") and "of 2100000 bytes cut" in output
