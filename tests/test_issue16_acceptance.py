@@ -9,14 +9,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import gzip
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from agentlog.schemas.events import MAX_EVENT_BYTES
 from agentlog.streams.config import Settings
@@ -163,23 +160,28 @@ def test_kafka_away_when_the_client_starts_is_retried_and_nothing_is_lost(kafka_
     assert sorted(e["event_id"] for e in produced) == sorted(sent)
 
 
-def test_an_otlp_tool_span_with_a_result_over_the_event_limit_keeps_its_result_cut(client: Client, server: Server) -> None:
-    """``POST /v1/traces`` (OTLP JSON, gzip): an ``execute_tool`` span whose result attribute
-    is 2 MB becomes a call and its result, the result cut to the event size limit, rather
-    than a call whose result was rejected."""
-    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.conversation.id": "otlp-huge",
-                  "gen_ai.tool.name": "grep", "gen_ai.tool.call.id": "otlp-big-1",
-                  "gen_ai.tool.call.result": "match\n" * 350_000}  # fmt: skip
-    start = 1_764_579_600_000_000_000
-    span = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": "execute_tool grep",
-            "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 42_000_000),
-            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()]}  # fmt: skip
-    body = gzip.compress(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode())
-    answer = httpx.post(f"{server.url}/v1/traces", content=body, timeout=60, headers={
-        **server.auth, "Content-Type": "application/json", "Content-Encoding": "gzip"})  # fmt: skip
-    assert answer.status_code == 200 and answer.json() == {}  # no partial success: nothing rejected
-    rows = client.sql("SELECT status, latency_ms, result_event_id FROM tool_calls FINAL "
-                      "WHERE call_id = 'otlp-big-1'").records()  # fmt: skip
-    assert [(r["status"], r["latency_ms"]) for r in rows] == [("ok", 42)]
-    output = client.read(rows[0]["result_event_id"]).event["payload"]["output"]
-    assert output.startswith("match\nmatch\n") and "of 2100000 bytes cut" in output
+def test_the_langchain_handler_takes_an_agentlog_client_and_publishes_through_its_buffer(
+    client: Client, server: Server
+) -> None:
+    """``AgentlogCallbackHandler(client)``: the client a user already holds is a handler's
+    target like a service (before, every callback failed on it and LangChain only logged it),
+    and the handler's events go through its buffer and retries."""
+    from agentlog.integrations.langchain import AgentlogCallbackHandler  # noqa: PLC0415 - the extra
+
+    from tests import scripted_agent  # noqa: PLC0415
+
+    assert scripted_agent.run_langchain(AgentlogCallbackHandler(client), "lc-client") == scripted_agent.ANSWER
+    client.flush()
+    kinds = [r["kind"] for r in client.sql("SELECT kind FROM events WHERE thread_id = 'lc-client' "
+                                           "ORDER BY ts, event_id").records()]  # fmt: skip
+    assert sorted(kinds) == sorted(["message", "tool_call", "tool_result", "tool_call", "tool_result", "message",
+                                    "turn_end"])  # fmt: skip
+    pairs = client.sql("SELECT call_id, status FROM tool_calls FINAL WHERE thread_id = 'lc-client' ORDER BY call_id")
+    assert pairs.rows == [["call_1", "ok"], ["call_2", "error"]]
+
+    async def through_async_client() -> int:
+        async with AsyncClient(server.url, token=TOKEN) as ac:
+            scripted_agent.run_langchain(AgentlogCallbackHandler(ac), "lc-async")
+            return (await ac.state("lc-async")).event_count
+
+    assert asyncio.run(through_async_client()) == 7

@@ -28,7 +28,6 @@ from urllib.parse import urlencode, urlsplit
 from starlette.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentlog.schemas.events import MAX_EVENT_BYTES
 from agentlog.schemas.requests import RequestError
 from agentlog.streams.config import Settings
 
@@ -71,8 +70,6 @@ class Policy:
     allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES
     """Host names requests may address; ``None``: any (a non-loopback bind with no list)."""
     max_request_bytes: int = 64 * 1024 * 1024
-    max_event_bytes: int = MAX_EVENT_BYTES
-    """What an ingest adapter (``POST /v1/traces``) cuts an event to fit."""
 
     @classmethod
     def of(cls, settings: Settings, bind_host: str) -> Policy:
@@ -83,7 +80,7 @@ class Policy:
             allowed: frozenset[str] | None = LOOPBACK_NAMES | extra
         else:
             allowed = extra or None
-        return cls(settings.api_token or None, allowed, settings.max_request_bytes, settings.max_event_bytes)
+        return cls(settings.api_token or None, allowed, settings.max_request_bytes)
 
 
 def host_name(authority: str) -> str:
