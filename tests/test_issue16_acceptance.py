@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.kafka.topics import EVENTS, topic
 
 from agentlog import AsyncClient, Client
-from agentlog.client import ClientError
+from agentlog.client import ClientError, PublishRefused
 from tests.client_server import TOKEN, Server
 from tests.tcp_proxy import TcpProxy
 from tests.test_client import _no_agentlog_environment, server  # noqa: F401 - its fixtures: a fresh server per module
@@ -185,3 +186,23 @@ def test_the_langchain_handler_takes_an_agentlog_client_and_publishes_through_it
             return (await ac.state("lc-async")).event_count
 
     assert asyncio.run(through_async_client()) == 7
+
+
+def test_an_event_the_kafka_brokers_refuse_is_raised_by_flush_not_reported_published(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Nothing lost in silence on Kafka: an event the brokers do not take (here the event
+    topic was created with a 2 KB message limit) makes ``flush()`` raise, where the
+    publisher used to count it accepted."""
+    from kafka.admin import KafkaAdminClient, NewTopic  # noqa: PLC0415 - Kafka tests only
+
+    namespace = f"refuse{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin.create_topics([NewTopic(topic(EVENTS, namespace), 1, 1, topic_configs={"max.message.bytes": "2048"})])
+    admin.close()
+    settings = Settings(data_dir=tmp_path, kafka_namespace=namespace, partitions=1)
+    c = Client(kafka=kafka_bootstrap, settings=settings, id_prefix="refuse", retry_seconds=5)
+    c.thread("kafka-refuse").user(os.urandom(8_000).hex())  # gzip cannot shrink it under 2 KB
+    with pytest.raises(PublishRefused, match="MessageSizeTooLarge"):
+        c.flush()
+    c.close()
