@@ -50,6 +50,18 @@ def fit(record: dict[str, Any], limit: int, who: str) -> bytes:
     return raw
 
 
+def as_text(value: Any) -> str:
+    """A tool's output as the text a ``tool_result`` holds: a string as is, nothing as
+    ``""``, bytes decoded (undecodable bytes escaped), anything else as its JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    return dumps(value).decode()
+
+
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else dumps(value).decode()
 
@@ -104,4 +116,4 @@ def _shallow(value: Any) -> str:
         return f"<{type(value).__name__} nested deeper than {MAX_DEPTH} levels>"
 
 
-__all__ = ["CUT_MARK", "MAX_DEPTH", "dumps", "fit", "jsonable"]
+__all__ = ["CUT_MARK", "MAX_DEPTH", "as_text", "dumps", "fit", "jsonable"]

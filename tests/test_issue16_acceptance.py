@@ -206,3 +206,22 @@ def test_an_event_the_kafka_brokers_refuse_is_raised_by_flush_not_reported_publi
     with pytest.raises(PublishRefused, match="MessageSizeTooLarge"):
         c.flush()
     c.close()
+
+
+def test_a_tool_result_that_is_not_text_is_published_as_its_json_and_the_call_keeps_its_result(
+    client: Client,
+) -> None:
+    """``call.result(rows)`` with what a tool really returns (a dict, a list, a number,
+    ``None``): the result is published as text instead of being rejected, which left the
+    call without a result."""
+    t = client.thread("typed-results", project="accept")
+    outputs = {"r-dict": {"rows": 3, "ok": True}, "r-list": ["a", "b"], "r-int": 42, "r-none": None}
+    for call_id, output in outputs.items():
+        with t.tool_call("query", {}, call_id=call_id) as call:
+            call.result(output)
+    client.flush()
+    rows = client.sql("SELECT call_id, status, result_event_id FROM tool_calls FINAL "
+                      "WHERE thread_id = 'typed-results' ORDER BY call_id").records()  # fmt: skip
+    assert [(r["call_id"], r["status"]) for r in rows] == [(c, "ok") for c in sorted(outputs)]
+    texts = {r["call_id"]: client.read(r["result_event_id"]).event["payload"]["output"] for r in rows}
+    assert texts == {"r-dict": '{"rows":3,"ok":true}', "r-list": '["a","b"]', "r-int": "42", "r-none": ""}

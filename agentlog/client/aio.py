@@ -155,7 +155,7 @@ class AsyncToolCall(ToolCallBase):
         await self._start()
         return self
 
-    async def result(self, output: str, status: str = "ok", exit_code: int | None = None) -> str:
+    async def result(self, output: Any, status: str = "ok", exit_code: int | None = None) -> str:
         return await self._result(output, status, exit_code)  # type: ignore[no-any-return]
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:

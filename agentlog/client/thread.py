@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agentlog.client.events import envelope, fitted, history_events
+from agentlog.processors.fitting import as_text
 
 if TYPE_CHECKING:
     from agentlog.client.client import Client
@@ -137,10 +138,12 @@ class ThreadBase(Generic[R]):
     def tool_progress(self, call_id: str, text: str) -> R:
         return self.publish("tool_progress", {"call_id": call_id, "text": text})
 
-    def tool_result(self, call_id: str, output: str, status: str = "ok", tool_name: str | None = None,
+    def tool_result(self, call_id: str, output: Any, status: str = "ok", tool_name: str | None = None,
                     exit_code: int | None = None) -> R:  # fmt: skip
-        """A tool call's result, published on its own (``tool_call`` blocks do it for you)."""
-        payload: dict[str, Any] = {"call_id": call_id, "output": output, "status": status}
+        """A tool call's result, published on its own (``tool_call`` blocks do it for you).
+        ``output`` is text; what a tool returns otherwise (a dict, a list, a number, bytes,
+        ``None``) is published as its text (JSON), so the call never loses its result to a type."""
+        payload: dict[str, Any] = {"call_id": call_id, "output": as_text(output), "status": status}
         if tool_name is not None:
             payload["tool_name"] = tool_name
         if exit_code is not None:
@@ -223,7 +226,7 @@ class ToolCallBase:
         self.thread.client._open_calls[self.call_id] = self
         return sent
 
-    def _result(self, output: str, status: str, exit_code: int | None) -> Any:
+    def _result(self, output: Any, status: str, exit_code: int | None) -> Any:
         if self.status is not None:
             raise RuntimeError(f"tool call {self.call_id} already has a result ({self.status})")
         self.latency_ms = (time.perf_counter() - self.started) * 1000.0
@@ -245,8 +248,9 @@ class ToolCall(ToolCallBase):
         self._start()
         return self
 
-    def result(self, output: str, status: str = "ok", exit_code: int | None = None) -> str:
-        """The call's result (``status``: ``ok``, ``error``, ``timeout`` or ``cancelled``)."""
+    def result(self, output: Any, status: str = "ok", exit_code: int | None = None) -> str:
+        """The call's result (``status``: ``ok``, ``error``, ``timeout`` or ``cancelled``;
+        ``output``: text, or any value, published as its JSON text)."""
         return self._result(output, status, exit_code)  # type: ignore[no-any-return]
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
