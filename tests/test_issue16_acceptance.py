@@ -225,3 +225,18 @@ def test_a_tool_result_that_is_not_text_is_published_as_its_json_and_the_call_ke
     assert [(r["call_id"], r["status"]) for r in rows] == [(c, "ok") for c in sorted(outputs)]
     texts = {r["call_id"]: client.read(r["result_event_id"]).event["payload"]["output"] for r in rows}
     assert texts == {"r-dict": '{"rows":3,"ok":true}', "r-list": '["a","b"]', "r-int": "42", "r-none": ""}
+
+
+def test_async_client_has_the_clients_service_pending_and_publish_raw(server: Server) -> None:
+    """"The same constructor and methods, awaited": what docs/client.md puts on ``Client``
+    beyond the thread handle (``service``, ``pending``, ``publish_raw``) is on ``AsyncClient``."""
+    line = ('{"event_id":"raw-async-1","thread_id":"raw-async","kind":"message","ts":"2026-12-01T09:00:00Z",'
+            '"payload":{"role":"user","text":"hi"}}').encode()  # fmt: skip
+
+    async def scenario() -> tuple[int, bool, int]:
+        async with AsyncClient(server.url, token=TOKEN) as ac:
+            await ac.publish_raw(line)
+            await ac.flush()
+            return ac.pending, ac.service.health()["status"] == "ok", (await ac.state("raw-async")).event_count
+
+    assert asyncio.run(scenario()) == (0, True, 1)

@@ -65,8 +65,26 @@ class AsyncClient:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, policy.backoff_max_s)
 
+    def __repr__(self) -> str:
+        return f"<agentlog.AsyncClient {self.sync.connection.where}>"
+
+    @property
+    def service(self) -> Service:
+        """The ``Service`` the client drives (``health()``, the memory jobs, ``catch_up()``)."""
+        return self.sync.service
+
+    @property
+    def pending(self) -> int:
+        """Events buffered or being sent."""
+        return self.sync.pending
+
+    async def publish_raw(self, data: bytes) -> None:
+        """Events you encoded yourself (JSON lines), through the same buffer and retries."""
+        await self._run(self.sync.publish_raw, data)
+
     def thread(self, thread_id: str, project: str | None = None, agent_id: str | None = None,
                window_id: str | None = None) -> AsyncThread:  # fmt: skip
+        """A handle on one thread (nothing is sent until it publishes)."""
         return AsyncThread(self, thread_id, project, agent_id, window_id)
 
     async def _send(self, event_id: str, raw: bytes) -> str:
