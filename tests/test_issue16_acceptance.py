@@ -240,3 +240,27 @@ def test_async_client_has_the_clients_service_pending_and_publish_raw(server: Se
             return ac.pending, ac.service.health()["status"] == "ok", (await ac.state("raw-async")).event_count
 
     assert asyncio.run(scenario()) == (0, True, 1)
+
+
+def test_every_public_method_of_the_client_and_its_handles_has_a_docstring_and_typed_return() -> None:
+    """``agentlog.Client`` and ``agentlog.AsyncClient``, the public Python API, "typed, with
+    docstrings": each public method of the clients, thread handles and tool calls says
+    what it does and what it returns; the thread handle's reads return the typed results."""
+    import typing  # noqa: PLC0415
+
+    from agentlog.client import AsyncThread, AsyncToolCall, Context, SearchAnswer, State, Thread, ToolCall  # noqa: PLC0415
+
+    missing = []
+    for cls in (Client, AsyncClient, Thread, AsyncThread, ToolCall, AsyncToolCall):
+        for name in dir(cls):
+            if name.startswith("_") and name not in ("__enter__", "__exit__", "__aenter__", "__aexit__"):
+                continue
+            member = getattr(cls, name)
+            function = member.fget if isinstance(member, property) else member
+            if not callable(function):
+                continue
+            if not function.__doc__ or "return" not in getattr(function, "__annotations__", {}):
+                missing.append(f"{cls.__name__}.{name}")
+    assert missing == []
+    hints = {n: typing.get_type_hints(getattr(Thread, n))["return"] for n in ("state", "context", "search")}
+    assert hints == {"state": State, "context": Context, "search": SearchAnswer}

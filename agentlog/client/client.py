@@ -109,9 +109,11 @@ class Client:
             log.error("agentlog client: closing at exit failed: %s", error)
 
     def __enter__(self) -> Client:
+        """The client itself; leaving the block closes it."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """``close()``."""
         self.close()
 
     # -- reads (each flushes first: read your writes) --------------------------------------------
@@ -163,6 +165,7 @@ class Client:
         return SqlResult(columns=list(result.columns), rows=[list(row) for row in result.rows])
 
     def threads(self, project: str | None = None, status: str | None = None, limit: int = 100) -> ThreadList:
+        """The threads, newest activity first (``agentlog threads``)."""
         return ThreadList.model_validate(self._read(lambda: self.service.thread_list(project, status, limit)))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agentlog.client.events import envelope, fitted, history_events
+from agentlog.client.results import Context, SearchAnswer, State
 from agentlog.processors.fitting import as_text
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class ThreadBase(Generic[R]):
         return self.publish("message", {"role": "assistant", "text": text})
 
     def system(self, text: str) -> R:
+        """A system instruction."""
         return self.publish("message", {"role": "system", "text": text})
 
     def end_turn(self) -> R:
@@ -87,6 +89,7 @@ class ThreadBase(Generic[R]):
     # -- what the agent works towards ----------------------------------------------------------
 
     def goal(self, text: str) -> R:
+        """The thread's goal (a later one replaces it)."""
         return self.publish("goal", {"text": text})
 
     def constraint(self, text: str, constraint_id: str | None = None) -> R:
@@ -97,6 +100,7 @@ class ThreadBase(Generic[R]):
         return self.publish("constraint", payload, event_id)
 
     def remove_constraint(self, constraint_id: str) -> R:
+        """Drop a constraint added before (by its id)."""
         return self.publish("constraint", {"constraint_id": constraint_id, "op": "remove"})
 
     def plan(self, steps: Iterable[Step]) -> R:
@@ -105,6 +109,7 @@ class ThreadBase(Generic[R]):
         return self.publish("plan", {"steps": [_step(i, s) for i, s in enumerate(steps, 1)]})
 
     def task(self, task_id: str, status: str, text: str | None = None, owner: str | None = None) -> R:
+        """A task's status (``pending``, ``running``, ``done``, ``failed``, ``cancelled``), with its text and owner."""
         return self.publish("task", _some(task_id=task_id, status=status, text=text, owner=owner))
 
     def file_changed(self, path: str, change: str = "modified", confirmed: bool = True) -> R:
@@ -118,6 +123,7 @@ class ThreadBase(Generic[R]):
         return self.publish("fact", payload)
 
     def error(self, message: str, code: str | int | None = None) -> R:
+        """Something that went wrong outside a tool call (a model error, a crash)."""
         return self.publish("error", _some(message=message, code=code))
 
     # -- approvals -----------------------------------------------------------------------------
@@ -136,6 +142,7 @@ class ThreadBase(Generic[R]):
     # -- tools -----------------------------------------------------------------------------------
 
     def tool_progress(self, call_id: str, text: str) -> R:
+        """Progress of a running tool call."""
         return self.publish("tool_progress", {"call_id": call_id, "text": text})
 
     def tool_result(self, call_id: str, output: Any, status: str = "ok", tool_name: str | None = None,
@@ -194,14 +201,17 @@ class Thread(ThreadBase[str]):
         """This sub-agent ended: an ``agent_exit`` on the parent thread."""
         return self._exit_event(status, summary)
 
-    def state(self) -> Any:
+    def state(self) -> State:
+        """This thread's working state (``Client.state``)."""
         return self.client.state(self.thread_id)
 
     def context(self, budget: int, query: str | None = None, model: str | None = None,
-                format: str = "generic") -> Any:  # noqa: A002 # fmt: skip
+                format: str = "generic") -> Context:  # noqa: A002 # fmt: skip
+        """This thread's context within ``budget`` tokens (``Client.context``)."""
         return self.client.context(self.thread_id, budget=budget, query=query, model=model, format=format)
 
-    def search(self, query: str, **filters: Any) -> Any:
+    def search(self, query: str, **filters: Any) -> SearchAnswer:
+        """Full-text search within this thread (``Client.search``)."""
         return self.client.search(query, thread_id=self.thread_id, **filters)
 
 
@@ -245,6 +255,7 @@ class ToolCallBase:
 
 class ToolCall(ToolCallBase):
     def __enter__(self) -> ToolCall:
+        """Publish the call; its latency counts from here."""
         self._start()
         return self
 
@@ -254,6 +265,7 @@ class ToolCall(ToolCallBase):
         return self._result(output, status, exit_code)  # type: ignore[no-any-return]
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        """An exception leaving the block becomes an ``error`` (or ``cancelled``) result, and goes on."""
         failed = self._failed(error)
         if failed is not None:
             self.result(*failed)
