@@ -264,3 +264,22 @@ def test_every_public_method_of_the_client_and_its_handles_has_a_docstring_and_t
     assert missing == []
     hints = {n: typing.get_type_hints(getattr(Thread, n))["return"] for n in ("state", "context", "search")}
     assert hints == {"state": State, "context": Context, "search": SearchAnswer}
+
+
+def test_a_provider_history_with_a_tool_result_over_the_event_limit_keeps_the_pair(client: Client) -> None:
+    """``t.history(...)``: an Anthropic ``tool_result`` of 3 MB is cut to the event size
+    limit like a published one, and importing the history again stores nothing twice."""
+    history = [
+        {"role": "user", "content": "show me the log"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_big", "name": "cat", "input": {"p": "x"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_big", "content": "log\n" * 750_000}]},
+        {"role": "assistant", "content": "it is long"},
+    ]
+    t = client.thread("history-huge", project="accept")
+    first = t.history(history, format="anthropic", at="2026-12-01T09:00:00Z")
+    assert t.history(history, format="anthropic", at="2026-12-01T09:00:00Z") == first
+    client.flush()
+    rows = client.sql("SELECT status, result_event_id FROM tool_calls FINAL WHERE call_id = 'toolu_big'").records()
+    assert [r["status"] for r in rows] == ["ok"]
+    assert "of 3000000 bytes cut" in client.read(rows[0]["result_event_id"]).event["payload"]["output"]
+    assert client.sql("SELECT count() FROM events WHERE thread_id = 'history-huge'").scalar() == len(first)

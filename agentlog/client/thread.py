@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agentlog.client.events import envelope, fitted, history_events
 from agentlog.client.results import Context, SearchAnswer, State
-from agentlog.processors.fitting import as_text
+from agentlog.processors.fitting import as_text, fit
 
 if TYPE_CHECKING:
     from agentlog.client.client import Client
@@ -57,7 +57,9 @@ class ThreadBase(Generic[R]):
         or a longer version of it, stores nothing twice."""
         events = history_events(items, format, self.thread_id, self.project or "default", system,
                                 self.agent_id or "main", at)  # fmt: skip
-        return [self.client._send(e.event_id, e.model_dump_json(exclude_none=True).encode()) for e in events]
+        limit = self.client.max_event_bytes  # a tool result of megabytes is cut to fit, as in ``publish``
+        return [self.client._send(e.event_id, fit(e.model_dump(mode="json", exclude_none=True), limit, "agentlog client"))
+                for e in events]  # fmt: skip
 
     def publish(self, kind: str, payload: dict[str, Any], event_id: str | None = None) -> R:
         """Any kind of event with this thread's envelope (the typed methods cover the usual ones)."""
