@@ -283,3 +283,25 @@ def test_a_provider_history_with_a_tool_result_over_the_event_limit_keeps_the_pa
     assert [r["status"] for r in rows] == ["ok"]
     assert "of 3000000 bytes cut" in client.read(rows[0]["result_event_id"]).event["payload"]["output"]
     assert client.sql("SELECT count() FROM events WHERE thread_id = 'history-huge'").scalar() == len(first)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def test_an_exception_inside_a_tool_call_block_is_raised_as_is_and_becomes_an_error_result(client: Client) -> None:
+    """"An exception becomes an error result": the agent's own exception leaves the block
+    unchanged, even one whose message cannot be printed, and the call gets an ``error``
+    result naming it."""
+    t = client.thread("block-errors", project="accept")
+    with pytest.raises(Unprintable), t.tool_call("flaky", {}, call_id="unprintable-1"):
+        raise Unprintable()
+    with pytest.raises(ValueError, match="bad input"), t.tool_call("flaky", {}, call_id="plain-1"):
+        raise ValueError("bad input")
+    client.flush()
+    rows = client.sql("SELECT call_id, status, result_event_id FROM tool_calls FINAL "
+                      "WHERE thread_id = 'block-errors' ORDER BY call_id").records()  # fmt: skip
+    assert [(r["call_id"], r["status"]) for r in rows] == [("plain-1", "error"), ("unprintable-1", "error")]
+    outputs = [client.read(r["result_event_id"]).event["payload"]["output"] for r in rows]
+    assert outputs[0] == "ValueError: bad input" and outputs[1].startswith("Unprintable: ")

@@ -252,7 +252,11 @@ class ToolCallBase:
         if error is None or self.status is not None:
             return None
         status = "error" if isinstance(error, Exception) else "cancelled"  # Ctrl-C, task cancelled
-        return f"{type(error).__name__}: {error}", status
+        try:
+            said = str(error)
+        except Exception:  # noqa: BLE001 - a broken __str__ must not hide the agent's own exception
+            said = "(the exception's message could not be read)"
+        return f"{type(error).__name__}: {said}", status
 
 
 class ToolCall(ToolCallBase):
