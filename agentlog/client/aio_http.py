@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from agentlog.streams.api.client import RemoteService, Unreachable, answer_of
+from agentlog.streams.api.client import RemoteService, Unreachable, answer_of, segment
 
 
 class AsyncHttpReads:
@@ -29,11 +29,11 @@ class AsyncHttpReads:
         return answer_of(response)
 
     async def state(self, thread_id: str) -> Any:
-        return await self._send("GET", f"/threads/{thread_id}/state")
+        return await self._send("GET", f"/threads/{segment(thread_id)}/state")
 
     async def context(self, thread_id: str, budget: int, query: str | None, model: str | None,
                       format: str = "generic") -> Any:  # noqa: A002 # fmt: skip
-        return await self._send("GET", f"/threads/{thread_id}/context", {
+        return await self._send("GET", f"/threads/{segment(thread_id)}/context", {
             "budget": budget, "query": query, "model": model,
             "format": None if format == "generic" else format})  # fmt: skip
 
@@ -46,7 +46,7 @@ class AsyncHttpReads:
             "project": project, "after": after, "since_ms": since_ms, "until_ms": until_ms, "limit": limit})  # fmt: skip
 
     async def read(self, event_id: str) -> Any:
-        return await self._send("GET", f"/events/{event_id}")
+        return await self._send("GET", f"/events/{segment(event_id)}")
 
     async def sql(self, statement: str) -> Any:
         return await self._send("POST", "/sql", body={"sql": statement})

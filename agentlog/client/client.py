@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentlog.client.buffer import BatchPolicy, Buffer
-from agentlog.client.errors import DeliveryFailed, transient
+from agentlog.client.errors import ClientError, DeliveryFailed, transient
 from agentlog.client.events import EventIds
 from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList
 from agentlog.client.targets import connect
 from agentlog.client.thread import Thread, ToolCallBase
+from agentlog.schemas.events import MAX_EVENT_BYTES
 from agentlog.streams.api.service import Service
 from agentlog.streams.config import Settings
 
@@ -40,13 +41,15 @@ class Client:
                  kafka: str | None = None, worker: str | None = None, settings: Settings | None = None,
                  batch_size: int = 500, capacity: int = 10_000, flush_interval: float = 0.2,
                  retry_seconds: float = 120.0, max_batch_bytes: int = 8 * 1024 * 1024,
-                 capacity_bytes: int = 256 * 1024 * 1024, id_prefix: str | None = None) -> None:  # fmt: skip
+                 capacity_bytes: int = 256 * 1024 * 1024, id_prefix: str | None = None,
+                 max_event_bytes: int = MAX_EVENT_BYTES) -> None:  # fmt: skip
         self.policy = BatchPolicy(capacity=capacity, batch_size=batch_size, interval_s=flush_interval,
                                   retry_seconds=retry_seconds, max_batch_bytes=max_batch_bytes,
                                   capacity_bytes=capacity_bytes)  # fmt: skip
         self.connection = connect(target, token=token, kafka=kafka, worker=worker, settings=settings)
         self.service: Service = self.connection.service
         self.ids = EventIds(id_prefix)
+        self.max_event_bytes = max_event_bytes  # the deployment's AGENTLOG_MAX_EVENT_BYTES: bigger fields are cut
         self._open_calls: dict[str, ToolCallBase] = {}
         self._buffer = Buffer(self.service.publish, self.policy)
         self._closed = False
@@ -106,15 +109,19 @@ class Client:
             log.error("agentlog client: closing at exit failed: %s", error)
 
     def __enter__(self) -> Client:
+        """The client itself; leaving the block closes it."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """``close()``."""
         self.close()
 
     # -- reads (each flushes first: read your writes) --------------------------------------------
 
     def _read(self, call: Callable[[], T]) -> T:
         """A read after a flush, retried on transient errors like a publish."""
+        if self._closed:
+            raise ClientError("the client is closed")
         self.flush()
         deadline = time.monotonic() + self.policy.retry_seconds
         delay = self.policy.backoff_s
@@ -158,6 +165,7 @@ class Client:
         return SqlResult(columns=list(result.columns), rows=[list(row) for row in result.rows])
 
     def threads(self, project: str | None = None, status: str | None = None, limit: int = 100) -> ThreadList:
+        """The threads, newest activity first (``agentlog threads``)."""
         return ThreadList.model_validate(self._read(lambda: self.service.thread_list(project, status, limit)))
 
 

@@ -13,8 +13,8 @@ import os
 import time
 from typing import Any
 
-import orjson
 
+from agentlog.processors.fitting import dumps, fit
 from agentlog.schemas.events import Envelope
 
 _second: list[Any] = [None, ""]  # the last whole second formatted, and its text
@@ -51,12 +51,24 @@ def envelope(**fields: Any) -> dict[str, Any]:
 
 def encode(event_id: str, thread_id: str, kind: str, payload: dict[str, Any], fields: dict[str, Any],
            ts: str | None = None) -> bytes:  # fmt: skip
-    """One event as a JSON line's bytes (without the newline); ``fields``: an ``envelope``."""
-    return orjson.dumps({"event_id": event_id, "thread_id": thread_id, "kind": kind, "ts": ts or now_ts(),
-                         "payload": payload, **fields})  # fmt: skip
+    """One event as a JSON line's bytes (without the newline); ``fields``: an ``envelope``.
+    A payload plain JSON cannot hold (bytes, sets, objects, ...) is made JSON first
+    (``agentlog.processors.fitting.jsonable``): what an agent hands a tool is never a
+    reason to lose the event."""
+    return dumps({"event_id": event_id, "thread_id": thread_id, "kind": kind, "ts": ts or now_ts(),
+                  "payload": payload, **fields})  # fmt: skip
 
 
-__all__ = ["EventIds", "encode", "envelope", "now_ts"]
+def fitted(event_id: str, thread_id: str, kind: str, payload: dict[str, Any], fields: dict[str, Any],
+           limit: int) -> bytes:  # fmt: skip
+    """``encode``, the payload's biggest fields cut until the event fits in ``limit`` bytes
+    (``agentlog.processors.fitting.fit``): the deployment rejects a bigger event whole, and
+    a tool call would then lose its result."""
+    return fit({"event_id": event_id, "thread_id": thread_id, "kind": kind, "ts": now_ts(), "payload": payload,
+                **fields}, limit, "agentlog client")  # fmt: skip
+
+
+__all__ = ["EventIds", "encode", "envelope", "fitted", "now_ts"]
 
 
 HISTORY_FORMATS = ("openai", "openai_responses", "anthropic")

@@ -17,9 +17,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from agentlog.sinks.base import QueryResult
+from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.api.client import RemoteService
-from agentlog.streams.api.service import NotServedHere, Service
+from agentlog.streams.api.service import NotServedHere, Service, Unavailable
 from agentlog.streams.config import Settings
 from agentlog.streams.publish_check import Publisher, PublishReport
 
@@ -54,12 +54,20 @@ class KafkaTarget:
     """Publishes to Kafka; reads go to a worker's HTTP API (``worker``), if named."""
 
     def __init__(self, settings: Settings, reader: Service | None) -> None:
-        from agentlog.streams.kafka.publisher import KafkaPublisher  # noqa: PLC0415 - Kafka users only
-
-        self.publisher: Publisher = KafkaPublisher(settings)
+        self.settings = settings
+        self.publisher: Publisher | None = None  # connected at the first publish, by the sender
         self.reader = reader
 
     def publish(self, data: bytes) -> PublishReport:
+        if self.publisher is None:
+            # Here, not in the constructor: brokers away when the agent starts are a
+            # transient failure the sender retries, not a client that cannot be built.
+            from agentlog.streams.kafka.publisher import KafkaPublisher  # noqa: PLC0415 - Kafka users only
+
+            try:
+                self.publisher = KafkaPublisher(self.settings)
+            except StoreError as error:  # no broker answered the bootstrap
+                raise Unavailable(str(error)) from error
         return self.publisher.publish(data)
 
     def _reads(self) -> Service:
@@ -68,7 +76,7 @@ class KafkaTarget:
         return self.reader
 
     def __getattr__(self, name: str) -> Any:  # every read: state, context, search, read, sql, ...
-        if name.startswith("_") or name in ("publisher", "reader"):
+        if name.startswith("_") or name in ("publisher", "reader", "settings"):
             raise AttributeError(name)
         return getattr(self._reads(), name)
 
@@ -79,7 +87,8 @@ class KafkaTarget:
         return self._reads().catch_up(on_progress) if self.reader is not None else {"ok": True}
 
     def close(self) -> None:
-        self.publisher.close()
+        if self.publisher is not None:
+            self.publisher.close()
         if self.reader is not None:
             self.reader.close()
 

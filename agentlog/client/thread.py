@@ -13,7 +13,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agentlog.client.events import encode, envelope, history_events
+from agentlog.client.events import envelope, fitted, history_events
+from agentlog.client.results import Context, SearchAnswer, State
+from agentlog.processors.fitting import as_text, fit
 
 if TYPE_CHECKING:
     from agentlog.client.client import Client
@@ -55,12 +57,14 @@ class ThreadBase(Generic[R]):
         or a longer version of it, stores nothing twice."""
         events = history_events(items, format, self.thread_id, self.project or "default", system,
                                 self.agent_id or "main", at)  # fmt: skip
-        return [self.client._send(e.event_id, e.model_dump_json(exclude_none=True).encode()) for e in events]
+        limit = self.client.max_event_bytes  # a tool result of megabytes is cut to fit, as in ``publish``
+        return [self.client._send(e.event_id, fit(e.model_dump(mode="json", exclude_none=True), limit, "agentlog client"))
+                for e in events]  # fmt: skip
 
     def publish(self, kind: str, payload: dict[str, Any], event_id: str | None = None) -> R:
         """Any kind of event with this thread's envelope (the typed methods cover the usual ones)."""
         event_id = event_id or self.client.ids.next()
-        raw = encode(event_id, self.thread_id, kind, payload, self._envelope)
+        raw = fitted(event_id, self.thread_id, kind, payload, self._envelope, self.client.max_event_bytes)
         return self.client._send(event_id, raw)  # type: ignore[no-any-return]
 
     # -- conversation -------------------------------------------------------------------------
@@ -74,6 +78,7 @@ class ThreadBase(Generic[R]):
         return self.publish("message", {"role": "assistant", "text": text})
 
     def system(self, text: str) -> R:
+        """A system instruction."""
         return self.publish("message", {"role": "system", "text": text})
 
     def end_turn(self) -> R:
@@ -86,6 +91,7 @@ class ThreadBase(Generic[R]):
     # -- what the agent works towards ----------------------------------------------------------
 
     def goal(self, text: str) -> R:
+        """The thread's goal (a later one replaces it)."""
         return self.publish("goal", {"text": text})
 
     def constraint(self, text: str, constraint_id: str | None = None) -> R:
@@ -96,6 +102,7 @@ class ThreadBase(Generic[R]):
         return self.publish("constraint", payload, event_id)
 
     def remove_constraint(self, constraint_id: str) -> R:
+        """Drop a constraint added before (by its id)."""
         return self.publish("constraint", {"constraint_id": constraint_id, "op": "remove"})
 
     def plan(self, steps: Iterable[Step]) -> R:
@@ -104,6 +111,7 @@ class ThreadBase(Generic[R]):
         return self.publish("plan", {"steps": [_step(i, s) for i, s in enumerate(steps, 1)]})
 
     def task(self, task_id: str, status: str, text: str | None = None, owner: str | None = None) -> R:
+        """A task's status (``pending``, ``running``, ``done``, ``failed``, ``cancelled``), with its text and owner."""
         return self.publish("task", _some(task_id=task_id, status=status, text=text, owner=owner))
 
     def file_changed(self, path: str, change: str = "modified", confirmed: bool = True) -> R:
@@ -117,6 +125,7 @@ class ThreadBase(Generic[R]):
         return self.publish("fact", payload)
 
     def error(self, message: str, code: str | int | None = None) -> R:
+        """Something that went wrong outside a tool call (a model error, a crash)."""
         return self.publish("error", _some(message=message, code=code))
 
     # -- approvals -----------------------------------------------------------------------------
@@ -135,12 +144,15 @@ class ThreadBase(Generic[R]):
     # -- tools -----------------------------------------------------------------------------------
 
     def tool_progress(self, call_id: str, text: str) -> R:
+        """Progress of a running tool call."""
         return self.publish("tool_progress", {"call_id": call_id, "text": text})
 
-    def tool_result(self, call_id: str, output: str, status: str = "ok", tool_name: str | None = None,
+    def tool_result(self, call_id: str, output: Any, status: str = "ok", tool_name: str | None = None,
                     exit_code: int | None = None) -> R:  # fmt: skip
-        """A tool call's result, published on its own (``tool_call`` blocks do it for you)."""
-        payload: dict[str, Any] = {"call_id": call_id, "output": output, "status": status}
+        """A tool call's result, published on its own (``tool_call`` blocks do it for you).
+        ``output`` is text; what a tool returns otherwise (a dict, a list, a number, bytes,
+        ``None``) is published as its text (JSON), so the call never loses its result to a type."""
+        payload: dict[str, Any] = {"call_id": call_id, "output": as_text(output), "status": status}
         if tool_name is not None:
             payload["tool_name"] = tool_name
         if exit_code is not None:
@@ -191,14 +203,17 @@ class Thread(ThreadBase[str]):
         """This sub-agent ended: an ``agent_exit`` on the parent thread."""
         return self._exit_event(status, summary)
 
-    def state(self) -> Any:
+    def state(self) -> State:
+        """This thread's working state (``Client.state``)."""
         return self.client.state(self.thread_id)
 
     def context(self, budget: int, query: str | None = None, model: str | None = None,
-                format: str = "generic") -> Any:  # noqa: A002 # fmt: skip
+                format: str = "generic") -> Context:  # noqa: A002 # fmt: skip
+        """This thread's context within ``budget`` tokens (``Client.context``)."""
         return self.client.context(self.thread_id, budget=budget, query=query, model=model, format=format)
 
-    def search(self, query: str, **filters: Any) -> Any:
+    def search(self, query: str, **filters: Any) -> SearchAnswer:
+        """Full-text search within this thread (``Client.search``)."""
         return self.client.search(query, thread_id=self.thread_id, **filters)
 
 
@@ -217,11 +232,13 @@ class ToolCallBase:
 
     def _start(self) -> Any:
         self.started = time.perf_counter()
-        self.thread.client._open_calls[self.call_id] = self
-        return self.thread.publish("tool_call", {"call_id": self.call_id, "tool_name": self.tool_name,
+        sent = self.thread.publish("tool_call", {"call_id": self.call_id, "tool_name": self.tool_name,
                                                  "arguments": self.arguments})  # fmt: skip
+        # Open only once published: a call the client refused (closed) gets no result at close.
+        self.thread.client._open_calls[self.call_id] = self
+        return sent
 
-    def _result(self, output: str, status: str, exit_code: int | None) -> Any:
+    def _result(self, output: Any, status: str, exit_code: int | None) -> Any:
         if self.status is not None:
             raise RuntimeError(f"tool call {self.call_id} already has a result ({self.status})")
         self.latency_ms = (time.perf_counter() - self.started) * 1000.0
@@ -235,19 +252,26 @@ class ToolCallBase:
         if error is None or self.status is not None:
             return None
         status = "error" if isinstance(error, Exception) else "cancelled"  # Ctrl-C, task cancelled
-        return f"{type(error).__name__}: {error}", status
+        try:
+            said = str(error)
+        except Exception:  # noqa: BLE001 - a broken __str__ must not hide the agent's own exception
+            said = "(the exception's message could not be read)"
+        return f"{type(error).__name__}: {said}", status
 
 
 class ToolCall(ToolCallBase):
     def __enter__(self) -> ToolCall:
+        """Publish the call; its latency counts from here."""
         self._start()
         return self
 
-    def result(self, output: str, status: str = "ok", exit_code: int | None = None) -> str:
-        """The call's result (``status``: ``ok``, ``error``, ``timeout`` or ``cancelled``)."""
+    def result(self, output: Any, status: str = "ok", exit_code: int | None = None) -> str:
+        """The call's result (``status``: ``ok``, ``error``, ``timeout`` or ``cancelled``;
+        ``output``: text, or any value, published as its JSON text)."""
         return self._result(output, status, exit_code)  # type: ignore[no-any-return]
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        """An exception leaving the block becomes an ``error`` (or ``cancelled``) result, and goes on."""
         failed = self._failed(error)
         if failed is not None:
             self.result(*failed)

@@ -5,8 +5,9 @@
 
 or name the thread per run: ``config={"callbacks": [handler], "metadata": {"thread_id": "t1"}}``
 (LangGraph copies ``configurable.thread_id`` into the metadata, so a graph's own thread
-id is used as is). What is published, through ``service.publish`` (an ``EmbeddedService``,
-a ``RemoteService`` or anything with the ``Service`` protocol's ``publish``):
+id is used as is). What is published, through an ``agentlog.Client``'s buffer (or an
+``AsyncClient``'s) or through ``service.publish`` (an ``EmbeddedService``, a
+``RemoteService`` or anything with the ``Service`` protocol's ``publish``):
 
 - a chat model's start: the new input messages (those after the model's last answer or
   tool result: every call re-sends the whole history) as ``message`` events;
@@ -38,6 +39,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 
+from agentlog.processors.fitting import fit
+from agentlog.schemas.events import MAX_EVENT_BYTES
+
 log = logging.getLogger("agentlog.integrations.langchain")
 
 INPUT_ROLES = {"human": "user", "system": "system", "developer": "developer"}
@@ -46,7 +50,8 @@ THREAD_KEYS = ("agentlog_thread_id", "thread_id")
 
 
 class Publishes(Protocol):
-    """What the handler needs of a service: the ``Service`` protocol's ``publish``."""
+    """What the handler needs of a service: the ``Service`` protocol's ``publish`` (an
+    ``agentlog.Client`` is taken too: the handler then uses its ``publish_raw``)."""
 
     def publish(self, data: bytes) -> Any: ...
 
@@ -91,6 +96,11 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
     def __init__(self, service: Publishes, thread_id: str | None = None, project: str | None = None,
                  agent_id: str | None = None, clock: Callable[[], str] = now_rfc3339) -> None:  # fmt: skip
         self.service, self.thread_id, self.clock = service, thread_id, clock
+        # An ``agentlog.Client`` (or ``AsyncClient``) publishes through its buffer, with its
+        # retries: a server away for a moment loses no callback. A service publishes at once.
+        client = getattr(service, "sync", service)
+        self._publish_bytes: Callable[[bytes], Any] = getattr(client, "publish_raw", None) or service.publish
+        self.max_event_bytes: int = getattr(client, "max_event_bytes", MAX_EVENT_BYTES)
         self.envelope = {k: v for k, v in (("project", project), ("agent_id", agent_id)) if v}
         self._runs: dict[UUID, _Run] = {}
         self._turns: dict[str, _Turn] = {}
@@ -125,7 +135,8 @@ class AgentlogCallbackHandler(BaseCallbackHandler):
 
     def _send(self, events: Sequence[dict[str, Any]]) -> None:
         if events:
-            report = self.service.publish(b"\n".join(orjson.dumps(e) for e in events))
+            # ``fit``: arguments JSON cannot hold are made JSON, an output over the size limit cut
+            report = self._publish_bytes(b"\n".join(fit(e, self.max_event_bytes, "agentlog handler") for e in events))
             # A callback must not raise into the agent's run; a refused event is said, not
             # dropped in silence (a LangGraph thread id outside the id alphabet, say).
             for rejection in getattr(report, "rejections", None) or ():

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -72,6 +73,13 @@ def server_url(settings: Settings) -> str | None:
                     health.get("data_dir", "another data directory"), mine)  # fmt: skip
         return None
     return url
+
+
+def segment(name: str) -> str:
+    """An id as one path segment: escaped, and the ids ``.`` and ``..`` (valid ids) with
+    their dots escaped too, which an HTTP client would otherwise resolve as a directory."""
+    quoted = quote(name, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 JSON = {"Content-Type": "application/json"}
@@ -166,16 +174,16 @@ class RemoteService:
         return self._get("/threads", project=project, status=status, limit=limit)
 
     def state(self, thread_id: str) -> dict[str, Any]:
-        return self._get(f"/threads/{thread_id}/state")
+        return self._get(f"/threads/{segment(thread_id)}/state")
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
                 model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip
         # generic is the route's default: not sent, so an older server still answers it
         shape = None if format == "generic" else format
-        return self._get(f"/threads/{thread_id}/context", budget=budget, query=query, model=model, format=shape)
+        return self._get(f"/threads/{segment(thread_id)}/context", budget=budget, query=query, model=model, format=shape)
 
     def read(self, event_id: str) -> dict[str, Any]:
-        return self._get(f"/events/{event_id}")
+        return self._get(f"/events/{segment(event_id)}")
 
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                tool_name: str | None = None, window_id: str | None = None,
@@ -242,4 +250,4 @@ class RemoteService:
         self.http.close()
 
 
-__all__ = ["SERVER_FILE", "RemoteService", "Unreachable", "answer_of", "answers", "data_dir_identity", "server_url"]
+__all__ = ["SERVER_FILE", "RemoteService", "Unreachable", "answer_of", "answers", "data_dir_identity", "segment", "server_url"]

@@ -32,11 +32,18 @@ class KafkaPublisher(Publisher):
         METRICS.published.inc(len(records))
         accepted, rejected, report = check_records(records, self.settings.max_event_bytes)
         rejected = with_letters(rejected, report, dead_letters, self.settings.max_event_bytes)
-        for thread_id, _event_id, raw in accepted:
-            self.producer.send(self.events_topic, key=thread_id.encode(), value=raw)
-        for raw, reason in rejected:
-            self.producer.send(self.dlq_topic, value=raw, headers=[("reason", reason.encode())])
+        sent = [self.producer.send(self.events_topic, key=thread_id.encode(), value=raw)
+                for thread_id, _event_id, raw in accepted]  # fmt: skip
+        sent += [self.producer.send(self.dlq_topic, value=raw, headers=[("reason", reason.encode())])
+                 for raw, reason in rejected]  # fmt: skip
         self.producer.flush()
+        # flush() returns once every record is answered for, delivered or not: a record the
+        # brokers never took (away past the producer's retries, refused) must not be
+        # reported accepted. Raising lets the caller send the batch again; the records that
+        # did land are exact duplicates then, which the pipeline drops.
+        failed = next((f.exception for f in sent if f.failed()), None)
+        if failed is not None:
+            raise failed
         return report
 
     def close(self) -> None:
