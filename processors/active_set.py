@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from agentlog.processors.records import Match, Prepared, best_of, matches_of, prepare, prepared_doc, tool_of
@@ -29,6 +31,25 @@ SEARCHES_KEPT = 64
 
 Answer = tuple[int, list[Match], dict[str, Hit]]
 """How many prepared events a search has scored, its best matches, their hits by id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An active hit as a search merges it with the index's (by score, then offset);
+    ``hit()`` makes it, snippet and all, for those the search keeps."""
+
+    event_id: str
+    score: float
+    offset: int
+    hit: Callable[[], Hit]
+
+
+def _made(made: dict[str, Hit], doc: dict[str, Any], terms: list[str], score: float) -> Hit:
+    """The document's hit, made once per search answer (a snippet is most of a hit's cost)."""
+    found = made.get(doc["event_id"])
+    if found is None:
+        found = made[doc["event_id"]] = hit_of(doc, terms, score)
+    return found
 
 
 class ActiveSet:
@@ -102,7 +123,12 @@ class ActiveSet:
 
     def hits(self, terms: list[str], filters: SearchFilters, exact: Sequence[str], keep: int) -> list[Hit]:
         """``active_hits`` over every event added, with no ``known`` events: the best
-        ``keep`` in topic order. Only the events added since this search was last asked
+        ``keep`` in topic order."""
+        return [p.hit() for p in self.pending(terms, filters, exact, keep)]
+
+    def pending(self, terms: list[str], filters: SearchFilters, exact: Sequence[str], keep: int) -> list[Pending]:
+        """``hits``, each made (its snippet) only when asked: a search keeps only some of
+        them after the index's. Only the events added since this search was last asked
         are scored."""
         key = (tuple(terms), filters, tuple(exact), keep)
         scored, best, made = self._answers.pop(key, None) or (0, [], {})
@@ -113,7 +139,7 @@ class ActiveSet:
         self._answers[key] = (len(self._prepared), best, made)
         if len(self._answers) > SEARCHES_KEPT:
             self._answers.popitem(last=False)
-        return [made.get(doc["event_id"]) or made.setdefault(doc["event_id"], hit_of(doc, terms, score))
+        return [Pending(doc["event_id"], score, doc["offset"], partial(_made, made, doc, terms, score))
                 for score, doc in best]  # fmt: skip
 
     def _holding(self, start: int, terms: list[str], exact: Sequence[str]) -> list[Prepared]:
@@ -130,4 +156,4 @@ class ActiveSet:
         return [self._prepared[i] for i in sorted(found)]
 
 
-__all__ = ["SEARCHES_KEPT", "ActiveSet"]
+__all__ = ["SEARCHES_KEPT", "ActiveSet", "Pending"]

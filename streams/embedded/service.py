@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from agentlog.processors.active_set import ActiveSet
+from agentlog.processors.active_set import ActiveSet, Pending
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.records import active_hits
 from agentlog.processors.redaction import redact_if
@@ -484,8 +484,9 @@ class EmbeddedService(MemoryOperations):
         active = self._active_hits(query, own_thread, filters, limit) if own_thread is not None else []
         hits = self.index.search(query, filters, limit)
         known = {h.event_id for h in hits}
-        merged = sorted(hits + [h for h in active if h.event_id not in known],
+        ranked = sorted([*hits, *(h for h in active if h.event_id not in known)],
                         key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
+        merged = [h.hit() if isinstance(h, Pending) else h for h in ranked]  # snippets only for these
         visible = self.index.visible_offsets().get(0, 0)
         return {
             "query": query,
@@ -499,7 +500,7 @@ class EmbeddedService(MemoryOperations):
     def _unindexed(self) -> int:
         return self.driver.events_pos - self.index.visible_offsets().get(0, 0)
 
-    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, limit: int) -> list[Hit]:
+    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, limit: int) -> list[Hit | Pending]:
         """The thread's accepted events the index cannot see yet (read-your-writes): the
         best ``2 * limit``, enough whatever the index answers."""
         visible = self.index.visible_offsets().get(0, 0)
@@ -513,7 +514,7 @@ class EmbeddedService(MemoryOperations):
         with cache.active.lock:
             active = self._active_set(thread_id, visible, current_window, closed)
             if active is not None:
-                return active.hits(terms, filters, exact, 2 * limit)
+                return active.pending(terms, filters, exact, 2 * limit)
         events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible, ACTIVE_SCAN_LIMIT)
                   if isinstance(e := cache.parse(r.value, validate), Envelope))  # fmt: skip
         return active_hits(events, terms, filters, current_window, set(), closed, exact, cache.docs, keep=2 * limit)
