@@ -25,9 +25,10 @@ class _Forgetful(context_cache.ContextCache):
     texts = None  # type: ignore[assignment]
     items = None  # type: ignore[assignment]  # the state redacted whole, every time
     docs = None  # type: ignore[assignment]  # unindexed events' documents built on every search
+    derived = None  # type: ignore[assignment]  # units' tokens and the summary worked out every time
 
     def __init__(self) -> None:  # no stores at all
-        pass
+        self.active = context_cache.ActiveSets(max_sets=0)  # unindexed events prepared again on every search
 
     def parse(self, raw: bytes, validate: Any) -> Any:
         return validate(raw)

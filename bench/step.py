@@ -305,24 +305,33 @@ def langgraph_length(n: int, steps: int, seconds: float, tmp: Path, tick: Tick) 
 
 def bench_step(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS, budget: int = BUDGET,
                langgraph_seconds: float = LANGGRAPH_SECONDS, on_length: Callable[[int, int], Tick] | None = None,
-               ) -> dict[str, Any]:  # fmt: skip
+               in_process_only: bool = False) -> dict[str, Any]:  # fmt: skip
     """Every series of the section, length by length: agentlog in-process, over HTTP, then
     LangGraph, so each ratio compares series measured minutes apart at most (this machine's
-    load moves). ``on_length(n, total)`` gives each length's tick."""
+    load moves). ``on_length(n, total)`` gives each length's tick. ``in_process_only``: the
+    in-process series alone (no server, no LangGraph)."""
     start = on_length or (lambda _n, _total: lambda: None)
-    langgraph = langgraph_available()
+    langgraph = langgraph_available() and not in_process_only
     result: dict[str, Any] = {"lengths": list(lengths), "steps": steps, "budget": budget,
-                              "in_process": {}, "http": {}, "langgraph": {} if langgraph else None}  # fmt: skip
-    with in_process() as local, served() as remote, \
+                              "in_process": {}, "http": None if in_process_only else {},
+                              "langgraph": {} if langgraph else None}  # fmt: skip
+    with in_process() as local, (nullcontext(None) if in_process_only else served()) as remote, \
             tempfile.TemporaryDirectory(prefix="agentlog-bench-step-langgraph-") as tmp:  # fmt: skip
-        result["http_url"] = remote.url
+        result["http_url"] = remote.url if remote is not None else None
         for n in lengths:
-            tick = start(n, (6 if langgraph else 4) * steps)
+            tick = start(n, _series(in_process_only, langgraph) * steps)
             result["in_process"][n] = agentlog_length(local, n, steps, budget, tick)
-            result["http"][n] = agentlog_length(remote, n, steps, budget, tick)
+            if remote is not None:
+                result["http"][n] = agentlog_length(remote, n, steps, budget, tick)
             if langgraph:
                 result["langgraph"][n] = langgraph_length(n, steps, langgraph_seconds, Path(tmp), tick)
     return result
+
+
+def _series(in_process_only: bool, langgraph: bool) -> int:
+    """Measured series per length: each agentlog deployment's state and context steps,
+    and LangGraph's two savers."""
+    return 2 if in_process_only else 6 if langgraph else 4
 
 
 def _fmt(f: dict[str, Any]) -> str:
@@ -339,13 +348,16 @@ def _ratio(theirs_ms: float, ours_ms: float) -> str:
 def report(result: dict[str, Any]) -> list[str]:
     lines = []
     for where in ("in_process", "http"):
+        if result[where] is None:
+            continue
         label = "in-process" if where == "in_process" else "over HTTP "
         for n in result["lengths"]:
             row = result[where][n]
             lines.append(f"agentlog {label}, thread of {n:>6,} events: publish->state {_fmt(row['state'])} | "
                          f"publish->context({result['budget']:,} tokens, recall on) {_fmt(row['context'])}")  # fmt: skip
     if result["langgraph"] is None:
-        lines.append(f"LangGraph is not installed: `{INSTALL_HINT}` to measure it side by side")
+        if result["http"] is not None:  # not left out on purpose (--in-process-only)
+            lines.append(f"LangGraph is not installed: `{INSTALL_HINT}` to measure it side by side")
         return lines
     for n in result["lengths"]:
         ours = result["in_process"][n]["state"]
@@ -356,12 +368,13 @@ def report(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS) -> int:
-    langgraph = langgraph_available()
-    if not langgraph:
+def run(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS, in_process_only: bool = False) -> int:
+    langgraph = langgraph_available() and not in_process_only
+    if not langgraph and not in_process_only:
         print(f"step: LangGraph is not installed, measuring agentlog only (`{INSTALL_HINT}` adds it)", flush=True)
-    total = len(lengths) * (6 if langgraph else 4) * steps
-    with progress("step: agentlog in-process, over HTTP, LangGraph") as update:
+    total = len(lengths) * _series(in_process_only, langgraph) * steps
+    title = "step: agentlog in-process" if in_process_only else "step: agentlog in-process, over HTTP, LangGraph"
+    with progress(title) as update:
         done, planned = [0], [0]
 
         def on_length(_n: int, steps_of_length: int) -> Tick:
@@ -374,7 +387,7 @@ def run(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS) -> int:
 
             return tick
 
-        result = bench_step(lengths, steps, on_length=on_length)
+        result = bench_step(lengths, steps, on_length=on_length, in_process_only=in_process_only)
     for line in report(result):
         print(line, flush=True)
     return 0

@@ -38,6 +38,9 @@ class Unit:
     event_ids: list[str]
     messages: list[dict[str, Any]]
     tokens: int = 0
+    key: tuple[Any, ...] | None = None
+    """What its messages are a pure function of (events, output budget, redaction), so its
+    ``tokens`` may be remembered by it; ``None`` once anything else changed them."""
 
 
 @dataclass
@@ -130,6 +133,8 @@ def build_units(
         if call_id not in answered:  # no context ever holds an unpaired call
             unit.messages.append({"role": "tool", "tool_call_id": call_id,
                                   "content": "[no result: missing (synthetic)]"})  # fmt: skip
+    for unit in units:
+        unit.key = (tuple(unit.event_ids), output_budget_chars, redact_secrets)
     return units
 
 
@@ -417,6 +422,7 @@ def _dedup_window_failures(units: list[Unit], groups: list[FailureGroup]) -> Non
                         f"({group.label} failed {len(group.event_ids)} times)")  # fmt: skip
                 if len(note) < len(m["content"]):
                     m["content"] = note
+                    u.key = None  # its text is no longer its events' alone
 
 
 def assemble(
@@ -432,6 +438,7 @@ def assemble(
     redact_secrets: bool = True,
     memo: TextMemo | None = None,
     state_redacted: bool = False,
+    derived: MutableMapping[Any, Any] | None = None,
 ) -> ContextResult:
     """Assemble the working set. ``window`` is the bounded recent tail of the thread.
 
@@ -443,8 +450,10 @@ def assemble(
 
     With ``redact_secrets`` (the default) every input is redacted before it is measured:
     the state, the window's texts, arguments and outputs, recalled hits, memory facts.
-    ``memo`` (see ``build_units``) and ``state_redacted`` (``state`` is ``redact_value``'s
-    already) let a caller keep that work between calls: the result is the same."""
+    ``memo`` (see ``build_units``), ``state_redacted`` (``state`` is ``redact_value``'s
+    already) and ``derived`` (what pure parts of the work gave, by keys naming all they
+    depend on: a unit's tokens, the rendered summary) let a caller keep that work between
+    calls: the result is the same."""
     if redact_secrets:
         state = state if state_redacted else redact_value(state)
         recall = redact_value(recall)
@@ -463,7 +472,7 @@ def assemble(
         latest_unit = Unit([latest_user.event_id], [{"role": "user", "content": content}])
         units.insert(0, latest_unit)  # read apart: older than every event of the window
     for u in units:
-        u.tokens = sum(message_tokens(counter, m) for m in u.messages)
+        u.tokens = _unit_tokens(u, counter, derived)
     needed = message_tokens(counter, pinned) + (latest_unit.tokens if latest_unit else 0)
     if needed > budget:
         raise BudgetTooSmall(needed, budget)
@@ -503,7 +512,8 @@ def assemble(
     shown_failures = {i for s in sections if s["name"] == "failures" for i in s["event_ids"]}
     cited: set[str] = set()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
-        text, left_out, lost = _summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE), shown_failures)
+        text, left_out, lost = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
+                                                   shown_failures, derived)  # fmt: skip
         msg = {"role": "system", "content": text} if text else None
         if msg is not None:
             b.remaining -= message_tokens(counter, msg)
@@ -568,7 +578,9 @@ def assemble(
     # user-role message, then the conversation, its newest turn last.
     messages = [pinned, *(m for _, m in system), *([recall_msg] if recall_msg else []),
                 *([memory_msg] if memory_msg else []), *recent]  # fmt: skip
-    used = sum(message_tokens(counter, m) for m in messages)
+    # The conversation's messages are the chosen units': their tokens are counted already.
+    used = sum(message_tokens(counter, m) for m in messages[: len(messages) - len(recent)])
+    used += sum(u.tokens for u in chosen)
     dropped = {"sections": b.dropped, "tokens": sum(d["tokens"] for d in b.dropped),
                "units": [i for u in left_units for i in u.event_ids],
                "recall": next((d["items"] for d in b.dropped if d["name"] == "recall"), [])}  # fmt: skip
@@ -594,6 +606,31 @@ def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple
     if message_tokens(counter, shorter) <= message_tokens(counter, msg):
         msg["content"] = section["content"] = shorter["content"]
         section["tokens"] = message_tokens(counter, msg)
+
+
+def _unit_tokens(unit: Unit, counter: TokenCounter, derived: MutableMapping[Any, Any] | None) -> int:
+    """The unit's messages' tokens, remembered in ``derived`` by what they are made of."""
+    if derived is None or unit.key is None:
+        return sum(message_tokens(counter, m) for m in unit.messages)
+    key = ("unit", counter.encoding_name, unit.key)
+    n = derived.get(key)
+    if n is None:
+        n = derived[key] = sum(message_tokens(counter, m) for m in unit.messages)
+    return int(n)
+
+
+def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int, covered: set[str],
+                        derived: MutableMapping[Any, Any] | None) -> tuple[str, list[str], int]:  # fmt: skip
+    """``_summary``, remembered in ``derived`` by the summary's JSON and its arguments (a
+    rolling summary changes only when the stream folds the window into it)."""
+    if derived is None:
+        return _summary(summary, counter, max_tokens, covered)
+    key = ("summary", counter.encoding_name, orjson.dumps(summary), max_tokens, tuple(sorted(covered)))
+    found = derived.get(key)
+    if found is None:
+        found = derived[key] = _summary(summary, counter, max_tokens, covered)
+    text, items, lost = found
+    return text, list(items), lost
 
 
 _CITED = re.compile(r"\[([^\[\]]+)\]$", re.MULTILINE)

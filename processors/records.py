@@ -15,7 +15,9 @@ import orjson
 
 from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from agentlog.processors.pipeline import Applied
-from agentlog.processors.textsearch import MAX_IDENTIFIERS, active_score, hit_of, identifiers, pair_term, scorable
+from agentlog.processors.textsearch import (
+    EXACT_BOOST, MAX_IDENTIFIERS, Scorable, filters_match, hit_of, identifiers, pair_term, scorable, score_of,
+)  # fmt: skip
 from agentlog.processors.truncation import WORD_SLACK, clip_at_word
 from agentlog.schemas.events import Envelope, ToolCallPayload
 from agentlog.schemas.search import Hit, SearchFilters
@@ -168,47 +170,91 @@ def windows_of(events: Sequence[Envelope], current_window: str, closed_windows: 
     return windows[::-1]
 
 
+Prepared = tuple[dict[str, Any], Scorable]
+"""An event as read-your-writes searches it: its search document and that text's tokens."""
+
+
+def prepare(events: Iterable[tuple[Envelope, int]], current_window: str, known: set[str],
+            closed_windows: Mapping[str, str], docs: MutableMapping[Any, Any] | None = None) -> list[Prepared]:  # fmt: skip
+    """The search documents of a thread's recent ``(event, offset)`` not in ``known``, each
+    event once (its first record), in topic order. ``docs`` remembers each event's document
+    and its tokens (a pure function of what keys it) across searches: the events not yet
+    indexed are searched again on every request until the sinks catch up."""
+    unique: dict[str, tuple[Envelope, int]] = {}
+    for event, offset in events:
+        unique.setdefault(event.event_id, (event, offset))  # a redelivery, which the pipeline dropped
+    ordered = list(unique.values())
+    windows = windows_of([e for e, _ in ordered], current_window, closed_windows)
+    prepared: list[Prepared] = []
+    calls: dict[str, str] = {}
+    for (event, offset), window in zip(ordered, windows):
+        tool_name = tool_of(event, calls)
+        if event.event_id not in known:
+            prepared.append(prepared_doc(event, offset, window, tool_name, docs))
+    return prepared
+
+
+def tool_of(event: Envelope, calls: dict[str, str]) -> str | None:
+    """The tool a thread's next event names, ``calls`` the open calls met so far (updated):
+    a result names its call's tool, as the pipeline indexes it: the open call's, which the
+    first result closes (later ones, and results before their call, name none)."""
+    call_id = str(getattr(event.payload, "call_id", ""))
+    if isinstance(event.payload, ToolCallPayload):
+        calls.setdefault(call_id, event.payload.tool_name)
+    return calls.pop(call_id, None) if event.kind == "tool_result" else calls.get(call_id)
+
+
+def prepared_doc(event: Envelope, offset: int, window: str, tool_name: str | None,
+                 docs: MutableMapping[Any, Any] | None = None) -> Prepared:  # fmt: skip
+    """``event``'s search document and tokens, from ``docs`` when it holds them."""
+    key = (event.event_id, offset, window, tool_name)
+    kept = None if docs is None else docs.get(key)
+    if kept is None:
+        doc = search_doc(event, offset, window, tool_name)
+        kept = (doc, scorable(doc))
+        if docs is not None:
+            docs[key] = kept
+    return kept
+
+
+Match = tuple[float, dict[str, Any]]
+
+
+def matches_of(prepared: Iterable[Prepared], terms: list[str], filters: SearchFilters,
+               exact: Sequence[str] = ()) -> list[Match]:  # fmt: skip
+    """``(score, doc)`` of each prepared document that matches, in their order: what
+    ``active_score`` gives each, with the query's terms made a set once for them all."""
+    unique, wanted = set(terms), frozenset(exact)
+    matches: list[Match] = []
+    for doc, scored in prepared:
+        if not filters_match(doc, filters):
+            continue
+        s = score_of(unique, scored) if terms else 1.0
+        score = s + EXACT_BOOST * len(wanted & scored.terms) if wanted else s + 0.0
+        if score:
+            matches.append((score, doc))
+    return matches
+
+
+def best_of(matches: list[Match], keep: int | None) -> list[Match]:
+    """The best ``keep`` of ``matches`` (by score, then newest), still in their order."""
+    if keep is None or len(matches) <= keep:
+        return matches
+    best = {id(m) for m in heapq.nsmallest(keep, matches, key=lambda m: (-m[0], -m[1]["offset"]))}
+    return [m for m in matches if id(m) in best]
+
+
 def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filters: SearchFilters,
                 current_window: str, known: set[str], closed_windows: Mapping[str, str],
                 exact: Sequence[str] = (), docs: MutableMapping[Any, Any] | None = None,
                 keep: int | None = None) -> list[Hit]:  # fmt: skip
     """Read-your-writes: hits among a thread's recent ``(event, offset)`` that are not in
     ``known`` (what the index returned), each event once; ``exact``: the query's
-    identifiers, matched against ``terms`` as the index does. ``docs`` remembers each
-    event's search document and its tokens (a pure function of what keys it) across searches: the events
-    not yet indexed are searched again on every request until the sinks catch up. ``keep``:
-    only the best this many (by score, then newest), as a search of ``keep // 2`` hits
-    needs: its index hits can stand in for at most half of them."""
-    unique: dict[str, tuple[Envelope, int]] = {}
-    for event, offset in events:
-        unique.setdefault(event.event_id, (event, offset))  # a redelivery, which the pipeline dropped
-    ordered = list(unique.values())
-    windows = windows_of([e for e, _ in ordered], current_window, closed_windows)
-    matches: list[tuple[float, dict[str, Any]]] = []
-    # A result names its call's tool, as the pipeline indexes it: the open call's, which
-    # the first result closes (later ones, and results before their call, name none).
-    calls: dict[str, str] = {}
-    for (event, offset), window in zip(ordered, windows):
-        call_id = str(getattr(event.payload, "call_id", ""))
-        if isinstance(event.payload, ToolCallPayload):
-            calls.setdefault(call_id, event.payload.tool_name)
-        tool_name = calls.pop(call_id, None) if event.kind == "tool_result" else calls.get(call_id)
-        if event.event_id in known:
-            continue
-        key = (event.event_id, offset, window, tool_name)
-        kept = None if docs is None else docs.get(key)
-        if kept is None:
-            doc = search_doc(event, offset, window, tool_name)
-            kept = (doc, scorable(doc))
-            if docs is not None:
-                docs[key] = kept
-        score = active_score(kept[0], terms, filters, exact, kept[1])
-        if score:
-            matches.append((score, kept[0]))
-    if keep is not None and len(matches) > keep:  # the best ``keep``, still in topic order
-        best = {id(m) for m in heapq.nsmallest(keep, matches, key=lambda m: (-m[0], -m[1]["offset"]))}
-        matches = [m for m in matches if id(m) in best]
-    return [hit_of(doc, terms, score) for score, doc in matches]
+    identifiers, matched against ``terms`` as the index does; ``docs``: see ``prepare``.
+    ``keep``: only the best this many (by score, then newest), as a search of ``keep // 2``
+    hits needs: its index hits can stand in for at most half of them."""
+    prepared = prepare(events, current_window, known, closed_windows, docs)
+    return [hit_of(doc, terms, score) for score, doc in best_of(matches_of(prepared, terms, filters, exact), keep)]
 
 
-__all__ = ["MAX_INDEXED_CHARS", "active_hits", "exact_terms", "windows_of", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]
+__all__ = ["MAX_INDEXED_CHARS", "Match", "Prepared", "active_hits", "best_of", "matches_of", "prepare", "prepared_doc", "tool_of", "exact_terms", "windows_of", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]

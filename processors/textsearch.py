@@ -57,32 +57,43 @@ def tokenize(text: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Scorable:
-    """A text as ``score`` reads it: how often each token occurs, and how many there are.
-    Tokenizing is most of scoring's cost; a document searched again keeps this."""
+    """A text as ``score`` reads it: how often each token occurs, and how many there are;
+    ``terms``: a search document's exact terms (``scorable``). Tokenizing is most of
+    scoring's cost; a document searched again keeps this."""
 
     counts: Counter[str]
     length: int
+    terms: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, text: str) -> Scorable:
+    def of(cls, text: str, terms: frozenset[str] = frozenset()) -> Scorable:
         tokens = tokenize(text)
-        return cls(Counter(tokens), len(tokens))
+        return cls(Counter(tokens), len(tokens), terms)
 
 
 def score(query_terms: list[str], text: str | Scorable) -> float:
     """A small BM25-like score of ``text`` for ``query_terms`` (0.0: no term matches)."""
     if not query_terms:
         return 0.0
-    doc = text if isinstance(text, Scorable) else Scorable.of(text)
+    return score_of(set(query_terms), text if isinstance(text, Scorable) else Scorable.of(text))
+
+
+def score_of(unique_terms: set[str], doc: Scorable) -> float:
+    """``score`` for the distinct terms of a query, made once for many documents (summed in
+    the set's order, so the same set gives the same float)."""
     if not doc.length:
         return 0.0
     total = 0.0
     length_norm = 1.0 + 0.25 * (doc.length / 50.0)
-    for term in set(query_terms):
-        tf = doc.counts[term]
+    counts = doc.counts
+    for term in unique_terms:
+        tf = counts.get(term)
         if tf:
             total += tf * 2.2 / (tf + 1.2 * length_norm)
-    return round(total * math.log(2.0), 6)
+    return round(total * LN2, 6)
+
+
+LN2 = math.log(2.0)
 
 
 def snippet(query_terms: list[str], text: str, width: int = SNIPPET_CHARS) -> str:
@@ -109,8 +120,8 @@ def filters_match(doc: dict[str, Any], f: SearchFilters) -> bool:
 
 
 def scorable(doc: dict[str, Any]) -> Scorable:
-    """What ``active_hit`` scores of a search document: its text and path."""
-    return Scorable.of(doc["text"] + " " + doc["path"])
+    """What ``active_hit`` scores of a search document: its text and path, and its exact terms."""
+    return Scorable.of(doc["text"] + " " + doc["path"], frozenset(doc.get("terms", ())))
 
 
 def active_score(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
@@ -142,4 +153,4 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     return hit_of(doc, terms, s) if s else None
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "snippet", "tokenize"]
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "tokenize"]

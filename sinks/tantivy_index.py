@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -19,6 +21,10 @@ from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet, to
 from agentlog.schemas.tables import SEARCH_FIELDS
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.sinks.base import SearchIndex, StoreError
+
+ANSWERS_KEPT = 1024
+"""Searches answered by the current reader that an index remembers (hits of at most
+``limit`` short snippets each: small)."""
 
 _TEXT_FIELDS = [f.name for f in SEARCH_FIELDS if f.type == "text"]
 
@@ -63,10 +69,18 @@ class TantivySearchIndex(SearchIndex):
         try:
             _check_schema(path)
             self._index = tantivy.Index(self._schema, path=path, reuse=True)
+            # The reader changes only when this index reloads it (a refresh), never on its
+            # own after a background merge: a search's answer stays the same between
+            # refreshes, so it can be remembered until the next one (``_answers``).
+            self._index.config_reader("Manual")
             self._writer = self._index.writer(heap_size=heap_bytes, num_threads=1)
         except ValueError as error:
             raise StoreError(f"cannot open the search index in {path}: {error}") from error
         self._lock = threading.Lock()
+        # Searches answered since the reader was last reloaded: an agent's loop asks the
+        # same ones step after step (the recall of its question, a hit's partner).
+        self._answers: OrderedDict[tuple[str, SearchFilters, int], list[Hit]] = OrderedDict()
+        self._generation = 0  # reloads of the reader so far
         self._pending: dict[int, int] = {}
         self._dirty = False
         self._visible = self._read_visible()
@@ -77,8 +91,14 @@ class TantivySearchIndex(SearchIndex):
         """Searchable documents (committed, not deleted): one per event processed."""
         return int(self._index.searcher().num_docs)
 
-    def _read_visible(self) -> dict[int, int]:
+    def _reload(self) -> None:
+        """A new reader (what a search sees); the answers of the old one are forgotten."""
         self._index.reload()
+        self._generation += 1
+        self._answers.clear()
+
+    def _read_visible(self) -> dict[int, int]:
+        self._reload()
         searcher = self._index.searcher()
         if searcher.num_docs == 0:
             return {}
@@ -120,7 +140,7 @@ class TantivySearchIndex(SearchIndex):
             if not self._dirty:
                 return
             self._writer.commit()
-            self._index.reload()
+            self._reload()
             for part, off in self._pending.items():
                 if off > self._visible.get(part, -1):
                     self._visible[part] = off
@@ -163,6 +183,23 @@ class TantivySearchIndex(SearchIndex):
         return tantivy.Query.boolean_query(clauses), terms
 
     def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
+        """The best ``limit`` hits; one asked again before the next refresh is answered
+        from memory, the same hits (a reader that has not changed answers the same)."""
+        key = (query, filters, limit)
+        with self._lock:
+            generation, hits = self._generation, self._answers.get(key)
+            if hits is not None:
+                self._answers.move_to_end(key)
+                return [replace(h) for h in hits]
+        hits = self._search(query, filters, limit)
+        with self._lock:
+            if generation == self._generation:  # no reload in between: still the answer
+                self._answers[key] = hits
+                if len(self._answers) > ANSWERS_KEPT:
+                    self._answers.popitem(last=False)
+        return [replace(h) for h in hits]
+
+    def _search(self, query: str, filters: SearchFilters, limit: int) -> list[Hit]:
         q, terms = self._query(query, filters)
         searcher = self._index.searcher()
         result = searcher.search(q, limit)
@@ -191,7 +228,7 @@ class TantivySearchIndex(SearchIndex):
         with self._lock:
             self._writer.delete_all_documents()
             self._writer.commit()
-            self._index.reload()
+            self._reload()
             self._visible = {}
             self._pending.clear()
             self._high = -1

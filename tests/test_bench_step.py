@@ -101,3 +101,12 @@ def test_the_cli_picks_lengths_and_steps_for_a_quick_run() -> None:
     assert (args.only, args.step_lengths, args.steps) == ("step", (200, 2000), 50)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--step-lengths", "0,x"])
+
+
+def test_the_in_process_only_flag_measures_the_in_process_series_alone() -> None:
+    args = build_parser().parse_args(["bench", "--only", "step", "--in-process-only"])
+    assert args.in_process_only
+    result = bench_step((60,), 3, in_process_only=True)
+    assert set(result["in_process"][60]) == {"state", "context"} and result["in_process"][60]["context"]["steps"] == 3
+    assert result["http"] is None and result["langgraph"] is None
+    assert [line.split(",")[0] for line in report(result)] == ["agentlog in-process"]

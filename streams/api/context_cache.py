@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from dataclasses import dataclass
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from agentlog.processors.active_set import ActiveSet
 from agentlog.processors.textsearch import Scorable
 from agentlog.schemas.events import Envelope
 
@@ -87,6 +89,16 @@ class BoundedCache(MutableMapping[Any, V], Generic[V]):
             self.bytes = 0
 
 
+@dataclass(frozen=True, slots=True)
+class WindowTail:
+    """A thread's newest records after a start, as a context request read them: ``last``
+    the newest offset read, ``records`` (offset, parsed event, record size) oldest first."""
+
+    last: int
+    records: list[tuple[int, Any, int]]
+    chars: int
+
+
 def _size(value: Any) -> int:
     """About what ``value`` holds, by its text: an event by its JSON, a search document by
     its values (an event of 1 MiB counts 1 MiB, not a flat guess)."""
@@ -96,11 +108,49 @@ def _size(value: Any) -> int:
         return sum(_size(v) for v in value) + 64
     if isinstance(value, dict):
         return sum(_size(v) for v in value.values()) + 64
+    if isinstance(value, WindowTail):  # its records by their size as received
+        return value.chars + 64 * len(value.records) + 64
     if isinstance(value, Scorable):  # a token and its count per distinct token
         return 32 * len(value.counts) + 64
     if isinstance(value, BaseModel):
         return len(value.model_dump_json()) + 256
     return 64
+
+
+class ActiveSets:
+    """Each thread's ``ActiveSet`` (its events not indexed yet, prepared, and the searches
+    asked of them), least recently used out first once the sets together hold more than
+    ``max_bytes`` of text or there are more than ``max_sets``. The caller holds ``lock``
+    while it reads or extends a set (HTTP requests search on several threads at once)."""
+
+    def __init__(self, max_sets: int = 256, max_bytes: int = CONTEXT_CACHE_BYTES) -> None:
+        self.max_sets, self.max_bytes = max_sets, max_bytes
+        self.lock = threading.RLock()
+        self._sets: OrderedDict[str, ActiveSet] = OrderedDict()
+
+    def get(self, thread_id: str) -> ActiveSet | None:
+        found = self._sets.get(thread_id)
+        if found is not None:
+            self._sets.move_to_end(thread_id)
+        return found
+
+    def put(self, thread_id: str, active: ActiveSet | None) -> None:
+        """Keep ``active`` for the thread (``None``: keep none), then the bounds."""
+        self._sets.pop(thread_id, None)
+        if active is not None:
+            self._sets[thread_id] = active
+        while len(self._sets) > self.max_sets or (len(self._sets) > 1 and self.chars() > self.max_bytes):
+            self._sets.popitem(last=False)
+
+    def chars(self) -> int:
+        return sum(s.chars for s in self._sets.values())
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def clear(self) -> None:
+        with self.lock:
+            self._sets.clear()
 
 
 class ContextCache:
@@ -109,7 +159,10 @@ class ContextCache:
     ``Envelope`` (read by recall; frozen); ``parsed`` an accepted record's raw bytes -> its
     ``Envelope`` (the window's records, parsed once); ``items`` a state list (or list
     item)'s JSON -> its redaction's JSON, for the service's state reads (``agentlog.processors.redaction.redact_value``'s memo); ``docs`` the search
-    document of an event not yet indexed and its tokens (``agentlog.processors.records.active_hits``)."""
+    document of an event not yet indexed and its tokens (``agentlog.processors.records.active_hits``);
+    ``derived`` what pure parts of assembly gave (``agentlog.processors.context.assemble``);
+    ``active`` each thread's events not yet indexed as read-your-writes searches them
+    (``agentlog.processors.active_set``)."""
 
     def __init__(self, max_entries: int = CONTEXT_CACHE_ENTRIES, max_bytes: int = CONTEXT_CACHE_BYTES) -> None:
         self.texts: BoundedCache[str] = BoundedCache(max_entries, max_bytes)
@@ -117,10 +170,12 @@ class ContextCache:
         self.parsed: BoundedCache[Envelope] = BoundedCache(max_entries, max_bytes)
         self.items: BoundedCache[bytes] = BoundedCache(max_entries, max_bytes)
         self.docs: BoundedCache[tuple[dict[str, Any], Scorable]] = BoundedCache(max_entries, max_bytes)
+        self.derived: BoundedCache[Any] = BoundedCache(max_entries, max_bytes)
+        self.active = ActiveSets(max_bytes=max_bytes)
 
     def clear(self) -> None:
         """Forget everything: the next request works it all out again (gives the same)."""
-        for part in (self.texts, self.events, self.parsed, self.items, self.docs):
+        for part in (self.texts, self.events, self.parsed, self.items, self.docs, self.derived, self.active):
             part.clear()
 
     def parse(self, raw: bytes, validate: Callable[[bytes], Any]) -> Any:
@@ -162,4 +217,4 @@ def cache_for(service: Any) -> ContextCache:
     return cache
 
 
-__all__ = ["CONTEXT_CACHE_BYTES", "CONTEXT_CACHE_ENTRIES", "BoundedCache", "ContextCache", "cache_for"]
+__all__ = ["CONTEXT_CACHE_BYTES", "CONTEXT_CACHE_ENTRIES", "ActiveSets", "BoundedCache", "WindowTail", "ContextCache", "cache_for"]

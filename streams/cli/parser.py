@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-lengths", type=_lengths, default=(200, 2_000, 20_000), metavar="N,N,...",
                    help="thread lengths of the step benchmark (default 200,2000,20000)")
     p.add_argument("--steps", type=int, default=200, help="measured steps per series of the step benchmark")
+    p.add_argument("--in-process-only", action="store_true",
+                   help="with --only step: only the in-process series (no server over HTTP, no LangGraph)")
     p.add_argument("--json", action="store_true", help="with --only fidelity or memory: its figures as one JSON object")
     p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "step", "kafka", "rebuild",
                                          "client", "web"],

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from agentlog.processors.active_set import ActiveSet, Pending
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
@@ -33,7 +34,7 @@ from agentlog.sinks.base import MemoryStore, QueryResult, Topic
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
-from agentlog.streams.api.context_cache import cache_for
+from agentlog.streams.api.context_cache import ContextCache, WindowTail, cache_for
 from agentlog.streams.api.service import NotFound
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
@@ -287,17 +288,38 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
             return set(self.driver.pipeline.thread(thread_id).pairer.state.orphans)
 
     def window(self, thread_id: str, after: Sequence[str], limit: int) -> list[Envelope]:
-        start = 0
-        for marker in after:
-            record = self.bus.find(marker)
-            start = max(start, record.offset if record is not None else 0)
+        cache = cache_for(self)
+        start = max((self._offset_of(marker, cache) for marker in after), default=0)
+        # The thread's newest records after ``start`` as the last request read them, and
+        # those appended since (one short read): the topic only grows, and a record never
+        # changes, so these are the newest ``limit`` records a whole read would give.
+        derived: Any = cache.derived if cache.derived is not None else {}  # None: a cache that keeps nothing
+        key = ("window", thread_id, start, limit)
+        kept = derived.get(key)
+        last, records = (kept.last, kept.records) if isinstance(kept, WindowTail) else (start, [])
+        new = [(r.offset, cache.parse(r.value, validate), len(r.value))
+               for r in self.bus.thread_tail(thread_id, last, limit)]  # fmt: skip
+        if new:
+            records = (records + new)[-limit:]
+            derived[key] = WindowTail(new[-1][0], records, sum(r[2] for r in records))
         # The topic holds every delivery; a redelivered event is in the window once.
         window: dict[str, Envelope] = {}
-        for record in self.bus.thread_tail(thread_id, start, limit):
-            event = cache_for(self).parse(record.value, validate)  # parsed once per record
+        for _offset, event, _size in records:
             if isinstance(event, Envelope):
                 window.setdefault(event.event_id, event)
         return list(window.values())
+
+    def _offset_of(self, event_id: str, cache: ContextCache) -> int:
+        """The offset of the event's first record (0: not in the topic); found, it never changes."""
+        derived: Any = cache.derived if cache.derived is not None else {}
+        key = ("first", event_id)
+        offset = derived.get(key)
+        if offset is None:
+            record = self.bus.find(event_id)
+            if record is None:
+                return 0
+            offset = derived[key] = record.offset
+        return int(offset)
 
     def read_event(self, event_id: str) -> Envelope | None:
         record = self.bus.find(event_id)  # the common case, parsed once (recall reads many)
@@ -362,8 +384,9 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         active = self._active_hits(query, own_thread, filters, limit) if own_thread is not None else []
         hits = self.index.search(query, filters, limit)
         known = {h.event_id for h in hits}
-        merged = sorted(hits + [h for h in active if h.event_id not in known],
+        ranked = sorted([*hits, *(h for h in active if h.event_id not in known)],
                         key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
+        merged = [h.hit() if isinstance(h, Pending) else h for h in ranked]  # snippets only for these
         visible = self.index.visible_offsets().get(0, 0)
         return {
             "query": query,
@@ -377,7 +400,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
     def _unindexed(self) -> int:
         return self.driver.events_pos - self.index.visible_offsets().get(0, 0)
 
-    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, limit: int) -> list[Hit]:
+    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, limit: int) -> list[Hit | Pending]:
         """The thread's accepted events the index cannot see yet (read-your-writes): the
         best ``2 * limit``, enough whatever the index answers."""
         visible = self.index.visible_offsets().get(0, 0)
@@ -387,10 +410,34 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
             current_window = tp.state.window_id if tp is not None else DEFAULT_WINDOW
             closed = dict(tp.state.closed_windows) if tp is not None else {}
         cache = cache_for(self)  # these events are searched again on every request until indexed
+        exact = identifiers(query)
+        with cache.active.lock:
+            active = self._active_set(thread_id, visible, current_window, closed)
+            if active is not None:
+                return active.pending(terms, filters, exact, 2 * limit)
         events = ((e, r.offset) for r in self.bus.thread_tail(thread_id, visible, ACTIVE_SCAN_LIMIT)
                   if isinstance(e := cache.parse(r.value, validate), Envelope))  # fmt: skip
-        return active_hits(events, terms, filters, current_window, set(), closed, identifiers(query), cache.docs,
-                           keep=2 * limit)  # fmt: skip
+        return active_hits(events, terms, filters, current_window, set(), closed, exact, cache.docs, keep=2 * limit)
+
+    def _active_set(self, thread_id: str, visible: int, window: str, closed: dict[str, str]) -> ActiveSet | None:
+        """The thread's events after ``visible`` as read-your-writes searches them, kept
+        from the last search and extended by the records appended since (one short read),
+        or ``None`` when they are more than ``ACTIVE_SCAN_LIMIT`` records (only the newest
+        that many are searched: the set would not be those)."""
+        cache = cache_for(self)
+        kept = cache.active.get(thread_id)
+        for active in (kept, None) if kept is not None and kept.fits(window, closed, visible) else (None,):
+            active = active or ActiveSet(visible, window, closed, cache.docs)
+            room = ACTIVE_SCAN_LIMIT - active.records
+            records = self.bus.thread_tail(thread_id, active.last, room + 1)
+            if len(records) > room:
+                cache.active.put(thread_id, None)
+                return None
+            events = [(e, r.offset) for r in records if isinstance(e := cache.parse(r.value, validate), Envelope)]
+            if active.add(events, len(records), records[-1].offset if records else active.last):
+                cache.active.put(thread_id, active)
+                return active
+        return None  # pragma: no cover - a new set takes any events
 
     def sql(self, statement: str) -> QueryResult:
         self._drain()

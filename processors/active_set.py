@@ -1,0 +1,159 @@
+"""One thread's events the index cannot see yet, kept between searches (read-your-writes).
+
+``agentlog.processors.records.active_hits`` reads a thread's unindexed events, makes each
+one's search document and scores them all, on every search. An agent's loop asks the same
+searches step after step while its thread grows by an event or two, so an ``ActiveSet``
+keeps what that work gave: each event prepared once, when it is added, and each search's
+best matches, extended by the events added since it was last asked instead of redone.
+Its answers are exactly ``active_hits``' over the same events (a property test checks
+it). Events only ever join a set: when the index shows more (its visible offset moves) or
+the thread's windows change, the caller starts a new set.
+
+Pure: the caller reads the events and says what the index shows.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from agentlog.processors.records import Match, Prepared, best_of, matches_of, prepare, prepared_doc, tool_of
+from agentlog.processors.textsearch import hit_of
+from agentlog.schemas.events import Envelope
+from agentlog.schemas.search import Hit, SearchFilters
+
+SEARCHES_KEPT = 64
+"""Searches one set remembers the answers of (least recently asked out first)."""
+
+Answer = tuple[int, list[Match], dict[str, Hit]]
+"""How many prepared events a search has scored, its best matches, their hits by id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An active hit as a search merges it with the index's (by score, then offset);
+    ``hit()`` makes it, snippet and all, for those the search keeps."""
+
+    event_id: str
+    score: float
+    offset: int
+    hit: Callable[[], Hit]
+
+
+def _made(made: dict[str, Hit], doc: dict[str, Any], terms: list[str], score: float) -> Hit:
+    """The document's hit, made once per search answer (a snippet is most of a hit's cost)."""
+    found = made.get(doc["event_id"])
+    if found is None:
+        found = made[doc["event_id"]] = hit_of(doc, terms, score)
+    return found
+
+
+class ActiveSet:
+    """A thread's events after ``visible`` (what the index shows), as ``active_hits`` would
+    search them with the thread's ``window`` and ``closed`` windows."""
+
+    def __init__(self, visible: int, window: str, closed: Mapping[str, str],
+                 docs: MutableMapping[Any, Any] | None = None) -> None:  # fmt: skip
+        self.visible, self.window, self.closed = visible, window, dict(closed)
+        self.last = visible  # the newest offset read
+        self.records = 0  # records read (each delivery of an event counts)
+        self.chars = 0  # the prepared documents' text: what the set holds in memory
+        self._docs = docs
+        self._ids: set[str] = set()
+        self._calls: dict[str, str] = {}
+        self._prepared: list[Prepared] = []
+        # Token (and exact term) -> the positions of the documents holding it, ascending:
+        # a search scores only those (any other scores 0 and is no match).
+        self._postings: dict[str, list[int]] = {}
+        self._exact: dict[str, list[int]] = {}
+        self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
+
+    def fits(self, window: str, closed: Mapping[str, str], visible: int) -> bool:
+        """Whether this set still stands for the thread: same windows, same index view."""
+        return visible == self.visible and window == self.window and closed == self.closed
+
+    def add(self, events: Sequence[tuple[Envelope, int]], records: int, last: int) -> bool:
+        """Add the thread's next events (offsets above ``last``, in order), read from
+        ``records`` records up to offset ``last``. ``False``: one of them is a switch the
+        thread already closed, which names the window of the events before it
+        (``agentlog.processors.records.windows_of``): this set cannot take it and the
+        caller starts a new one from all of them."""
+        if not self._ids:
+            self._first(events)
+        elif any(e.kind == "window_switch" and e.event_id in self.closed and e.event_id not in self._ids
+                 for e, _ in events):  # fmt: skip
+            return False
+        else:
+            self._more(events)
+        self.records += records
+        self.last = max(self.last, last)
+        return True
+
+    def _more(self, events: Sequence[tuple[Envelope, int]]) -> None:
+        """Events after every switch the thread closed: each in its own window, else the
+        thread's current one."""
+        for event, offset in events:
+            if event.event_id in self._ids:
+                continue  # a redelivery, which the pipeline dropped
+            self._ids.add(event.event_id)
+            tool_name = tool_of(event, self._calls)
+            self._keep(prepared_doc(event, offset, event.window_id or self.window, tool_name, self._docs))
+
+    def _first(self, events: Sequence[tuple[Envelope, int]]) -> None:
+        """The first events: prepared all at once, their windows read backwards as ever."""
+        for event, _ in events:
+            if event.event_id not in self._ids:
+                self._ids.add(event.event_id)
+                tool_of(event, self._calls)  # the calls still open for the events after these
+        for prepared in prepare(events, self.window, set(), self.closed, self._docs):
+            self._keep(prepared)
+
+    def _keep(self, prepared: Prepared) -> None:
+        position = len(self._prepared)
+        self._prepared.append(prepared)
+        for token in prepared[1].counts:
+            self._postings.setdefault(token, []).append(position)
+        for term in prepared[1].terms:
+            self._exact.setdefault(term, []).append(position)
+        self.chars += len(prepared[0]["text"]) + len(prepared[0]["path"]) + 256
+
+    def hits(self, terms: list[str], filters: SearchFilters, exact: Sequence[str], keep: int) -> list[Hit]:
+        """``active_hits`` over every event added, with no ``known`` events: the best
+        ``keep`` in topic order."""
+        return [p.hit() for p in self.pending(terms, filters, exact, keep)]
+
+    def pending(self, terms: list[str], filters: SearchFilters, exact: Sequence[str], keep: int) -> list[Pending]:
+        """``hits``, each made (its snippet) only when asked: a search keeps only some of
+        them after the index's. Only the events added since this search was last asked
+        are scored."""
+        key = (tuple(terms), filters, tuple(exact), keep)
+        scored, best, made = self._answers.pop(key, None) or (0, [], {})
+        if scored < len(self._prepared):
+            best = best_of(best + matches_of(self._holding(scored, terms, exact), terms, filters, exact), keep)
+            kept = {doc["event_id"] for _, doc in best}
+            made = {i: h for i, h in made.items() if i in kept}
+        self._answers[key] = (len(self._prepared), best, made)
+        if len(self._answers) > SEARCHES_KEPT:
+            self._answers.popitem(last=False)
+        return [Pending(doc["event_id"], score, doc["offset"], partial(_made, made, doc, terms, score))
+                for score, doc in best]  # fmt: skip
+
+    def _holding(self, start: int, terms: list[str], exact: Sequence[str]) -> list[Prepared]:
+        """The documents from position ``start`` on that hold a term of the query, in
+        order: the only ones it can match (with no terms, every document matches)."""
+        if not terms:
+            return self._prepared[start:]
+        found: set[int] = set()
+        for postings, wanted in ((self._postings, set(terms)), (self._exact, set(exact))):
+            for term in wanted:
+                held = postings.get(term)
+                if held:
+                    found.update(held[bisect_left(held, start):])
+        return [self._prepared[i] for i in sorted(found)]
+
+
+__all__ = ["SEARCHES_KEPT", "ActiveSet", "Pending"]

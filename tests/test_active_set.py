@@ -1,0 +1,86 @@
+"""A thread's events not yet indexed, kept between searches (``ActiveSet``), answer every
+search exactly as scanning them all again does (``active_hits``), step after step of a
+thread that grows, switches windows, redelivers events and pairs calls with results."""
+
+from __future__ import annotations
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from agentlog.processors.active_set import ActiveSet
+from agentlog.processors.pipeline import Pipeline, Record
+from agentlog.processors.records import active_hits
+from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.processors.validation import validate
+from agentlog.schemas.events import Envelope
+from agentlog.schemas.search import SearchFilters
+from tests.helpers import raw
+
+WORDS = ["deploy", "cache", "error", "ERR_42", "login"]
+STEP = st.one_of(
+    st.tuples(st.just("note"), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)),
+    st.tuples(st.just("own"), st.sampled_from(["x1", "x2"])),
+    st.tuples(st.just("switch"), st.sampled_from(["w1", "w2"])),
+    st.tuples(st.just("call"), st.sampled_from(["c1", "c2"])),
+    st.tuples(st.just("result"), st.sampled_from(["c1", "c2"])),
+    st.tuples(st.just("again"), st.integers(0, 30)),  # a redelivery of an earlier record
+)
+QUERIES = [("deploy cache", None), ("ERR_42", None), ("bash", "tool_result"), ("call:c1", "tool_call"),
+           ("", None), ("error", "message")]  # fmt: skip
+
+
+def _records(steps: list[tuple[str, object]]) -> list[Record]:
+    out: list[Record] = []
+    for i, (what, arg) in enumerate(steps):
+        if what == "again" and out:
+            out.append(Record(0, i, out[int(arg) % len(out)].value))  # type: ignore[call-overload]
+            continue
+        if what == "switch":
+            data = raw(f"e{i}", "window_switch", {"new_window_id": arg}, i)
+        elif what == "call":
+            data = raw(f"e{i}", "tool_call", {"call_id": arg, "tool_name": "bash", "arguments": {"cmd": "ls"}}, i)
+        elif what == "result":
+            data = raw(f"e{i}", "tool_result", {"call_id": arg, "output": "cache error", "status": "error"}, i)
+        elif what == "own":
+            data = raw(f"e{i}", "message", {"role": "user", "text": "deploy"}, i, window_id=arg)
+        else:
+            data = raw(f"e{i}", "message", {"role": "user", "text": str(arg)}, i)
+        out.append(Record(0, i, data))
+    return out
+
+
+def _hits(hits: list) -> list[dict]:
+    return [h.as_dict() for h in hits]
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(STEP, min_size=1, max_size=30), visible=st.integers(-1, 3),
+       cuts=st.lists(st.integers(1, 4), min_size=1, max_size=8), limit=st.integers(1, 4))  # fmt: skip
+# An event naming its own window, added to a kept set.
+@example(steps=[("own", "x1"), ("own", "x1")], visible=-1, cuts=[1, 1], limit=1)
+# A switch the index shows, delivered again after it: it names the window of the events before it.
+@example(steps=[("note", "deploy"), ("switch", "w1"), ("note", "deploy"), ("again", 1)], visible=1, cuts=[3, 1],
+         limit=2)  # fmt: skip
+def test_a_kept_active_set_answers_every_search_as_a_full_scan_of_the_thread_does(steps, visible, cuts, limit) -> None:
+    records = _records(steps)
+    pipeline = Pipeline()
+    active: ActiveSet | None = None
+    end = 0
+    for cut in cuts:
+        new, end = records[end:end + cut], min(len(records), end + cut)
+        pipeline.process(new)
+        state = pipeline.threads["t1"].state if "t1" in pipeline.threads else None
+        window, closed = (state.window_id, dict(state.closed_windows)) if state else ("w0", {})
+        tail = [(e, r.offset) for r in records[:end] if r.offset > visible
+                and isinstance(e := validate(r.value), Envelope)]  # fmt: skip
+        if active is None or not active.fits(window, closed, visible):
+            active = ActiveSet(visible, window, closed)
+        fresh = [(e, o) for e, o in tail if o > active.last]
+        if not active.add(fresh, len(fresh), max([active.last] + [o for _, o in fresh])):
+            active = ActiveSet(visible, window, closed)
+            assert active.add(tail, len(tail), max([visible] + [o for _, o in tail]))
+        for query, kind in QUERIES:
+            filters = SearchFilters("t1", kind=kind)
+            want = active_hits(tail, tokenize(query), filters, window, set(), closed, identifiers(query),
+                               keep=2 * limit)  # fmt: skip
+            assert _hits(active.hits(tokenize(query), filters, identifiers(query), 2 * limit)) == _hits(want)
