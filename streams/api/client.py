@@ -221,9 +221,6 @@ class RemoteService:
             raise answer[0]
         return answer[0]
 
-    def health(self) -> dict[str, Any]:
-        return self._get("/healthz")
-
     def memory_show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
         return self._get("/memory", project=project, key=key)
 
