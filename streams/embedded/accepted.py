@@ -62,7 +62,7 @@ class AcceptedQueue:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = sqlite_db.connect(path, timeout=60)
+        self._db = sqlite_db.connect(path, timeout=60, cache_kib=sqlite_db.READ_CACHE_KIB)  # appended and read in order
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 
