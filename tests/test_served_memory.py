@@ -25,13 +25,16 @@ def _event(i: int) -> bytes:
     return raw(f"m{i}", "message", {"role": "user", "text": f"walrus {i}"}, i, thread="mem")
 
 
-def test_agentlog_run_loads_the_chdb_engine_in_its_sink_process_only_and_still_answers_sql(start_server) -> None:
+def test_agentlog_run_loads_the_chdb_engine_in_its_sink_process_only_and_still_answers_sql(
+    start_server,
+) -> None:
     url, env = start_server()
     server = orjson.loads((Path(env["AGENTLOG_DATA_DIR"]) / "server.json").read_bytes())["pid"]
     sinks = [c for c in child_pids(server) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
     assert len(sinks) == 1, child_pids(server)
     with httpx.Client(base_url=url, timeout=30) as http:
-        assert http.post("/events", content=_event(1), headers={"content-type": "application/json"}).status_code == 200
+        posted = http.post("/events", content=_event(1), headers={"content-type": "application/json"})
+        assert posted.status_code == 200
         assert http.post("/flush", json={}).status_code == 200
         assert http.post("/sql", json={"sql": "SELECT count() FROM events"}).json()["rows"] == [[1]]
     assert "_chdb" in _maps(sinks[0])
