@@ -205,7 +205,8 @@ def run_pipeline_section(args: argparse.Namespace) -> None:
     print(f"served pipeline (agentlog run: processor + sink process, from a published backlog): "
           f"{served['events_per_s']:,} events/s over {served['events']:,} events ({served['seconds']} s to logged "
           f"and indexed; applied at {served['applied_seconds']} s); peak RSS server {served['peak_rss_mib']['server']} "
-          f"MiB, sink process {served['peak_rss_mib']['sinks']} MiB, together {served['peak_rss_mib']['together']} MiB "
+          f"MiB, sink process {served['peak_rss_mib']['sinks']} MiB, "
+          f"together {served['peak_rss_mib']['together']} MiB "
           f"(single-process pipeline above: {pipe['peak_rss_mib']} MiB)", flush=True)  # fmt: skip
 
 
