@@ -62,7 +62,8 @@ class AcceptedQueue:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = sqlite_db.connect(path, timeout=60)
+        # Appended and read in order: a small page cache is enough.
+        self._db = sqlite_db.connect(path, timeout=60, cache_kib=sqlite_db.READ_CACHE_KIB)
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 

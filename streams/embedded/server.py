@@ -42,9 +42,10 @@ def serve(settings: Settings, host: str, port: int) -> int:
         print(f"agentlog: {settings.data_dir} is already served or in use by another agentlog process",
               file=sys.stderr)  # fmt: skip
         return 1
-    service = EmbeddedService(settings)
+    service = EmbeddedService(settings, sinks_apart=True)
     try:
-        service.split_sinks()  # the log, the index and their writes in a second process
+        if service.sink_process is None:  # a store was rebuilt here, or is a server's
+            service.split_sinks()  # the log, the index and their writes in a second process
     except BaseException:
         service.close()
         lock.release()

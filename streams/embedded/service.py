@@ -30,7 +30,8 @@ from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import DEFAULT_THREAD_LIMIT, check_search_limit, thread_list_query
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.state import DEFAULT_WINDOW, WorkingState
-from agentlog.sinks.base import MemoryStore, QueryResult, Topic
+from agentlog.sinks.base import MemoryStore, QueryResult, StoreError, Topic
+from agentlog.sinks.sqlite_db import READ_CACHE_KIB
 from agentlog.sinks.sqlite_state import SqliteStateStore
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
@@ -69,25 +70,32 @@ answers on the HTTP event loop (a longer backlog is applied on a worker thread).
 class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
     """The embedded deployment's stores and the operations on them."""
 
-    def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None) -> None:
+    def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None,
+                 sinks_apart: bool = False) -> None:  # fmt: skip
         """Open the data directory's stores; a derived one that is lost or corrupt is
-        rebuilt from the topic here (``on_progress`` shows it), see ``agentlog.streams.embedded.datadir``."""
+        rebuilt from the topic here (``on_progress`` shows it), see ``agentlog.streams.embedded.datadir``.
+        ``sinks_apart`` (``agentlog run``): the log and the index are opened by the sink
+        process from the start, never here (chDB's engine, once loaded, keeps about 250 MiB
+        resident in a process that no longer uses it), unless one of them must be rebuilt."""
         self.settings = settings
         notes: list[str] = []
         wait_for_sink_process(settings)  # a server's sink process that is still exiting
         self.sink_process: SinkProcess | None = None
         self.bus: Topic = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
-        embedded_log = not settings.clickhouse_url
-        self.log = open_derived(settings.path("log"), lambda _p: open_log_store(settings), notes) \
-            if embedded_log else open_log_store(settings)  # fmt: skip
-        self.index = open_search_index(settings) if settings.opensearch_url else \
-            open_derived(settings.path("index"), lambda _p: open_search_index(settings), notes)  # fmt: skip
+        # The processor and the sink stage read the topic in offset order on a connection
+        # with a small page cache: on the publishers' one, a million records read once
+        # would fill its cache with pages no lookup wants again.
+        self.reader: Topic = SqliteEventBus(str(settings.path("topic.db")), READ_CACHE_KIB)
+        apart = sinks_apart and not (settings.clickhouse_url or settings.opensearch_url) and self._open_apart()
+        if not apart:
+            self._open_sink_stores(notes)
         self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
         # The processor and the sink stage each read and write the queue on a connection of their own.
         self.queue = AcceptedQueue(str(settings.path("state.db")))
         self.sink_queue = AcceptedQueue(str(settings.path("state.db")))
         self.driver = self._new_driver()
-        self.sinks = self._new_sinks()
+        if not apart:
+            self.sinks = self._new_sinks()
         # One view for every context request (it reads the service's caches).
         self._answering = _Answering(self)
         # Serialises the processor and readers of its in-memory state (the HTTP server runs
@@ -97,6 +105,8 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         try:
             self._heal(notes, on_progress)
         except BaseException:
+            if self.sink_process is not None:
+                self.sink_process.stop()
             self._close_stores()  # a damaged topic: nothing is served from this directory
             raise
         self.serving = False
@@ -113,10 +123,28 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
 
             self.summariser = LlmSummariser(settings.summary_url, settings.summary_model)
 
+    def _open_sink_stores(self, notes: list[str]) -> None:
+        """The log and the index, in this process (one lost or corrupt is moved aside and noted)."""
+        settings = self.settings
+        embedded_log = not settings.clickhouse_url
+        self.log = open_derived(settings.path("log"), lambda _p: open_log_store(settings), notes) \
+            if embedded_log else open_log_store(settings)  # fmt: skip
+        self.index = open_search_index(settings) if settings.opensearch_url else \
+            open_derived(settings.path("index"), lambda _p: open_search_index(settings), notes)  # fmt: skip
+
+    def _open_apart(self) -> bool:
+        """Start the sink process on the log and the index as they are; False when it cannot
+        open them (one is damaged: this process opens them, moves it aside and rebuilds it)."""
+        try:
+            self._start_sink_process(f"chDB {self.settings.path('log')}", attempts=1)
+        except (StoreError, OSError, EOFError):
+            return False
+        return True
+
     def _new_driver(self) -> EmbeddedDriver:
         s = self.settings
         return EmbeddedDriver(
-            self.bus, self.queue, self.states, s.pairing,
+            self.reader, self.queue, self.states, s.pairing,
             batch_size=s.batch_size, checkpoint_s=s.checkpoint_seconds, max_event_bytes=s.max_event_bytes,
         )  # fmt: skip
 
@@ -125,7 +153,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         writes the uncommitted groups again, idempotently)."""
         s = self.settings
         policy = FlushPolicy(s.sink_flush_rows, s.sink_flush_ms / 1000.0, s.refresh_seconds, s.max_event_bytes)
-        return SinkStage(self.sink_queue, self.bus, self.log, self.index, policy, legacy=self.states)
+        return SinkStage(self.sink_queue, self.reader, self.log, self.index, policy, legacy=self.states)
 
     def _run_until_idle(self, on_progress: Callable[[int, int], None] | None = None) -> int:
         """Apply everything pending, write it through every sink, checkpoint and commit."""
@@ -158,6 +186,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         notes += derived_behind(applied, logged, indexed, processed, topic_end, notes)
         if not notes:
             return
+        self._join_sinks()  # a rebuild writes the stores from here
         self.states.reset()
         self.sink_queue.reset()
         self.index.clear()
@@ -549,6 +578,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         self.sink_queue.close()
         self.index.close()
         self.states.close()
+        self.reader.close()
         self.bus.close()
         self.log.close()
 

@@ -31,6 +31,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from agentlog.sinks.base import StoreError
+from agentlog.sinks.sqlite_db import READ_CACHE_KIB
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
@@ -52,7 +53,7 @@ class SinkHost:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.bus = SqliteEventBus(str(settings.path("topic.db")))
+        self.bus = SqliteEventBus(str(settings.path("topic.db")), READ_CACHE_KIB)  # reads in offset order
         self.log = open_log_store(settings)
         self.index = open_search_index(settings)
         self.queue = AcceptedQueue(str(settings.path("state.db")))

@@ -37,9 +37,11 @@ _RECORDS = "SELECT offset, value FROM events "
 class SqliteEventBus(Topic):
     """Append and read the embedded topics. Several processes may append at once."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, cache_kib: int = sqlite_db.CACHE_KIB) -> None:
+        """``cache_kib``: ``sqlite_db.READ_CACHE_KIB`` for a consumer that only reads (and
+        appends the odd dead letter); the default suits publishers (random-key index inserts)."""
         self.path = path
-        self._db = sqlite_db.connect(path, timeout=60)
+        self._db = sqlite_db.connect(path, timeout=60, cache_kib=cache_kib)
         self._db.executescript(_SCHEMA)
         self._db.execute("SELECT max(offset) FROM events").fetchone()  # a corrupt file fails on open
         self._lock = threading.Lock()
