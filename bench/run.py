@@ -240,17 +240,24 @@ def _timed_rebuild(env: dict[str, str]) -> float:
     return elapsed
 
 
-def _serve(env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env, stderr=subprocess.DEVNULL)
+def _serve(env: dict[str, str], timeout: float = 300.0) -> subprocess.Popen:
+    """``agentlog run`` on ``env``'s data directory, once it answers; its stderr goes to a
+    file in that directory, quoted if it does not start."""
+    err_path = Path(env["AGENTLOG_DATA_DIR"]) / "bench-server.err"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "agentlog", "run"], env=env, stderr=err)
     url = f"http://127.0.0.1:{env['AGENTLOG_HTTP_PORT']}/healthz"
-    for _ in range(600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             if httpx.get(url, timeout=1).status_code == 200:
                 return proc
         except httpx.HTTPError:
-            time.sleep(0.2)
+            pass
+        time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("agentlog run did not start")
+    proc.wait()
+    raise RuntimeError(f"agentlog run did not start (exit {proc.returncode}): {err_path.read_text()[-3000:]}")
 
 
 def _peak_rss_mib(pid: int) -> int:
