@@ -76,7 +76,9 @@ class TantivySearchIndex(SearchIndex):
             self._writer = self._index.writer(heap_size=heap_bytes, num_threads=1)
         except ValueError as error:
             raise StoreError(f"cannot open the search index in {path}: {error}") from error
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the writer's (a group of adds, a commit)
+        # The memo's own, so a search never waits behind a group commit.
+        self._memo_lock = threading.Lock()
         # Searches answered since the reader was last reloaded: an agent's loop asks the
         # same ones step after step (the recall of its question, a hit's partner).
         self._answers: OrderedDict[tuple[str, SearchFilters, int], list[Hit]] = OrderedDict()
@@ -94,8 +96,9 @@ class TantivySearchIndex(SearchIndex):
     def _reload(self) -> None:
         """A new reader (what a search sees); the answers of the old one are forgotten."""
         self._index.reload()
-        self._generation += 1
-        self._answers.clear()
+        with self._memo_lock:
+            self._generation += 1
+            self._answers.clear()
 
     def _read_visible(self) -> dict[int, int]:
         self._reload()
@@ -186,13 +189,13 @@ class TantivySearchIndex(SearchIndex):
         """The best ``limit`` hits; one asked again before the next refresh is answered
         from memory, the same hits (a reader that has not changed answers the same)."""
         key = (query, filters, limit)
-        with self._lock:
+        with self._memo_lock:
             generation, hits = self._generation, self._answers.get(key)
             if hits is not None:
                 self._answers.move_to_end(key)
                 return [replace(h) for h in hits]
         hits = self._search(query, filters, limit)
-        with self._lock:
+        with self._memo_lock:
             if generation == self._generation:  # no reload in between: still the answer
                 self._answers[key] = hits
                 if len(self._answers) > ANSWERS_KEPT:

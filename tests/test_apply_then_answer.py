@@ -319,3 +319,73 @@ def test_a_state_read_that_costs_no_wait_is_answered_at_once_with_the_same_bytes
     assert service.state_json_now("step") is None
     assert orjson.loads(service.state_json("step"))["goal"]["text"] == f"walrus step {3 + STEP_RECORDS}"
     assert service.state_json_now("step") is not None
+
+
+def test_a_server_that_fails_to_start_leaves_no_sink_process_behind(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``agentlog run`` starts its sink process before it loads the state: a ^C (or a
+    damaged state.db) during that load must not leave the sink process (not a daemon)
+    running, or the server would hang at exit waiting for it."""
+    import multiprocessing  # noqa: PLC0415
+
+    svc = EmbeddedService(settings)
+    svc.publish(b"\n".join(goal(i) for i in range(1, 6)))
+    svc.catch_up()
+    svc.close()
+
+    def interrupted(_self: EmbeddedService) -> None:
+        assert multiprocessing.active_children(), "the sink process starts first"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EmbeddedService, "_new_driver", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        EmbeddedService(settings, sinks_apart=True)
+    assert multiprocessing.active_children() == []
+    monkeypatch.undo()
+    again = EmbeddedService(settings)  # nothing held: the directory opens again
+    try:
+        assert again.state("step")["goal"]["text"] == "walrus step 5"
+    finally:
+        again.close()
+
+
+def test_concurrent_searches_of_one_thread_and_query_all_answer(service: EmbeddedService) -> None:
+    """Parallel sub-agents (or the web view's poll beside the agent) ask the same recall of
+    the same thread at once: the kept answers are shared, and none may fail."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    service.publish(b"\n".join(goal(i) for i in range(1, 200)))
+    service.state("step")
+
+    def ask(_: int) -> list[str]:
+        return [h["event_id"] for h in service.search("walrus", thread_id="step", drain=False, limit=5)["hits"]]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(400)))
+    assert len({tuple(a) for a in answers}) == 1 and len(answers[0]) == 5
+
+
+def test_a_state_read_on_the_event_loop_applies_only_the_records_it_found_waiting(settings: Settings) -> None:
+    """The fast path reads an agent step's records once; it never goes on to apply what
+    publishers append meanwhile (a loop on a busy topic would stall every request)."""
+    from agentlog.streams.embedded.service import STEP_RECORDS  # noqa: PLC0415
+
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, checkpoint_seconds=3600))
+    try:
+        svc.publish(goal(1))
+        svc.state("step")
+        svc.publish(b"\n".join(goal(i) for i in range(2, 2 + STEP_RECORDS)))
+        process = svc.driver.pipeline.process
+
+        def while_publishers_append(records: Any) -> Any:  # another 50 arrive during the step
+            svc.driver.pipeline.process = process  # type: ignore[method-assign]
+            svc.publish(b"\n".join(goal(i) for i in range(2 + STEP_RECORDS, 52 + STEP_RECORDS)))
+            return process(records)
+
+        svc.driver.pipeline.process = while_publishers_append  # type: ignore[method-assign]
+        answer = svc.state_json_now("step")
+        assert answer is not None and orjson.loads(answer)["goal"]["text"] == f"walrus step {1 + STEP_RECORDS}"
+        assert svc.driver.pending() == 50  # left to the processor's loop, not applied on the event loop
+    finally:
+        svc.close()

@@ -76,14 +76,20 @@ class EmbeddedDriver:
 
     def step(self) -> int:
         """Apply one batch of the topic; returns how many records were read."""
+        n = self.apply_at_most(self.batch_size)
+        self.maybe_checkpoint()
+        return n
+
+    def apply_at_most(self, most: int) -> int:
+        """Apply the next ``most`` records at most, without a checkpoint (a read answered
+        on the HTTP event loop applies an agent step's records and nothing more)."""
         t0 = time.perf_counter()
-        records = self.bus.read(self.events_pos, self.batch_size)
+        records = self.bus.read(self.events_pos, most)
         if records:
             result = self.pipeline.process(records)
             self._hand_off(result)
             self.events_pos = records[-1].offset
             METRICS.batch_seconds.observe(time.perf_counter() - t0)
-        self.maybe_checkpoint()
         return len(records)
 
     def _hand_off(self, result: BatchResult) -> None:

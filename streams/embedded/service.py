@@ -42,7 +42,7 @@ from agentlog.streams.embedded.datadir import count_damage, derived_behind, open
 from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.driver import EmbeddedDriver
 from agentlog.streams.embedded.live_loops import LiveLoops
-from agentlog.streams.embedded.sink_process import RemoteSinks, SinkProcess, wait_for_sink_process
+from agentlog.streams.embedded.sink_process import Remote, RemoteSinks, SinkProcess, wait_for_sink_process
 from agentlog.streams.embedded.sink_supervisor import SinkSupervision
 from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.publisher import publish_to
@@ -82,32 +82,33 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         wait_for_sink_process(settings)  # a server's sink process that is still exiting
         self.sink_process: SinkProcess | None = None
         self.bus: Topic = open_sqlite(settings.path("topic.db"), SqliteEventBus, topic_help)
-        # The processor and the sink stage read the topic in offset order on a connection
-        # with a small page cache: on the publishers' one, a million records read once
-        # would fill its cache with pages no lookup wants again.
-        self.reader: Topic = SqliteEventBus(str(settings.path("topic.db")), READ_CACHE_KIB)
-        apart = sinks_apart and not (settings.clickhouse_url or settings.opensearch_url) and self._open_apart()
-        if not apart:
-            self._open_sink_stores(notes)
-        self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
-        # The processor and the sink stage each read and write the queue on a connection of their own.
-        self.queue = AcceptedQueue(str(settings.path("state.db")))
-        self.sink_queue = AcceptedQueue(str(settings.path("state.db")))
-        self.driver = self._new_driver()
-        if not apart:
-            self.sinks = self._new_sinks()
-        # One view for every context request (it reads the service's caches).
-        self._answering = _Answering(self)
-        # Serialises the processor and readers of its in-memory state (the HTTP server runs
-        # the processor in a background thread); ``sink_lock`` serialises the sink stage.
-        self.lock = threading.RLock()
-        self.sink_lock = threading.RLock()
         try:
+            # The processor and the sink stage read the topic in offset order on a connection
+            # with a small page cache: on the publishers' one, a million records read once
+            # would fill its cache with pages no lookup wants again.
+            self.reader: Topic = SqliteEventBus(str(settings.path("topic.db")), READ_CACHE_KIB)
+            apart = sinks_apart and not (settings.clickhouse_url or settings.opensearch_url) and self._open_apart()
+            if not apart:
+                self._open_sink_stores(notes)
+            self.states = open_derived(settings.path("state.db"), SqliteStateStore, notes)
+            # The processor and the sink stage each read and write the queue on a connection of their own.
+            self.queue = AcceptedQueue(str(settings.path("state.db")))
+            self.sink_queue = AcceptedQueue(str(settings.path("state.db")))
+            self.driver = self._new_driver()
+            if not apart:
+                self.sinks = self._new_sinks()
+            # One view for every context request (it reads the service's caches).
+            self._answering = _Answering(self)
+            # Serialises the processor and readers of its in-memory state (the HTTP server runs
+            # the processor in a background thread); ``sink_lock`` serialises the sink stage.
+            self.lock = threading.RLock()
+            self.sink_lock = threading.RLock()
             self._heal(notes, on_progress)
         except BaseException:
-            if self.sink_process is not None:
-                self.sink_process.stop()
-            self._close_stores()  # a damaged topic: nothing is served from this directory
+            # A damaged topic or state, a lock, ^C during a long load: nothing is served
+            # from this directory, and a sink process already started must not outlive it
+            # (it is not a daemon: the interpreter would wait for it at exit).
+            self._abandon_start()
             raise
         self.serving = False
         self._flush_now = threading.Event()  # asks the serving sink stage to write now
@@ -140,6 +141,19 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         except (StoreError, OSError, EOFError):
             return False
         return True
+
+    def _abandon_start(self) -> None:
+        """Stop the sink process and close what a failed start had opened."""
+        if self.sink_process is not None:
+            self.sink_process.stop()
+            self.sink_process = None
+        for name in ("queue", "sink_queue", "index", "states", "reader", "bus", "log"):
+            store = self.__dict__.get(name)
+            if store is not None and not isinstance(store, Remote):
+                try:
+                    store.close()
+                except Exception:  # noqa: BLE001 - closing what is left; the first error is raised
+                    log.debug("closing %s after a failed start", name, exc_info=True)
 
     def _new_driver(self) -> EmbeddedDriver:
         s = self.settings
@@ -176,8 +190,16 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         topic_end = self.bus.end_offsets()[0]
         processed = self.driver.events_pos
         count_damage(processed, topic_end, Path(self.bus.path))
-        logged = self.log.count_events()
-        indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None  # tantivy only
+        try:
+            logged, indexed = self._sink_counts()
+        except (EOFError, OSError, StoreError) as error:
+            if self.sink_process is None:
+                raise
+            # The sink process died as the server started (killed, out of memory): the
+            # stores are opened here instead, and ``agentlog run`` starts another one.
+            log.warning("the sink process exited while the server started (%s); opening its stores here", error)
+            self._join_sinks()
+            logged, indexed = self._sink_counts()
         # Only an empty store can count as lost: the applied ids are counted only then. While
         # the sink stage has committed nothing and the queue holds every applied batch, empty
         # sinks are only behind (a crash before their first write), not lost.
@@ -195,6 +217,11 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         self.sinks = self._new_sinks()
         done = self._run_until_idle(on_progress)
         print(f"agentlog: {'; '.join(notes)}; rebuilt from the topic ({done:,} records)", file=sys.stderr)
+
+    def _sink_counts(self) -> tuple[int, int | None]:
+        """Events in the log, and documents in the index (tantivy only)."""
+        indexed = self.index.doc_count() if hasattr(self.index, "doc_count") else None
+        return self.log.count_events(), indexed
 
     # -- writes -----------------------------------------------------------------------
 
@@ -267,13 +294,24 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            ready = thread_id in self.driver.pipeline.threads and not self.driver.checkpoint_due()
-            return self.state_json(thread_id) if ready and self.driver.pending() <= most else None
+            driver = self.driver
+            if thread_id not in driver.pipeline.threads or driver.checkpoint_due() or driver.pending() > most:
+                return None
+            try:
+                # One read of at most ``most`` records: what was published before this
+                # request; what publishers append meanwhile is not waited for.
+                self._apply(lambda: driver.apply_at_most(most))
+            except Exception:  # noqa: BLE001 - the thread-pool path applies again and reports it
+                return None
+            render = lambda view, state: view.render_json(state, self.settings.redact)  # noqa: E731
+            return orjson.dumps(self._public(thread_id, render, settle=False))
         finally:
             self.lock.release()
 
-    def _public(self, thread_id: str, render: Callable[[PublicView, WorkingState], dict[str, Any]]) -> dict[str, Any]:
-        self._settle()
+    def _public(self, thread_id: str, render: Callable[[PublicView, WorkingState], dict[str, Any]],
+                settle: bool = True) -> dict[str, Any]:  # fmt: skip
+        if settle:
+            self._settle()
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
             if tp is None and self.states.load(thread_id) is not None:
@@ -415,7 +453,8 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         known = {h.event_id for h in hits}
         ranked = sorted([*hits, *(h for h in active if h.event_id not in known)],
                         key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
-        merged = [h.hit() if isinstance(h, Pending) else h for h in ranked]  # snippets only for these
+        with cache_for(self).active.lock:  # a Pending's snippet is kept in a dict other searches read
+            merged = [h.hit() if isinstance(h, Pending) else h for h in ranked]  # snippets only for these
         visible = self.index.visible_offsets().get(0, 0)
         return {
             "query": query,
@@ -562,16 +601,18 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         """Checkpoint and write every applied event into the sinks, then close the stores
         (what the topic holds beyond it is applied on the next start)."""
         with self.lock, self.sink_lock:
-            if not self.interrupted:
-                self.driver.checkpoint()
-                if self.sink_process is None:
-                    self.sinks.drain()
-            if self.sink_process is not None:
-                self.sink_process.stop()  # it writes and commits what is queued, then exits
-                self.sink_process = None
-            if self._memory is not None:
-                self._memory.close()
-            self._close_stores()
+            try:
+                if not self.interrupted:
+                    self.driver.checkpoint()
+                    if self.sink_process is None:
+                        self.sinks.drain()
+            finally:  # a store that fails its last write still gets closed (the topic keeps it)
+                if self.sink_process is not None:
+                    self.sink_process.stop()  # it writes and commits what is queued, then exits
+                    self.sink_process = None
+                if self._memory is not None:
+                    self._memory.close()
+                self._close_stores()
 
     def _close_stores(self) -> None:
         self.queue.close()
