@@ -161,12 +161,18 @@ class KafkaProcessor:
             return []
         return sorted(tp.partition for tp in assigned if tp.topic == name)
 
+    def started(self) -> bool:
+        """Whether faust's consumer runs (it raises for the assignment until then)."""
+        try:
+            self.app.consumer.assignment()
+        except ConsumerNotStarted:
+            return False
+        return True
+
     def health(self) -> dict[str, Any]:
         counts = {**self.written, "index_retries": self.feeds["index"].retries if self.sinks_here else 0}
         failing = {name: feed.last_error for name, feed in self.feeds.items() if feed.last_error}
-        # "starting" until the group has assigned this worker its partitions and their
-        # tables are restored (again after each rebalance): queries answer 503 until then.
-        status = "degraded" if failing else "ok" if self.ready.is_set() else "starting"
+        status = "degraded" if failing else "ok" if self.started() else "starting"
         return {"status": status, "failing": failing, "deployment": "kafka",
                 "role": "all" if self.sinks_here else "processor", "written": counts,
                 "partitions": self.owned_partitions(), "dedup_ids": len(self.seen),
