@@ -348,9 +348,11 @@ class KafkaProcessor:
                 body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
                 sends.append(self.accepted.send(value=orjson.dumps(body), partition=p))
                 carried.append([item["event_id"] for item in chunk])
-        sent = await delivered(sends)
+        # Unlogged before they are sent: the sink may log them while the sends are awaited,
+        # and an id marked logged before it was added would stay "unlogged" for good.
         self.unlogged.add(LoggedEvent(a.event.event_id, a.event.thread_id, a.record.value, a.record.partition,
                                       a.record.offset) for a in result.applied)  # fmt: skip
+        sent = await delivered(sends)
         if not self.sinks_here:
             for meta, ids in zip(sent[len(letters):], carried, strict=True):
                 self.marks.add(meta.partition, meta.offset, ids)
