@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 import orjson
@@ -18,6 +18,7 @@ from agentlog.processors.context import BudgetTooSmall
 from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
+from agentlog.streams.api.wire import WIRE_ERRORS, Answer, KeepAlive, plain_http
 from agentlog.streams.publish_check import PublishReport
 
 log = logging.getLogger("agentlog.client")
@@ -86,14 +87,18 @@ JSON = {"Content-Type": "application/json"}
 NDJSON = {"Content-Type": "application/x-ndjson"}
 
 
-def _reason(response: httpx.Response) -> str:
+Response = httpx.Response | Answer
+"""A server's answer, from httpx or from the kept-alive wire (``agentlog.streams.api.wire``)."""
+
+
+def _reason(response: Response) -> str:
     try:
         return str(response.json().get("error", response.text))
     except (ValueError, AttributeError):
         return f"HTTP {response.status_code}: {response.text[:200]}"
 
 
-def _raise_budget(response: httpx.Response) -> None:
+def _raise_budget(response: Response) -> None:
     """A context budget too small, as the service raised it (the CLI exits 2 on it)."""
     try:
         body = response.json()
@@ -103,7 +108,7 @@ def _raise_budget(response: httpx.Response) -> None:
         raise BudgetTooSmall(body["needed"], body["budget"])
 
 
-def answer_of(response: httpx.Response) -> Any:
+def answer_of(response: Response) -> Any:
     """A server's answer as the service's: its JSON, or the exception its status means."""
     if response.status_code == 404:
         raise NotFound(_reason(response))
@@ -119,7 +124,7 @@ def answer_of(response: httpx.Response) -> Any:
     return _json(response)
 
 
-def _json(response: httpx.Response) -> Any:
+def _json(response: Response) -> Any:
     """The body's JSON: orjson reads a long thread's state about ten times faster than the
     standard library (part of every agent step over HTTP); what it refuses (an integer
     beyond 64 bits, say) is read by the standard library, as before."""
@@ -142,16 +147,29 @@ class RemoteService:
         self.url = url
         self.busy_seconds = busy_seconds  # how long a 503 is retried (0: a worker asking another passes it on)
         self.http = httpx.Client(base_url=url, timeout=120.0, follow_redirects=True, headers=_auth(token))
+        # An agent's step (publish, then state or context) on kept connections of the
+        # standard library's, where nothing (TLS, a proxy) needs httpx.
+        self.wire = KeepAlive(url, _auth(token), timeout=120.0) if plain_http(url) else None
+
+    def _send(self, method: str, path: str, params: dict[str, Any] | None = None, content: bytes | None = None,
+              headers: dict[str, str] | None = None) -> Any:  # fmt: skip
+        """One request, answered as the service would (retried while the server is busy)."""
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        if self.wire is None:
+            return self._check(lambda: self.http.request(method, path, params=query, content=content, headers=headers))
+        target = f"{path}?{urlencode(query)}" if query else path
+        wire = self.wire
+        return self._check(lambda: wire.request(method, target, content, headers))
 
     def _get(self, path: str, **params: Any) -> Any:
-        return self._check(lambda: self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
+        return self._send("GET", path, params)
 
     def _check(self, send: Any) -> Any:
         deadline = time.monotonic() + self.busy_seconds
         while True:
             try:
                 response = send()
-            except httpx.HTTPError as error:
+            except (httpx.HTTPError, *WIRE_ERRORS) as error:
                 raise Unreachable(f"no agentlog server answers at {self.url} ({error}); start one with `agentlog run`") from error
             if response.status_code != 503 or time.monotonic() > deadline:
                 break
@@ -159,12 +177,12 @@ class RemoteService:
         return answer_of(response)
 
     def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        return self._check(lambda: self.http.post(path, content=json.dumps(body or {}), headers=JSON))
+        return self._send("POST", path, content=json.dumps(body or {}).encode(), headers=JSON)
 
     def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> PublishReport:
         if dead_letters:  # an ingest adapter runs in the server, beside its topic
             raise NotServedHere("dead letters are written by the server itself (POST /v1/traces takes OTLP)")
-        return PublishReport(**self._check(lambda: self.http.post("/events", content=data, headers=NDJSON)))
+        return PublishReport(**self._send("POST", "/events", content=data, headers=NDJSON))
 
     def catch_up(self, on_progress: Any = None) -> dict[str, Any]:
         return self._post("/flush")
@@ -244,6 +262,8 @@ class RemoteService:
             return error
 
     def close(self) -> None:
+        if self.wire is not None:
+            self.wire.close()
         self.http.close()
 
 
