@@ -59,35 +59,27 @@ def _check_schema(path: str) -> None:
                          "it is rebuilt from the topic")  # fmt: skip
 
 
-class TantivySearchIndex(SearchIndex):
-    """``SearchIndex`` on a tantivy directory. One writer per process (tantivy locks it)."""
+class _TantivySearching:
+    """What a tantivy writer and a reader in another process share: the schema, the
+    reader, its queries and the answers it has given since it was last reloaded."""
 
-    def __init__(self, path: str, heap_bytes: int = 128_000_000) -> None:
-        os.makedirs(path, exist_ok=True)
+    def __init__(self, path: str) -> None:
         self.path = path
         self._schema = _schema()
-        try:
-            _check_schema(path)
-            self._index = tantivy.Index(self._schema, path=path, reuse=True)
-            # The reader changes only when this index reloads it (a refresh), never on its
-            # own after a background merge: a search's answer stays the same between
-            # refreshes, so it can be remembered until the next one (``_answers``).
-            self._index.config_reader("Manual")
-            self._writer = self._index.writer(heap_size=heap_bytes, num_threads=1)
-        except ValueError as error:
-            raise StoreError(f"cannot open the search index in {path}: {error}") from error
-        self._lock = threading.Lock()  # the writer's (a group of adds, a commit)
-        # The memo's own, so a search never waits behind a group commit.
+        # The memo's own lock, so a search never waits behind a group commit.
         self._memo_lock = threading.Lock()
         # Searches answered since the reader was last reloaded: an agent's loop asks the
         # same ones step after step (the recall of its question, a hit's partner).
         self._answers: OrderedDict[tuple[str, SearchFilters, int], list[Hit]] = OrderedDict()
         self._generation = 0  # reloads of the reader so far
-        self._pending: dict[int, int] = {}
-        self._dirty = False
-        self._visible = self._read_visible()
-        # Every document added so far, committed or not, has an offset at or below this.
-        self._high = max(self._visible.values(), default=-1)
+
+    def _open(self) -> Any:
+        index = tantivy.Index(self._schema, path=self.path, reuse=True)
+        # The reader changes only when this index reloads it (a refresh), never on its
+        # own after a background merge: a search's answer stays the same between
+        # refreshes, so it can be remembered until the next one (``_answers``).
+        index.config_reader("Manual")
+        return index
 
     def doc_count(self) -> int:
         """Searchable documents (committed, not deleted): one per event processed."""
@@ -100,58 +92,17 @@ class TantivySearchIndex(SearchIndex):
             self._generation += 1
             self._answers.clear()
 
-    def _read_visible(self) -> dict[int, int]:
-        self._reload()
+    def _newest_offset(self) -> dict[int, int]:
+        """The newest offset the reader sees, recovered from the index itself (no side file
+        to drift): the sink stage commits in offset order, so every offset below it is in."""
         searcher = self._index.searcher()
         if searcher.num_docs == 0:
             return {}
-        # The newest offset is recovered from the index itself (no side file to drift).
         result = searcher.search(tantivy.Query.all_query(), 1, order_by_field="offset", order=tantivy.Order.Desc)
         if not result.hits:
             return {}
         doc = searcher.doc(result.hits[0][1])
         return {0: int(doc["offset"][0])}
-
-    def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:
-        """Upsert ``docs``; ``new``: the caller knows none is in the index yet (a replay
-        after ``clear``, which goes thread by thread, not in offset order), so no delete
-        is queued for them (1M queued deletes held about 1.5 GB until the commit)."""
-        with self._lock:
-            for d in docs:
-                # Upsert by event_id: a replay after a crash must not duplicate a hit. A
-                # document past every offset added so far cannot be in the index yet, and
-                # skipping its delete halves the cost of adding it (an event keeps its offset;
-                # only a duplicate published again beyond the Kafka dedup horizon would not).
-                if d["offset"] <= self._high and not new:
-                    self._writer.delete_documents_by_term("event_id", d["event_id"])
-                else:
-                    self._high = max(self._high, d["offset"])
-                # from_dict with the schema converts about 3x faster than keyword arguments.
-                self._writer.add_document(
-                    tantivy.Document.from_dict({k: v for k, v in d.items() if v is not None}, self._schema)
-                )
-                part = 0
-                if d["offset"] > self._pending.get(part, -1):
-                    self._pending[part] = d["offset"]
-            self._dirty = self._dirty or bool(docs)
-
-    def tick(self) -> None:
-        self.refresh()  # tantivy has no refresh of its own: the driver's interval is it
-
-    def refresh(self) -> None:
-        with self._lock:
-            if not self._dirty:
-                return
-            self._writer.commit()
-            self._reload()
-            for part, off in self._pending.items():
-                if off > self._visible.get(part, -1):
-                    self._visible[part] = off
-            self._pending.clear()
-            self._dirty = False
-
-    def visible_offsets(self) -> dict[int, int]:
-        return dict(self._visible)
 
     def _query(self, text: str, filters: SearchFilters) -> Any:
         terms = tokenize(text)
@@ -227,6 +178,68 @@ class TantivySearchIndex(SearchIndex):
         result = searcher.search(tantivy.Query.boolean_query(should), len(event_ids))
         return {searcher.doc(address).to_dict()["event_id"][0] for _score, address in result.hits}
 
+
+class TantivySearchIndex(_TantivySearching, SearchIndex):
+    """``SearchIndex`` on a tantivy directory. One writer per process (tantivy locks it)."""
+
+    def __init__(self, path: str, heap_bytes: int = 128_000_000) -> None:
+        os.makedirs(path, exist_ok=True)
+        super().__init__(path)
+        try:
+            _check_schema(path)
+            self._index = self._open()
+            self._writer = self._index.writer(heap_size=heap_bytes, num_threads=1)
+        except ValueError as error:
+            raise StoreError(f"cannot open the search index in {path}: {error}") from error
+        self._lock = threading.Lock()  # the writer's (a group of adds, a commit)
+        self._pending: dict[int, int] = {}
+        self._dirty = False
+        self._reload()
+        self._visible = self._newest_offset()
+        # Every document added so far, committed or not, has an offset at or below this.
+        self._high = max(self._visible.values(), default=-1)
+
+    def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:
+        """Upsert ``docs``; ``new``: the caller knows none is in the index yet (a replay
+        after ``clear``, which goes thread by thread, not in offset order), so no delete
+        is queued for them (1M queued deletes held about 1.5 GB until the commit)."""
+        with self._lock:
+            for d in docs:
+                # Upsert by event_id: a replay after a crash must not duplicate a hit. A
+                # document past every offset added so far cannot be in the index yet, and
+                # skipping its delete halves the cost of adding it (an event keeps its offset;
+                # only a duplicate published again beyond the Kafka dedup horizon would not).
+                if d["offset"] <= self._high and not new:
+                    self._writer.delete_documents_by_term("event_id", d["event_id"])
+                else:
+                    self._high = max(self._high, d["offset"])
+                # from_dict with the schema converts about 3x faster than keyword arguments.
+                self._writer.add_document(
+                    tantivy.Document.from_dict({k: v for k, v in d.items() if v is not None}, self._schema)
+                )
+                part = 0
+                if d["offset"] > self._pending.get(part, -1):
+                    self._pending[part] = d["offset"]
+            self._dirty = self._dirty or bool(docs)
+
+    def tick(self) -> None:
+        self.refresh()  # tantivy has no refresh of its own: the driver's interval is it
+
+    def refresh(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            self._writer.commit()
+            self._reload()
+            for part, off in self._pending.items():
+                if off > self._visible.get(part, -1):
+                    self._visible[part] = off
+            self._pending.clear()
+            self._dirty = False
+
+    def visible_offsets(self) -> dict[int, int]:
+        return dict(self._visible)
+
     def clear(self) -> None:
         with self._lock:
             self._writer.delete_all_documents()
@@ -243,4 +256,61 @@ class TantivySearchIndex(SearchIndex):
             self._writer.wait_merging_threads()
 
 
-__all__ = ["TantivySearchIndex"]
+class TantivyIndexReader(_TantivySearching):
+    """Searches of an index another process writes (``agentlog run``'s sink process): a
+    read-only reader of the same directory, so a search costs no call to that process.
+    Tantivy has one writer and any number of readers; each commit replaces ``meta.json``,
+    and the reader follows it: a search first reloads when the file changed since the
+    last one. The writer, its lock and the documents stay the other process's."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        try:
+            _check_schema(path)
+            self._index = tantivy.Index.open(path)
+            self._index.config_reader("Manual")
+        except ValueError as error:
+            raise StoreError(f"cannot read the search index in {path}: {error}") from error
+        self._meta = os.path.join(path, "meta.json")
+        self._follow_lock = threading.Lock()
+        self._seen: tuple[int, int, int] | None = None
+        self._visible: dict[int, int] = {}
+        self._follow()
+
+    def _follow(self) -> None:
+        """Reload when the writer committed since the last look (one ``stat``)."""
+        try:
+            st = os.stat(self._meta)
+        except OSError:
+            return  # between the writer's write and rename: the next search looks again
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if seen == self._seen:
+            return
+        with self._follow_lock:
+            if seen == self._seen:
+                return
+            try:
+                self._reload()
+                visible = self._newest_offset()
+            except ValueError:  # a merge removed a segment as it was opened: keep the last reader
+                return
+            self._visible, self._seen = visible, seen
+
+    def visible_offsets(self) -> dict[int, int]:
+        self._follow()
+        return dict(self._visible)
+
+    def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
+        self._follow()
+        return super().search(query, filters, limit)
+
+    def visible_ids(self, event_ids: Sequence[str]) -> set[str]:
+        self._follow()
+        return super().visible_ids(event_ids)
+
+    def doc_count(self) -> int:
+        self._follow()
+        return super().doc_count()
+
+
+__all__ = ["TantivyIndexReader", "TantivySearchIndex"]

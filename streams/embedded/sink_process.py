@@ -167,19 +167,30 @@ def _serve(listener: Listener, host: SinkHost) -> None:
 
 
 def _answer(conn: Connection, host: SinkHost) -> None:
+    """Every call on one connection, one after another, until the server closes it."""
     with conn:
-        try:
-            target, name, args, kwargs = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            reply: tuple[str, Any] = ("ok", host.call(target, name, args, kwargs))
-        except Exception as error:  # noqa: BLE001 - raised again in the server
-            reply = ("error", _portable(error))
-        try:
-            conn.send(reply)
-        except (OSError, pickle.PicklingError, TypeError, AttributeError) as error:
-            conn.send(("error", StoreError(f"the sink process could not send its answer: {error}")))
+        while True:
+            try:
+                target, name, args, kwargs = conn.recv()
+            except (EOFError, OSError):
+                return
+            try:
+                reply: tuple[str, Any] = ("ok", host.call(target, name, args, kwargs))
+            except Exception as error:  # noqa: BLE001 - raised again in the server
+                reply = ("error", _portable(error))
+            try:
+                conn.send(reply)
+            except (OSError, pickle.PicklingError, TypeError, AttributeError) as error:
+                try:
+                    conn.send(("error", StoreError(f"the sink process could not send its answer: {error}")))
+                except OSError:
+                    return
+
+
+def _exchange(conn: Connection, request: tuple[Any, ...]) -> tuple[str, Any]:
+    conn.send(request)
+    reply: tuple[str, Any] = conn.recv()
+    return reply
 
 
 def _portable(error: Exception) -> Exception:
@@ -240,6 +251,9 @@ class SinkProcess:
         ctx = multiprocessing.get_context("spawn")
         self.process = ctx.Process(target=main, name="agentlog-sinks", daemon=False,
                                    args=(settings.to_env(), self.address, self.authkey, os.getpid()))  # fmt: skip
+        # Connections between calls, each used by one call at a time (a call takes one).
+        self._idle: list[Connection] = []
+        self._idle_lock = threading.Lock()
 
     def start(self, timeout: float = 120.0) -> None:
         _spawn(self.process.start)
@@ -254,15 +268,43 @@ class SinkProcess:
                 time.sleep(0.05)
 
     def call(self, target: str, name: str, *args: Any, **kwargs: Any) -> Any:
-        with Client(self.address, family="AF_UNIX", authkey=self.authkey) as conn:
-            conn.send((target, name, args, kwargs))
-            status, value = conn.recv()
+        """One call, on a connection kept from an earlier one when there is one (opening a
+        connection, with its authentication, cost more than most calls themselves)."""
+        request = (target, name, args, kwargs)
+        conn = self._idle_connection()
+        if conn is not None:
+            try:
+                reply = _exchange(conn, request)
+            except (OSError, EOFError):  # closed since (the sink process was restarted): a fresh one
+                conn.close()
+                conn = None
+        if conn is None:
+            conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
+            try:
+                reply = _exchange(conn, request)
+            except BaseException:
+                conn.close()
+                raise
+        with self._idle_lock:
+            self._idle.append(conn)
+        status, value = reply
         if status == "error":
             raise value
         return value
 
+    def _idle_connection(self) -> Connection | None:
+        with self._idle_lock:
+            return self._idle.pop() if self._idle else None
+
+    def _close_connections(self) -> None:
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
     def stop(self, timeout: float = 120.0) -> None:
         """Ask it to write what is queued and exit; kill it if it does not."""
+        self._close_connections()
         if self.process.is_alive():
             self.process.terminate()  # SIGTERM: it drains, commits and closes its stores
             self.process.join(timeout)
@@ -285,6 +327,42 @@ class Remote:
 
     def close(self) -> None:
         """The sink process closes its own stores."""
+
+
+class IndexSearchedHere(Remote):
+    """The sink process's tantivy index, searched in this process through a reader of its
+    directory (an agent's context runs several searches: a call each to the sink process
+    was most of the context's time); writes and the rest still go to the sink process."""
+
+    def __init__(self, process: SinkProcess, reader: Any) -> None:
+        super().__init__(process, "index")
+        self._reader = reader
+
+    def search(self, query: str, filters: Any, limit: int = 10) -> Any:
+        return self._reader.search(query, filters, limit)
+
+    def visible_offsets(self) -> dict[int, int]:
+        return dict(self._reader.visible_offsets())
+
+    def visible_ids(self, event_ids: Any) -> set[str]:
+        return set(self._reader.visible_ids(event_ids))
+
+    def doc_count(self) -> int:
+        return int(self._reader.doc_count())
+
+
+def index_of(process: SinkProcess, settings: Settings) -> Remote:
+    """The sink process's index as this process uses it: searched here when it is the
+    embedded tantivy index and a reader opens, else every call forwarded."""
+    if settings.opensearch_url:  # OpenSearch answers its own searches, over HTTP
+        return Remote(process, "index")
+    from agentlog.sinks.tantivy_index import TantivyIndexReader  # noqa: PLC0415 - the embedded deployment's
+
+    try:
+        return IndexSearchedHere(process, TantivyIndexReader(str(settings.path("index"))))
+    except StoreError as error:
+        log.warning("searching through the sink process (%s)", error)
+        return Remote(process, "index")
 
 
 class RemoteSinks:
@@ -344,4 +422,4 @@ def wait_for_sink_process(settings: Settings, timeout: float = 30.0) -> None:
         os.close(fd)
 
 
-__all__ = ["Remote", "RemoteSinks", "SinkHost", "SinkProcess", "main", "wait_for_sink_process"]
+__all__ = ["IndexSearchedHere", "Remote", "RemoteSinks", "SinkHost", "SinkProcess", "index_of", "main", "wait_for_sink_process"]

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agentlog.sinks.base import StoreError
-from agentlog.streams.embedded.sink_process import Remote, RemoteSinks, SinkProcess
+from agentlog.streams.embedded.sink_process import Remote, RemoteSinks, SinkProcess, index_of
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.wiring import open_log_store, open_search_index
 
@@ -97,7 +97,7 @@ class SinkSupervision:
                     raise
         self.sink_process = process
         self.log = Remote(process, "log", {"description": log_description})  # type: ignore[assignment]
-        self.index = Remote(process, "index")  # type: ignore[assignment]
+        self.index = index_of(process, self.settings)  # type: ignore[assignment]
         self.sinks = sinks  # type: ignore[assignment]
 
     def _join_sinks(self) -> None:
