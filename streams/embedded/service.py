@@ -147,13 +147,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         if self.sink_process is not None:
             self.sink_process.stop()
             self.sink_process = None
-        for name in ("queue", "sink_queue", "index", "states", "reader", "bus", "log"):
-            store = self.__dict__.get(name)
-            if store is not None and not isinstance(store, Remote):
-                try:
-                    store.close()
-                except Exception:  # noqa: BLE001 - closing what is left; the first error is raised
-                    log.debug("closing %s after a failed start", name, exc_info=True)
+        self._close_stores(quiet=True)
 
     def _new_driver(self) -> EmbeddedDriver:
         s = self.settings
@@ -614,14 +608,26 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
                     self._memory.close()
                 self._close_stores()
 
-    def _close_stores(self) -> None:
-        self.queue.close()
-        self.sink_queue.close()
-        self.index.close()
-        self.states.close()
-        self.reader.close()
-        self.bus.close()
-        self.log.close()
+    def _close_stores(self, quiet: bool = False) -> None:
+        """Close every store this service opened (one a failed start never opened is
+        skipped), each even when one before it fails; the first failure is raised after
+        the rest are closed (``quiet``: logged instead, for a start that failed already)."""
+        first: Exception | None = None
+        for name in _STORES:
+            store = self.__dict__.get(name)
+            if store is None or isinstance(store, Remote):  # the sink process closes its own
+                continue
+            try:
+                store.close()
+            except Exception as error:  # noqa: BLE001 - the others are closed first
+                log.debug("closing %s failed", name, exc_info=True)
+                first = first or error
+        if first is not None and not quiet:
+            raise first
+
+
+_STORES = ("queue", "sink_queue", "index", "states", "reader", "bus", "log")
+"""The service's stores, in the order they are closed."""
 
 
 class _Answering:
