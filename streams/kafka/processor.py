@@ -152,30 +152,31 @@ class KafkaProcessor:
         return None if raw is None else ThreadSnapshot.model_validate_json(raw)
 
     def owned_partitions(self) -> list[int]:
-        """The event partitions assigned here; none while the consumer has not started
-        (faust raises until its consumer thread runs: a worker joining owns nothing yet)."""
+        """The event partitions assigned here; none while the consumer has not started."""
+        return self._assignment() or []
+
+    def started(self) -> bool:
+        """Whether faust's consumer runs (it raises for the assignment until then)."""
+        return self._assignment() is not None
+
+    def _assignment(self) -> list[int] | None:
+        """The event partitions assigned here, or ``None`` while the consumer has not
+        started (faust raises until its consumer thread runs: a worker joining owns nothing yet)."""
         name = self.ownership.get_topic_name()
         try:
             assigned = self.app.consumer.assignment()
         except ConsumerNotStarted:
-            return []
+            return None
         return sorted(tp.partition for tp in assigned if tp.topic == name)
-
-    def started(self) -> bool:
-        """Whether faust's consumer runs (it raises for the assignment until then)."""
-        try:
-            self.app.consumer.assignment()
-        except ConsumerNotStarted:
-            return False
-        return True
 
     def health(self) -> dict[str, Any]:
         counts = {**self.written, "index_retries": self.feeds["index"].retries if self.sinks_here else 0}
         failing = {name: feed.last_error for name, feed in self.feeds.items() if feed.last_error}
-        status = "degraded" if failing else "ok" if self.started() else "starting"
+        assigned = self._assignment()
+        status = "degraded" if failing else "ok" if assigned is not None else "starting"
         return {"status": status, "failing": failing, "deployment": "kafka",
                 "role": "all" if self.sinks_here else "processor", "written": counts,
-                "partitions": self.owned_partitions(), "dedup_ids": len(self.seen),
+                "partitions": assigned or [], "dedup_ids": len(self.seen),
                 "unlogged": len(self.unlogged.events)}  # fmt: skip
 
     def run(self, work: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
