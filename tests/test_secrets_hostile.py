@@ -78,6 +78,8 @@ TEXT_FORMATS: list[tuple[str, Callable[[int, str], tuple[str, str]]]] = [
     ("url_password", lambda n, s: (f"redis://:{s}@cache:6379/0", s)),
     ("url_password", lambda n, s: (f"git clone https://bot:{s}@git.example.com/repo.git", s)),
     ("url_password", lambda n, s: (f"connection failed: mysql://app:{s}@db/x", s)),
+    ("url_password", lambda n, s: (f"the DSN is admin:{s}@db.internal:5432/app", s)),
+    ("url_password", lambda n, s: (f"psql app_user:{s}@localhost/app failed", s)),
     ("cli_flag", lambda n, s: (f"mysql -u root -p{s} app < dump.sql", s)),
     ("cli_flag", lambda n, s: (f"mysqldump -uroot -p{s} app", s)),
     ("cli_flag", lambda n, s: (f"./deploy --password={s} --env prod", s)),
@@ -210,7 +212,9 @@ def test_redaction_keeps_ordinary_text_whole() -> None:
     for text in ["max_tokens=500", "PWD=/home/dev", "Basic authentication is enabled", "KeyError: 'user'",
                  "3 tests passed, 1 failed", "mkdir -p build && docker run -p 8080:80 app",
                  "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-                 "see https://example.com/path?q=1", "the token count is 12"]:  # fmt: skip
+                 "see https://example.com/path?q=1", "the token count is 12",
+                 "git clone git@github.com:org/repo.git", "mail ops@example.com at 12:30@home",
+                 "scp build.tar deploy@host:/srv/app", "ERROR: see https://u@example.com/x"]:  # fmt: skip
         assert redact(text) == text
 
 
