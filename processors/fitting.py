@@ -5,8 +5,8 @@ objects, a tool's output may be megabytes. ``dumps`` encodes any such record (``
 makes it JSON first when ``orjson`` refuses it), and ``fit`` cuts a record's biggest
 payload fields until it is within the deployment's event size limit: an event over it
 would be rejected whole, and a tool call would lose its result to a few megabytes of log.
-Used by the Python client and the LangChain handler, which publish on an agent's behalf
-(the server's own ingest of OTLP dead-letters an oversized event, with its reason).
+Used by the Python client, the LangChain handler and the server's OTLP ingest, which
+publish on an agent's behalf.
 """
 
 from __future__ import annotations

@@ -252,8 +252,9 @@ def test_hostile_otlp_bodies_get_a_clear_4xx_lose_nothing_and_the_next_request_w
     for body, headers, status, says in cases:
         answer = httpx.post(f"{server}/v1/traces", content=body, headers=headers)
         assert answer.status_code == status and says in answer.json()["error"], (status, says, answer.text)
-    # A huge attribute: the span's event passes the event size limit, so it is dead-lettered
-    # (its reason says so), the other span of the request is kept, and OTLP is told.
+    # A huge tool result: the span's event would pass the event size limit, so its biggest
+    # field is cut to fit, with a marker saying so (as the Python client does): the call
+    # keeps its result. An unmapped huge span is dead-lettered, bounded, and OTLP is told.
     huge = otlp_json(
         span("00000000000000c1", 0, 1, gen_ai__operation__name="execute_tool", gen_ai__conversation__id="otel-huge",
              gen_ai__tool__name="cat", gen_ai__tool__call__result="x" * (2 * 1024 * 1024)),
@@ -262,12 +263,17 @@ def test_hostile_otlp_bodies_get_a_clear_4xx_lose_nothing_and_the_next_request_w
         span("00000000000000c3", 0, 1, http__body="y" * (2 * 1024 * 1024)),  # unmapped, and huge
     )  # fmt: skip
     answer = httpx.post(f"{server}/v1/traces", content=huge, headers=JSON_TYPE)
-    assert answer.status_code == 200 and answer.json()["partialSuccess"]["rejectedSpans"] == "2", answer.text
-    assert "too_large" in answer.json()["partialSuccess"]["errorMessage"]
+    assert answer.status_code == 200 and answer.json()["partialSuccess"]["rejectedSpans"] == "1", answer.text
+    assert "otlp_unmapped" in answer.json()["partialSuccess"]["errorMessage"]
     assert httpx.post(f"{server}/v1/traces", content=otlp_json(), headers=JSON_TYPE).json() == {}
     remote.catch_up()
-    assert rows(remote, "SELECT count() AS n FROM events")[0]["n"] == before + 3  # c1's call, c2's call and result
-    assert [(r["tool_name"], r["status"]) for r in tool_calls(remote, "otel-huge")] == [("ls", "ok")]
+    assert rows(remote, "SELECT count() AS n FROM events")[0]["n"] == before + 4  # both calls and both results
+    assert sorted((r["tool_name"], r["status"]) for r in tool_calls(remote, "otel-huge")) == [("cat", "ok"), ("ls", "ok")]
+    [cut] = rows(remote, "SELECT length(raw) AS n, JSONExtractString(payload, 'output') AS output FROM events "
+                         "WHERE thread_id = 'otel-huge' AND kind = 'tool_result' AND position(raw, 'xxxx') > 0")  # fmt: skip
+    assert cut["n"] <= 1024 * 1024 and cut["output"].startswith("x" * 1000)
+    assert f"bytes cut to fit the event size limit of {1024 * 1024} bytes]" in cut["output"]
+    assert "agentlog's OTLP ingest" in cut["output"]
     [letter] = rows(remote, "SELECT reason, length(raw) AS n FROM rejected_events WHERE position(raw, '00000000000000c3') > 0")
     assert letter["reason"].startswith("otlp_unmapped") and "kept the first" in letter["reason"]
     assert letter["n"] == 1024 * 1024  # a dead letter is bounded as an oversized event is

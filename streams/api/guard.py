@@ -30,6 +30,7 @@ from urllib.parse import urlencode, urlsplit
 from starlette.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentlog.schemas.events import MAX_EVENT_BYTES
 from agentlog.schemas.requests import RequestError
 from agentlog.streams.config import Settings
 
@@ -76,6 +77,8 @@ class Policy:
     max_request_bytes: int = 64 * 1024 * 1024
     trust_proxy: bool = False
     """Whether a proxy in front says how the browser connected (``X-Forwarded-Proto``)."""
+    max_event_bytes: int = MAX_EVENT_BYTES
+    """The deployment's event size limit: what the server's own ingest (OTLP) cuts to fit."""
 
     @classmethod
     def of(cls, settings: Settings, bind_host: str) -> Policy:
@@ -86,7 +89,8 @@ class Policy:
             allowed: frozenset[str] | None = LOOPBACK_NAMES | extra
         else:
             allowed = extra or None
-        return cls(settings.api_token or None, allowed, settings.max_request_bytes, settings.trust_proxy)
+        return cls(settings.api_token or None, allowed, settings.max_request_bytes, settings.trust_proxy,
+                   settings.max_event_bytes)
 
 
 def host_name(authority: str) -> str:

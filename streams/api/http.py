@@ -173,7 +173,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
               responses=errors(400, *WRITES), openapi_extra=otlp.TRACES_DOC)  # fmt: skip
     def traces(request: Request, data: Annotated[bytes, Depends(raw)]) -> Response:
         data = otlp.decompressed(data, request.headers.get("content-encoding"), policy.max_request_bytes)
-        rejected, reason = otlp.ingest(service, data, request.headers.get("content-type"))
+        rejected, reason = otlp.ingest(service, data, request.headers.get("content-type"), policy.max_event_bytes)
         content, media = otlp.response(otlp.media_type(request.headers.get("content-type")), rejected, reason)
         return Response(content, media_type=media)
 

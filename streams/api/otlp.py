@@ -23,7 +23,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
+from agentlog.processors.fitting import fit
 from agentlog.processors.otel_genai import Span, map_spans
+from agentlog.schemas.events import MAX_EVENT_BYTES
 from agentlog.schemas.requests import RequestError
 from agentlog.streams.api.guard import too_large
 from agentlog.streams.api.service import Service
@@ -215,8 +217,11 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def ingest(service: Service, body: bytes, content_type: str | None) -> tuple[int, str]:
-    """Publish what ``body``'s spans mean: (spans rejected, the first reasons why)."""
+def ingest(service: Service, body: bytes, content_type: str | None,
+           max_event_bytes: int = MAX_EVENT_BYTES) -> tuple[int, str]:  # fmt: skip
+    """Publish what ``body``'s spans mean: (spans rejected, the first reasons why). An event
+    over ``max_event_bytes`` (a tool's output of megabytes) has its biggest fields cut to
+    fit, as the Python client does, rather than losing the call's result."""
     media = media_type(content_type)
     if media not in (PROTOBUF, JSON):
         raise RequestError(415, f"POST /v1/traces takes OTLP as {PROTOBUF} or {JSON}, not {content_type!r}")
@@ -225,7 +230,7 @@ def ingest(service: Service, body: bytes, content_type: str | None) -> tuple[int
     letters = [(orjson.dumps({"otlp_span": spans[i].as_dict()}), reason) for i, reason in mapped.unmapped]
     if not mapped.events and not letters:
         return 0, ""
-    data = b"\n".join(orjson.dumps(event) for _, event in mapped.events)
+    data = b"\n".join(fit(event, max_event_bytes, "agentlog's OTLP ingest") for _, event in mapped.events)
     report = service.publish(data, dead_letters=letters)
     # A span is rejected when any of its events is (records are numbered from 1, in order).
     refused = {mapped.events[r["record"] - 1][0] for r in report.rejections if r.get("record")}
