@@ -389,3 +389,20 @@ def test_a_state_read_on_the_event_loop_applies_only_the_records_it_found_waitin
         assert svc.driver.pending() == 50  # left to the processor's loop, not applied on the event loop
     finally:
         svc.close()
+
+
+def test_a_state_read_on_the_event_loop_leaves_a_backlog_longer_than_a_step_to_the_thread_pool(
+    settings: Settings,
+) -> None:
+    from agentlog.streams.embedded.service import STEP_RECORDS  # noqa: PLC0415
+
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, checkpoint_seconds=3600))
+    try:
+        svc.publish(goal(1))
+        svc.state("step")
+        svc.publish(b"\n".join(goal(i) for i in range(2, 3 + STEP_RECORDS)))  # one more than a step
+        assert svc.state_json_now("step") is None
+        assert svc.driver.pending() == STEP_RECORDS + 1  # nothing applied on the event loop
+        assert orjson.loads(svc.state_json("step"))["goal"]["text"] == f"walrus step {2 + STEP_RECORDS}"
+    finally:
+        svc.close()

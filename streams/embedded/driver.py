@@ -81,16 +81,29 @@ class EmbeddedDriver:
         return n
 
     def apply_at_most(self, most: int) -> int:
-        """Apply the next ``most`` records at most, without a checkpoint (a read answered
-        on the HTTP event loop applies an agent step's records and nothing more)."""
-        t0 = time.perf_counter()
+        """Apply the next ``most`` records at most, without a checkpoint."""
         records = self.bus.read(self.events_pos, most)
-        if records:
-            result = self.pipeline.process(records)
-            self._hand_off(result)
-            self.events_pos = records[-1].offset
-            METRICS.batch_seconds.observe(time.perf_counter() - t0)
+        self._apply_records(records)
         return len(records)
+
+    def apply_few(self, most: int) -> bool:
+        """Apply what the topic holds if that is ``most`` records at most (one read, no
+        checkpoint: a read answered on the HTTP event loop applies an agent step's records
+        and nothing more); ``False``, having applied nothing, when more are waiting."""
+        records = self.bus.read(self.events_pos, most + 1)
+        if len(records) > most:
+            return False
+        self._apply_records(records)
+        return True
+
+    def _apply_records(self, records: list[Record]) -> None:
+        if not records:
+            return
+        t0 = time.perf_counter()
+        result = self.pipeline.process(records)
+        self._hand_off(result)
+        self.events_pos = records[-1].offset
+        METRICS.batch_seconds.observe(time.perf_counter() - t0)
 
     def _hand_off(self, result: BatchResult) -> None:
         """The batch to the accepted queue (before the position moves past it), its

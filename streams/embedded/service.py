@@ -289,12 +289,13 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
             return None
         try:
             driver = self.driver
-            if thread_id not in driver.pipeline.threads or driver.checkpoint_due() or driver.pending() > most:
+            if thread_id not in driver.pipeline.threads or driver.checkpoint_due():
                 return None
             try:
                 # One read of at most ``most`` records: what was published before this
                 # request; what publishers append meanwhile is not waited for.
-                self._apply(lambda: driver.apply_at_most(most))
+                if not self._apply(lambda: driver.apply_few(most)):
+                    return None  # a backlog: applied on the thread pool
             except Exception:  # noqa: BLE001 - the thread-pool path applies again and reports it
                 return None
             render = lambda view, state: view.render_json(state, self.settings.redact)  # noqa: E731
