@@ -151,15 +151,23 @@ class RemoteService:
         # standard library's, where nothing (TLS, a proxy) needs httpx.
         self.wire = KeepAlive(url, _auth(token), timeout=120.0) if plain_http(url) else None
 
-    def _send(self, method: str, path: str, params: dict[str, Any] | None = None, content: bytes | None = None,
+    def _send(self, method: str, path: str, params: dict[str, Any] | None = None, content: bytes | str | None = None,
               headers: dict[str, str] | None = None) -> Any:  # fmt: skip
         """One request, answered as the service would (retried while the server is busy)."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
         if self.wire is None:
             return self._check(lambda: self.http.request(method, path, params=query, content=content, headers=headers))
         target = f"{path}?{urlencode(query)}" if query else path
+        body = content.encode() if isinstance(content, str) else content  # UTF-8, as httpx sends it
         wire = self.wire
-        return self._check(lambda: wire.request(method, target, content, headers))
+
+        def send() -> Response:
+            answer = wire.request(method, target, body, headers)
+            if 300 <= answer.status_code < 400:  # a front that moved the API: httpx follows it
+                return self.http.request(method, path, params=query, content=body, headers=headers)
+            return answer
+
+        return self._check(send)
 
     def _get(self, path: str, **params: Any) -> Any:
         return self._send("GET", path, params)

@@ -12,6 +12,8 @@ going through httpx.
 from __future__ import annotations
 
 import http.client
+import select
+import socket
 import threading
 import urllib.request
 import weakref
@@ -25,8 +27,11 @@ WIRE_ERRORS = (OSError, http.client.HTTPException)
 """What a request on the wire raises when no answer came back (refused, reset, timed out)."""
 
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-"""What a kept connection the server closed meanwhile (its idle timeout) raises: the
-request never reached it, so it is sent again on a fresh connection."""
+"""What a kept connection the server closed meanwhile raises."""
+
+_IDEMPOTENT = frozenset({"GET", "HEAD"})
+"""Requests sent again on a fresh connection when a kept one fails: a POST may have reached
+the server before the connection dropped, and is never sent twice."""
 
 
 @dataclass(frozen=True)
@@ -46,11 +51,14 @@ class Answer:
 
 def plain_http(url: str) -> bool:
     """Whether ``url`` is served over plain HTTP with no proxy in the way (the environment's
-    ``http_proxy``/``no_proxy``, read as httpx and urllib read them)."""
+    ``http_proxy``, ``all_proxy`` and ``no_proxy``, read as httpx and urllib read them)."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         return False
-    return "http" not in urllib.request.getproxies() or bool(urllib.request.proxy_bypass(parts.hostname))
+    proxies = urllib.request.getproxies()
+    if "http" not in proxies and "all" not in proxies:
+        return True
+    return bool(urllib.request.proxy_bypass(parts.hostname))
 
 
 class KeepAlive:
@@ -63,35 +71,72 @@ class KeepAlive:
         self._headers = headers
         self._timeout = timeout
         self._local = threading.local()
-        # Every thread's connection, to close them all; one dies with its thread.
+        # Every thread's connection (one dies with its thread), and those in an exchange now.
         self._opened: weakref.WeakSet[http.client.HTTPConnection] = weakref.WeakSet()
+        self._busy: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
         self._closed = False
 
     def request(self, method: str, target: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None) -> Answer:  # fmt: skip
         """One exchange; ``target`` is the path with its query string."""
-        if self._closed:
-            raise RuntimeError("the client is closed")
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        kept = conn is not None
-        if conn is None:
-            conn = self._local.conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-            with self._lock:
-                self._opened.add(conn)
+        conn, kept = self._take()
         sent = {**self._headers, **(headers or {})}
         try:
-            return _exchange(conn, method, self._prefix + target, body, sent)
-        except _STALE:
-            if not kept:
-                raise
-        return _exchange(conn, method, self._prefix + target, body, sent)  # reconnects: it was closed
+            try:
+                return _exchange(conn, method, self._prefix + target, body, sent)
+            except _STALE:
+                # Closed by the server as this request went out (its idle timeout): a read
+                # is sent again, once, on a fresh connection.
+                if not kept or method not in _IDEMPOTENT or self._closed:
+                    raise
+            return _exchange(conn, method, self._prefix + target, body, sent)  # it reconnects
+        finally:
+            with self._lock:
+                self._busy.discard(conn)
+
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection, marked busy, and whether it is one kept from before;
+        one the server closed while it was idle is reopened first."""
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        kept = conn is not None and conn.sock is not None
+        if conn is not None and conn.sock is not None and _closed_by_peer(conn.sock):
+            conn.close()
+            kept = False
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            if conn is None:
+                conn = self._local.conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+                self._opened.add(conn)
+            self._busy.add(conn)
+        return conn, kept
 
     def close(self) -> None:
+        """Close every thread's connection; one in an exchange now is shut down instead (its
+        thread gets a connection error, and closes it)."""
         with self._lock:
-            self._closed, opened = True, list(self._opened)
-        for conn in opened:
+            self._closed = True
+            busy, idle = list(self._busy), [c for c in self._opened if c not in self._busy]
+        for conn in idle:
             conn.close()
+        for conn in busy:
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether an idle connection has something to read: the server's close (or data it
+    had no reason to send). Either way it cannot carry the next exchange."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _exchange(conn: http.client.HTTPConnection, method: str, target: str, body: bytes | None,
