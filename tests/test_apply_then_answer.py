@@ -406,3 +406,25 @@ def test_a_state_read_on_the_event_loop_leaves_a_backlog_longer_than_a_step_to_t
         assert orjson.loads(svc.state_json("step"))["goal"]["text"] == f"walrus step {2 + STEP_RECORDS}"
     finally:
         svc.close()
+
+
+def test_a_served_read_never_takes_the_checkpoint_the_processor_s_loop_takes_it(settings: Settings) -> None:
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, checkpoint_seconds=0))  # always due
+    try:
+        svc.serving = True  # as under agentlog run (its loop is not started here)
+        svc.publish(goal(1))
+        svc.state("step")
+        assert orjson.loads(svc.state_json_now("step") or b"{}")["goal"]["text"] == "walrus step 1"
+        svc.publish(goal(2))
+        assert orjson.loads(svc.state_json_now("step") or b"{}")["goal"]["text"] == "walrus step 2"
+        assert svc.states.offsets().get("events", 0) == 0  # no read wrote a checkpoint
+        with svc.lock:
+            svc.driver.step()  # the loop's turn
+        assert svc.states.offsets()["events"] == svc.driver.events_pos
+        svc.serving = False  # in-process, with no loop, a read takes it
+        svc.publish(goal(3))
+        svc.state("step")
+        assert svc.states.offsets()["events"] == svc.driver.events_pos
+    finally:
+        svc.serving = False
+        svc.close()

@@ -124,11 +124,12 @@ class EmbeddedDriver:
         for record, event in result.duplicates:
             log.info("duplicate thread=%s event=%s offset=%d ignored", event.thread_id, event.event_id, record.offset)
 
-    def apply_pending(self) -> int:
+    def apply_pending(self, checkpoint: bool = True) -> int:
         """Apply everything the topic holds now (what a read does first: no sink is
-        written here, so this costs the processing alone)."""
+        written here, so this costs the processing alone); ``checkpoint=False``: leave a
+        checkpoint that falls due to the loop that takes them (``agentlog run``'s)."""
         applied = 0
-        while n := self.step():
+        while n := (self.step() if checkpoint else self.apply_at_most(self.batch_size)):
             applied += n
         return applied
 

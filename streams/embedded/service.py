@@ -240,7 +240,9 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         runs here: its cost, never a sink write's (the sink stage writes on its own)."""
         with self.lock:
             try:
-                self._apply(self.driver.apply_pending)
+                # Served, the processor's loop takes the checkpoints (one of a long thread
+                # costs milliseconds): never a request.
+                self._apply(lambda: self.driver.apply_pending(checkpoint=not self.serving))
             except Exception as error:
                 if not self.serving:
                     raise
@@ -282,14 +284,14 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
 
     def state_json_now(self, thread_id: str, most: int = STEP_RECORDS) -> bytes | None:
         """``state_json`` if it costs no wait: the processor is free, its thread in memory,
-        at most ``most`` records (an agent step's) to apply first and no checkpoint due.
+        at most ``most`` records (an agent step's) to apply first (a checkpoint is the loop's).
         ``None`` otherwise. The HTTP route answers this on its event loop, without the
         two thread hops of a blocking call, which cost more than the answer itself."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
             driver = self.driver
-            if thread_id not in driver.pipeline.threads or driver.checkpoint_due():
+            if thread_id not in driver.pipeline.threads:
                 return None
             try:
                 # One read of at most ``most`` records: what was published before this
