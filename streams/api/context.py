@@ -64,7 +64,8 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     facts = service.memory_facts(state["project"])
     redact = service.settings.redact
     result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts,
-                      redact_secrets=redact, memo=cache.texts, state_redacted=redact, derived=cache.derived)  # fmt: skip
+                      redact_secrets=redact, memo=cache.texts, state_redacted=redact, derived=cache.derived,
+                      redaction_memo=cache.items)  # fmt: skip
     out = result.as_dict()
     out["thread_id"] = thread_id
     out["meta"]["summary_covers_through"] = state.get("summary_covers_through")
