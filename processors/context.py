@@ -514,7 +514,7 @@ def assemble(
             add(name, msg)
         state_limit -= used_before - b.remaining
     shown_failures = {i for s in sections if s["name"] == "failures" for i in s["event_ids"]}
-    cited: set[str] = set()  # the events the rendered summary cites: recall does not repeat them
+    cited: frozenset[str] = frozenset()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
         text, left_out, lost = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
                                                    shown_failures, derived)  # fmt: skip
@@ -523,7 +523,7 @@ def assemble(
             b.remaining -= message_tokens(counter, msg)
         b.drop("summary", left_out, lost)
         add("summary", msg)
-        cited = cited_ids(text)
+        cited = _remembered(derived, ("cited", text), lambda: frozenset(cited_ids(text)))
     memory_msg = None
     if memory:
         limit = int(b.remaining * MEMORY_SHARE)
@@ -633,6 +633,16 @@ def _pointed(content: str, listed: list[tuple[FailureGroup, bool]], counter: Tok
 
 
 T = TypeVar("T")
+
+
+def _remembered(derived: MutableMapping[Any, Any] | None, key: Any, make: Callable[[], T]) -> T:
+    """``make()``, remembered in ``derived`` under ``key`` (which names all it depends on)."""
+    if derived is None:
+        return make()
+    found = derived.get(key)
+    if found is None:
+        found = derived[key] = make()
+    return found  # type: ignore[no-any-return]
 
 
 class _Held:

@@ -20,6 +20,8 @@ from agentlog.processors.thread import PairingConfig
 from agentlog.processors.tokens import counter
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
+from agentlog.streams.api.context_cache import ContextCache
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 from tests.test_public_state import PROPS, SECRET, sessions
 
@@ -105,3 +107,16 @@ def test_a_failure_points_at_the_window_only_while_the_window_shows_its_output()
         assert got == _context(state, window, set(), 4000, None)
         shown.append("output in the conversation below (r1)" in got.decode())
     assert shown == [True, False, True]
+
+
+def test_events_recall_reads_at_once_are_those_it_reads_one_by_one(service: EmbeddedService) -> None:
+    lines = [raw(f"e{i}", "message", {"role": "user", "text": f"step {i}, key {SECRET}"}, float(i)) for i in range(6)]
+    service.publish(b"\n".join([*lines, lines[2]]))  # a redelivery: the first copy is the event
+    service.catch_up()
+    ids = ["e4", "missing", "e2", "e0", "e2"]
+    one_by_one = {i: service.read_event(i) for i in ids}
+    assert service.read_events(ids) == one_by_one and one_by_one["missing"] is None
+    cache = ContextCache()
+    assert cache.read_events(service, ids) == one_by_one
+    assert set(cache.events) == {"e4", "e2", "e0"}  # what was found is remembered, not the missing one
+    assert cache.read_events(object(), ["e0", "e4"]) == {"e0": one_by_one["e0"], "e4": one_by_one["e4"]}

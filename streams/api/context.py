@@ -82,6 +82,9 @@ class _CachedReads:
     def read_event(self, event_id: str) -> Envelope | None:
         return self.cache.read_event(self.service, event_id)
 
+    def read_events(self, event_ids: list[str]) -> dict[str, Envelope | None]:
+        return self.cache.read_events(self.service, event_ids)
+
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                project: str | None = None, limit: int = 10) -> dict[str, Any]:  # fmt: skip
         return self.service.search(query, thread_id=thread_id, kind=kind, project=project, limit=limit)
