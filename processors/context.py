@@ -456,10 +456,11 @@ def assemble(
     already) and ``derived`` (what pure parts of the work gave, by keys naming all they
     depend on: a unit's tokens, the rendered summary) let a caller keep that work between
     calls: the result is the same. ``redaction_memo`` is ``redact_value``'s memo for the
-    recalled hits and memory facts (the same hits come back step after step)."""
+    memory facts (the same list on every request; recalled hits are not kept: a new
+    question brings new hits, and keeping them costs that step more than it saves others)."""
     if redact_secrets:
         state = state if state_redacted else redact_value(state)
-        recall = redact_value(recall, redaction_memo)
+        recall = redact_value(recall)
         memory = redact_value(memory, redaction_memo)  # a fact keyed db.password loses its value (a key/value pair)
     pinned = {"role": "system", "content": _pinned_text(state)}
     if output_budget_chars is None:

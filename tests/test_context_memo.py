@@ -1,6 +1,6 @@
 """Context assembly remembers what it derived from the state's items (the working-state
-lines, the failure groups and how they point at the window) and the redaction of recalled
-hits: after every event of generated threads the context is byte for byte the one assembly
+lines, the failure groups and how they point at the window) and the redaction of memory
+facts: after every event of generated threads the context is byte for byte the one assembly
 with nothing remembered gives (``agentlog.processors.context``)."""
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ from tests.helpers import raw
 from tests.test_public_state import PROPS, SECRET, sessions
 
 BUDGETS = (60, 150, 400, 4000)
+FACTS = [{"key": "db.password", "value": "hunter2", "status": "active", "flags": [], "evidence_type": "observed",
+          "source_event_id": "e0"},
+         {"key": "deploy.token", "value": f"use {SECRET}", "status": "stale", "flags": ["external_content"],
+          "evidence_type": "observed", "source_event_id": "e1"}]  # fmt: skip
 
 
 def _hits(window: list[Envelope]) -> list[dict[str, Any]]:
@@ -39,7 +43,7 @@ def _context(state: dict[str, Any], window: list[Envelope], orphans: set[str], b
              memos: dict[str, Any] | None) -> bytes:  # fmt: skip
     kept = memos or {}
     try:
-        result = assemble(state, window, counter(), budget, None, orphans, _hits(window), state_redacted=True,
+        result = assemble(state, window, counter(), budget, None, orphans, _hits(window), memory=FACTS, state_redacted=True,
                           memo=kept.get("texts"), derived=kept.get("derived"), redaction_memo=kept.get("items"))  # fmt: skip
     except BudgetTooSmall as error:
         return f"too small: {error.needed}".encode()
