@@ -9,9 +9,10 @@ tool call from its result, never drop the goal, constraints or latest user messa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from operator import is_
+from typing import Any, TypeVar
 
 import orjson
 
@@ -439,6 +440,7 @@ def assemble(
     memo: TextMemo | None = None,
     state_redacted: bool = False,
     derived: MutableMapping[Any, Any] | None = None,
+    redaction_memo: MutableMapping[bytes, bytes] | None = None,
 ) -> ContextResult:
     """Assemble the working set. ``window`` is the bounded recent tail of the thread.
 
@@ -453,16 +455,20 @@ def assemble(
     ``memo`` (see ``build_units``), ``state_redacted`` (``state`` is ``redact_value``'s
     already) and ``derived`` (what pure parts of the work gave, by keys naming all they
     depend on: a unit's tokens, the rendered summary) let a caller keep that work between
-    calls: the result is the same."""
+    calls: the result is the same. ``redaction_memo`` is ``redact_value``'s memo for the
+    memory facts (the same list on every request; recalled hits are not kept: a new
+    question brings new hits, and keeping them costs that step more than it saves others)."""
     if redact_secrets:
         state = state if state_redacted else redact_value(state)
         recall = redact_value(recall)
-        memory = redact_value(memory)  # a fact keyed db.password loses its value (a key/value pair)
+        memory = redact_value(memory, redaction_memo)  # a fact keyed db.password loses its value (a key/value pair)
     pinned = {"role": "system", "content": _pinned_text(state)}
     if output_budget_chars is None:
         output_budget_chars = output_budget(budget)
     units = build_units(window, orphans or set(), output_budget_chars, redact_secrets, memo)
-    groups = failure_groups(state.get("failures", []))
+    failures = state.get("failures", [])
+    groups, failure_items = _by_identity(derived, ("failures", state.get("thread_id")), failures,
+                                         lambda: _failure_items(failures))  # fmt: skip
     _dedup_window_failures(units, groups)
     latest_id = state.get("latest_user_message_id")
     latest_unit = next((u for u in units if latest_id in u.event_ids), None)
@@ -491,7 +497,6 @@ def assemble(
             sections.append({"name": name, "tokens": message_tokens(counter, msg), "content": msg["content"], **extra})
 
     state_limit = int(b.remaining * STATE_SHARE)
-    failure_items = [(g.event_ids[-1], _failure_line(g, False)) for g in reversed(groups)]  # newest first
     for name, title, items in (
         ("failures", "Recent failures (identical ones once, with a count):", failure_items),
         ("approvals", "Pending approvals (not yet decided):",
@@ -499,7 +504,7 @@ def assemble(
         ("agents", "Sub-agents:", _agents(state)),
         ("calls", "Open tool calls (no result yet):",
          [(c["call_id"], f"- {c['call_id']}: {c['tool_name']}") for c in state.get("pending_calls", [])]),
-        ("state", "Working state:", _plan_lines(state)),
+        ("state", "Working state:", _remembered_plan_lines(state, derived)),
     ):  # fmt: skip
         used_before = b.remaining
         if name == "failures":  # kept newest first, shown oldest first
@@ -510,7 +515,7 @@ def assemble(
             add(name, msg)
         state_limit -= used_before - b.remaining
     shown_failures = {i for s in sections if s["name"] == "failures" for i in s["event_ids"]}
-    cited: set[str] = set()  # the events the rendered summary cites: recall does not repeat them
+    cited: frozenset[str] = frozenset()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
         text, left_out, lost = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
                                                    shown_failures, derived)  # fmt: skip
@@ -519,7 +524,7 @@ def assemble(
             b.remaining -= message_tokens(counter, msg)
         b.drop("summary", left_out, lost)
         add("summary", msg)
-        cited = cited_ids(text)
+        cited = _remembered(derived, ("cited", text), lambda: frozenset(cited_ids(text)))
     memory_msg = None
     if memory:
         limit = int(b.remaining * MEMORY_SHARE)
@@ -568,7 +573,7 @@ def assemble(
     left_units.reverse()
     b.drop("recent", [i for u in left_units for i in u.event_ids], sum(u.tokens for u in left_units))
     in_window = {i for u in chosen for i in u.event_ids}
-    _point_failures_at_window(sections, system, groups, in_window, counter)
+    _point_failures_at_window(sections, system, groups, in_window, counter, derived)
     recent = [m for u in chosen for m in u.messages]
     sections.append({"name": "recent", "tokens": sum(u.tokens for u in chosen),
                      "event_ids": [i for u in chosen for i in u.event_ids]})  # fmt: skip
@@ -591,21 +596,96 @@ def assemble(
 
 
 def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple[str, dict[str, Any]]],
-                              groups: list[FailureGroup], in_window: set[str], counter: TokenCounter) -> None:  # fmt: skip
+                              groups: list[FailureGroup], in_window: set[str], counter: TokenCounter,
+                              derived: MutableMapping[Any, Any] | None = None) -> None:  # fmt: skip
     """A failure whose newest output the raw window shows is listed without repeating it:
-    the same text once, not twice. Only shortens the section, so the budget still holds."""
+    the same text once, not twice. Only shortens the section, so the budget still holds.
+    What it gives is remembered in ``derived`` by the section's text, the groups it shows
+    and which of them the window shows (all it depends on)."""
     section = next((s for s in sections if s["name"] == "failures"), None)
     if section is None:
         return
     msg = next(m for name, m in system if name == "failures")
-    lines = msg["content"].split("\n")
-    title, shown = lines[0], set(section["event_ids"])
-    body = [_failure_line(g, g.event_ids[-1] in in_window) for g in groups if g.event_ids[-1] in shown]
-    new = [min(old, line, key=counter.count) for old, line in zip(lines[1:], body)]
-    shorter = {"role": "system", "content": "\n".join([title, *new])}
-    if message_tokens(counter, shorter) <= message_tokens(counter, msg):
-        msg["content"] = section["content"] = shorter["content"]
+    shown = set(section["event_ids"])
+    listed = [(g, g.event_ids[-1] in in_window) for g in groups if g.event_ids[-1] in shown]
+    if derived is None:
+        shorter = _pointed(msg["content"], listed, counter)
+    else:
+        key = ("pointed", counter.encoding_name, msg["content"],
+               tuple((g.label, g.status, g.message, tuple(g.event_ids), seen) for g, seen in listed))  # fmt: skip
+        shorter = derived.get(key)
+        if shorter is None:
+            shorter = derived[key] = _pointed(msg["content"], listed, counter)
+    if shorter:
+        msg["content"] = section["content"] = shorter
         section["tokens"] = message_tokens(counter, msg)
+
+
+def _pointed(content: str, listed: list[tuple[FailureGroup, bool]], counter: TokenCounter) -> str:
+    """The failures section's text with each group's line pointing at the window where
+    that is shorter; ``""`` when the whole would not take fewer tokens."""
+    lines = content.split("\n")
+    body = [_failure_line(g, seen) for g, seen in listed]
+    new = [min(old, line, key=counter.count) for old, line in zip(lines[1:], body)]
+    shorter = "\n".join([lines[0], *new])
+    if message_tokens(counter, {"content": shorter}) <= message_tokens(counter, {"content": content}):
+        return shorter
+    return ""
+
+
+T = TypeVar("T")
+
+
+def _remembered(derived: MutableMapping[Any, Any] | None, key: Any, make: Callable[[], T]) -> T:
+    """``make()``, remembered in ``derived`` under ``key`` (which names all it depends on)."""
+    if derived is None:
+        return make()
+    found = derived.get(key)
+    if found is None:
+        found = derived[key] = make()
+    return found  # type: ignore[no-any-return]
+
+
+class _Held:
+    """Items held by identity beside what was derived from them: holding them keeps their
+    ids from being taken by other objects. Small to a cache's size count (the state's view
+    holds the same items anyway)."""
+
+    __slots__ = ("items", "value")
+
+    def __init__(self, items: tuple[object, ...], value: Any) -> None:
+        self.items, self.value = items, value
+
+
+def _by_identity(derived: MutableMapping[Any, Any] | None, key: Any, items: Sequence[object],
+                 make: Callable[[], T]) -> T:  # fmt: skip
+    """``make()``, remembered in ``derived`` under ``key`` while ``items`` are the very
+    objects (``is``) it was made from. For the state's items: ``PublicView`` hands out the
+    same dict for an item until the reducer replaces it (it never edits one in place)."""
+    if derived is None:
+        return make()
+    held = derived.get(key)
+    if isinstance(held, _Held) and len(held.items) == len(items) and all(map(is_, held.items, items)):
+        return held.value  # type: ignore[no-any-return]
+    value = make()
+    derived[key] = _Held(tuple(items), value)
+    return value
+
+
+_SEPARATOR = object()
+
+
+def _remembered_plan_lines(state: dict[str, Any], derived: MutableMapping[Any, Any] | None) -> list[tuple[str, str]]:
+    """``_plan_lines``, remembered by the identity of the plan's, tasks' and files' items
+    (a long run's plan of a thousand steps changes one step at a time)."""
+    items = [*state.get("plan", []), _SEPARATOR, *state.get("tasks", []), _SEPARATOR, *state.get("files", [])]
+    return _by_identity(derived, ("plan_lines", state.get("thread_id")), items, lambda: _plan_lines(state))
+
+
+def _failure_items(failures: list[dict[str, Any]]) -> tuple[list[FailureGroup], list[tuple[str, str]]]:
+    """The failure groups and their lines (id, line), newest first."""
+    groups = failure_groups(failures)
+    return groups, [(g.event_ids[-1], _failure_line(g, False)) for g in reversed(groups)]
 
 
 def _unit_tokens(unit: Unit, counter: TokenCounter, derived: MutableMapping[Any, Any] | None) -> int:

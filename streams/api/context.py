@@ -64,7 +64,8 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     facts = service.memory_facts(state["project"])
     redact = service.settings.redact
     result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts,
-                      redact_secrets=redact, memo=cache.texts, state_redacted=redact, derived=cache.derived)  # fmt: skip
+                      redact_secrets=redact, memo=cache.texts, state_redacted=redact, derived=cache.derived,
+                      redaction_memo=cache.items)  # fmt: skip
     out = result.as_dict()
     out["thread_id"] = thread_id
     out["meta"]["summary_covers_through"] = state.get("summary_covers_through")
@@ -80,6 +81,9 @@ class _CachedReads:
 
     def read_event(self, event_id: str) -> Envelope | None:
         return self.cache.read_event(self.service, event_id)
+
+    def read_events(self, event_ids: list[str]) -> dict[str, Envelope | None]:
+        return self.cache.read_events(self.service, event_ids)
 
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                project: str | None = None, limit: int = 10) -> dict[str, Any]:  # fmt: skip

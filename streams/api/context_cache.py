@@ -199,6 +199,23 @@ class ContextCache:
         return event
 
 
+    def read_events(self, source: Any, event_ids: list[str]) -> dict[str, Envelope | None]:
+        """``read_event`` of each, remembered; those not remembered in one call of the
+        source's ``read_events`` when it has one (one query instead of one per event)."""
+        out = {i: self.events.get(i) for i in event_ids}
+        missing = [i for i, e in out.items() if e is None]
+        batch = getattr(source, "read_events", None)
+        if missing and batch is not None:
+            for event_id, event in batch(missing).items():
+                out[event_id] = event
+                if event is not None:
+                    self.events[event_id] = event
+        else:
+            for event_id in missing:
+                out[event_id] = self.read_event(source, event_id)
+        return out
+
+
 _CACHES: weakref.WeakKeyDictionary[Any, ContextCache] = weakref.WeakKeyDictionary()
 _MAKING = threading.Lock()  # two first requests at once still share one cache
 

@@ -52,10 +52,18 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     # Facts before guesses, failures first when asked about one: a message's role and a
     # result's status take a read (a call and an error are what their kind says).
     ranked = list(candidates.values())[:RERANK_DEPTH]
-    events = {h["event_id"]: service.read_event(h["event_id"]) for h in ranked
-              if h["kind"] in ("message", "tool_result")}  # fmt: skip
+    events = _read_all(service, [h["event_id"] for h in ranked if h["kind"] in ("message", "tool_result")])
     ranked = prefer(ranked, events, asks_about_failure(text))
     return fresh(_entries(service, ranked, held, project, searches[0][0], events), held, orphans)
+
+
+def _read_all(service: RecallSource, event_ids: list[str]) -> dict[str, Envelope | None]:
+    """Each event read, in one batch when the source reads several at once."""
+    batch = getattr(service, "read_events", None)
+    if batch is None:
+        return {i: service.read_event(i) for i in event_ids}
+    found = batch(list(dict.fromkeys(event_ids)))
+    return {i: found[i] for i in event_ids}
 
 
 def _entries(service: RecallSource, hits: list[dict[str, Any]], held: set[str], project: str,

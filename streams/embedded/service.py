@@ -398,6 +398,16 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         event = validate(orjson.dumps(found))
         return event if isinstance(event, Envelope) else None
 
+    def read_events(self, event_ids: Sequence[str]) -> dict[str, Envelope | None]:
+        """``read_event`` of each, the topic's copies in one query (recall reads a dozen)."""
+        found = self.bus.first_copies(event_ids)
+        out: dict[str, Envelope | None] = {}
+        for event_id in event_ids:
+            raw = found.get(event_id)
+            event = validate(raw, self.settings.max_event_bytes) if raw is not None else None
+            out[event_id] = event if isinstance(event, Envelope) else self.read_event(event_id)
+        return out
+
     def read(self, event_id: str) -> dict[str, Any]:
         # The topic holds the same bytes as the log, indexed by event id (its first copy is
         # the one applied): a point lookup there costs far less than one in ClickHouse.
