@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter
 
-from agentlog.processors.redaction import redact_value
+from agentlog.processors.redaction import redact_value, redacted_json
 from agentlog.schemas.state import (
     AgentItem,
     ApprovalItem,
@@ -60,13 +60,16 @@ class PublicView:
     and a copy of its dicts; one that did renders its new and replaced items only.
     """
 
-    __slots__ = ("_sections", "_summary", "_redact", "_json")
+    __slots__ = ("_sections", "_summary", "_summary_memo", "_redact", "_json")
 
     def __init__(self) -> None:
         self._sections: dict[str, tuple[tuple[object, ...], list[dict[str, Any]], Any]] = {}
         """Per section: the items as last read (held, so no other object takes their ids),
         their renderings, and what the section derived from them (the approval queues)."""
         self._summary: tuple[object, bytes | None] = (None, None)
+        self._summary_memo: dict[bytes, bytes] = {}
+        """The summary's lists and list items as last redacted (their JSON -> the
+        redaction's): a fold changes a few entries of a record of hundreds."""
         self._redact: bool | None = None
         self._json: dict[str, tuple[object, orjson.Fragment]] = {}
         """Per shown section: the rendering it was serialised from (held: compared by
@@ -89,6 +92,7 @@ class PublicView:
         ``summary(json)`` what the summary's JSON does."""
         if redact is not self._redact:  # rendered under the other setting: start over
             self._sections, self._summary, self._redact, self._json = {}, (None, None), redact, {}
+            self._summary_memo = {}
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(state, name)
@@ -148,7 +152,13 @@ class PublicView:
         # The fold replaces the summary dict whenever it changes (never edits it in place).
         held, rendered = self._summary
         if held is not summary or rendered is None:
-            rendered = orjson.dumps(self._plain(_SUMMARY_ADAPTER.dump_python(summary, mode="json")))
+            dumped = _SUMMARY_ADAPTER.dump_python(summary, mode="json")
+            if self._redact:  # its lists' entries as last redacted, new ones redacted now
+                memo = _Carried(self._summary_memo)
+                rendered = redacted_json(dumped, memo)
+                self._summary_memo = dict(memo)  # not the chain of the memos before it
+            else:
+                rendered = orjson.dumps(dumped)
             self._summary = (summary, rendered)
         return rendered
 
@@ -158,6 +168,23 @@ class PublicView:
 
 _FEW = 16
 """Past this many replaced items in one section, match them by identity instead."""
+
+
+class _Carried(dict[bytes, bytes]):
+    """A redaction memo that keeps only what this render used, from the last render's:
+    the memo holds one summary's entries, however long the thread."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self, last: dict[bytes, bytes]) -> None:
+        super().__init__()
+        self._last = last
+
+    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:  # type: ignore[override]
+        done = dict.get(self, key)
+        if done is None and (done := self._last.get(key)) is not None:
+            self[key] = done
+        return default if done is None else done
 
 
 def _copies(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:

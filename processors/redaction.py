@@ -241,8 +241,15 @@ def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
         pair = ("value" in value or "Value" in value) and _names_secret(value)
         return {k: (_masked(v) if _hides(k, pair) else _walk(v, leaf)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if leaf is _redact_leaf and value and _short_texts(value):
+            return list(map(_redact_short, value))  # ids, names: each text is one cache hit, in C
         return [_walk(v, leaf) for v in value]
     return leaf(value)
+
+
+def _short_texts(values: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every value is a ``str`` that ``_redact_leaf`` redacts through the cache."""
+    return set(map(type, values)) == {str} and max(map(len, values)) <= _SHORT
 
 
 def _masked(value: Any) -> Any:
@@ -264,7 +271,11 @@ def _redact_short(text: str) -> str:
 def _redact_leaf(value: Any) -> Any:
     if not isinstance(value, str):
         return value
-    return _redact_short(value) if len(value) <= 512 else redact(value)
+    return _redact_short(value) if len(value) <= _SHORT else redact(value)
+
+
+_SHORT = 512
+"""Texts up to this long are redacted through the cache."""
 
 
 def mask_secret_keys(value: Any) -> Any:
@@ -306,6 +317,34 @@ def _remembered(value: Any, memo: MutableMapping[bytes, bytes], redacted: Callab
     return out
 
 
+def redacted_json(value: Any, memo: MutableMapping[bytes, bytes]) -> bytes:
+    """``orjson.dumps(redact_value(value))``, byte for byte, each dict in a list taken from
+    ``memo`` (its JSON -> its redaction's JSON) and spliced in as it is, never parsed again:
+    a long list that changed in a few entries costs one serialisation per entry and the
+    redaction of the new ones only."""
+    return orjson.dumps(_spliced(value, memo))
+
+
+def _spliced(value: Any, memo: MutableMapping[bytes, bytes]) -> Any:
+    if isinstance(value, dict):
+        pair = ("value" in value or "Value" in value) and _names_secret(value)
+        return {k: (_masked(v) if _hides(k, pair) else _spliced(v, memo)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_spliced_item(v, memo) if isinstance(v, dict) else _spliced(v, memo) for v in value]
+    return _redact_leaf(value)
+
+
+def _spliced_item(item: dict[Any, Any], memo: MutableMapping[bytes, bytes]) -> Any:
+    try:
+        key = orjson.dumps(item)
+    except TypeError:  # not plain JSON: nothing to remember it by
+        return _walk(item, _redact_leaf)
+    done = memo.get(key)
+    if done is None:
+        done = memo[key] = orjson.dumps(_walk(item, _redact_leaf))  # an item is redacted on its own
+    return orjson.Fragment(done)
+
+
 def redact_if(enabled: bool, value: Any, memo: MutableMapping[bytes, bytes] | None = None) -> Any:
     """``redact_value(value, memo)`` unless redaction is turned off (``AGENTLOG_REDACT=off``)."""
     return redact_value(value, memo) if enabled else value
@@ -317,5 +356,5 @@ def contains_secret(text: str) -> bool:
 
 __all__ = [
     "REDACTED", "contains_secret", "is_secret_name", "mask_secret_keys", "redact", "redact_if",
-    "redact_value",
+    "redact_value", "redacted_json",
 ]  # fmt: skip
