@@ -48,6 +48,9 @@ _ITEM_ADAPTERS: dict[type, TypeAdapter[Any]] = {
     for cls in (Pinned, ConstraintItem, StepItem, TaskItem, FileItem, ApprovalItem, AgentItem, PendingCall, Failure)
 }
 _SUMMARY_ADAPTER: TypeAdapter[dict[str, Any] | None] = TypeAdapter(dict[str, Any] | None)
+_PLAIN_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+"""Serialising with these fails (``TypeError``) on any value that is not plain JSON, where
+pydantic's dump and orjson could differ (a datetime's zone, a dataclass, a str subclass)."""
 _FIELDS = tuple(f.name for f in fields(WorkingState))
 _APPROVAL_QUEUE_HIDES = ("decision", "decided_by")
 _QUEUES = ("pending_approvals", "decided_approvals")
@@ -152,13 +155,14 @@ class PublicView:
         # The fold replaces the summary dict whenever it changes (never edits it in place).
         held, rendered = self._summary
         if held is not summary or rendered is None:
-            dumped = _SUMMARY_ADAPTER.dump_python(summary, mode="json")
-            if self._redact:  # its lists' entries as last redacted, new ones redacted now
-                memo = _Carried(self._summary_memo)
-                rendered = redacted_json(dumped, memo)
-                self._summary_memo = dict(memo)  # not the chain of the memos before it
-            else:
+            try:  # plain JSON already (the fold's dump, an event's payload): the adapter's dump is itself
+                rendered = orjson.dumps(summary, option=_PLAIN_ONLY)
+                dumped = summary
+            except TypeError:
+                dumped = _SUMMARY_ADAPTER.dump_python(summary, mode="json")
                 rendered = orjson.dumps(dumped)
+            if self._redact:  # its lists' entries as last redacted, new ones redacted now
+                rendered, self._summary_memo = redacted_json(dumped, self._summary_memo)
             self._summary = (summary, rendered)
         return rendered
 
@@ -168,23 +172,6 @@ class PublicView:
 
 _FEW = 16
 """Past this many replaced items in one section, match them by identity instead."""
-
-
-class _Carried(dict[bytes, bytes]):
-    """A redaction memo that keeps only what this render used, from the last render's:
-    the memo holds one summary's entries, however long the thread."""
-
-    __slots__ = ("_last",)
-
-    def __init__(self, last: dict[bytes, bytes]) -> None:
-        super().__init__()
-        self._last = last
-
-    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:  # type: ignore[override]
-        done = dict.get(self, key)
-        if done is None and (done := self._last.get(key)) is not None:
-            self[key] = done
-        return default if done is None else done
 
 
 def _copies(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:

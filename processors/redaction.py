@@ -26,8 +26,10 @@ import binascii
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, MutableMapping
-from functools import lru_cache
+from collections.abc import Callable, Mapping, MutableMapping
+from functools import lru_cache, partial
+from itertools import compress
+from operator import is_
 from typing import Any
 
 import orjson
@@ -317,32 +319,43 @@ def _remembered(value: Any, memo: MutableMapping[bytes, bytes], redacted: Callab
     return out
 
 
-def redacted_json(value: Any, memo: MutableMapping[bytes, bytes]) -> bytes:
-    """``orjson.dumps(redact_value(value))``, byte for byte, each dict in a list taken from
-    ``memo`` (its JSON -> its redaction's JSON) and spliced in as it is, never parsed again:
-    a long list that changed in a few entries costs one serialisation per entry and the
-    redaction of the new ones only."""
-    return orjson.dumps(_spliced(value, memo))
+_is_none = partial(is_, None)
 
 
-def _spliced(value: Any, memo: MutableMapping[bytes, bytes]) -> Any:
+def redacted_json(value: Any, last: Mapping[bytes, bytes]) -> tuple[bytes, dict[bytes, bytes]]:
+    """``orjson.dumps(redact_value(value))``, byte for byte, and the memo of its entries.
+
+    Each dict in a list is looked up in ``last`` (its JSON -> its redaction's JSON: the
+    memo this returned for the last value) and spliced in as it is, never parsed again: a
+    long list that changed in a few entries costs the redaction of the new ones only. The
+    memo returned holds this value's entries alone, so it stays as small as the value."""
+    kept: dict[bytes, bytes] = {}
+    return orjson.dumps(_spliced(value, last, kept)), kept
+
+
+def _spliced(value: Any, last: Mapping[bytes, bytes], kept: dict[bytes, bytes]) -> Any:
     if isinstance(value, dict):
         pair = ("value" in value or "Value" in value) and _names_secret(value)
-        return {k: (_masked(v) if _hides(k, pair) else _spliced(v, memo)) for k, v in value.items()}
+        return {k: (_masked(v) if _hides(k, pair) else _spliced(v, last, kept)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_spliced_item(v, memo) if isinstance(v, dict) else _spliced(v, memo) for v in value]
+        if value and set(map(type, value)) == {dict}:
+            return _spliced_items(value, last, kept)
+        return [_spliced(v, last, kept) for v in value]
     return _redact_leaf(value)
 
 
-def _spliced_item(item: dict[Any, Any], memo: MutableMapping[bytes, bytes]) -> Any:
+def _spliced_items(items: list[Any] | tuple[Any, ...], last: Mapping[bytes, bytes], kept: dict[bytes, bytes]) -> Any:
+    """A list of dicts, each redacted on its own (nothing outside an item changes what it
+    hides): the lookups are made in C, the new items alone redacted in Python."""
     try:
-        key = orjson.dumps(item)
+        keys = list(map(orjson.dumps, items))
     except TypeError:  # not plain JSON: nothing to remember it by
-        return _walk(item, _redact_leaf)
-    done = memo.get(key)
-    if done is None:
-        done = memo[key] = orjson.dumps(_walk(item, _redact_leaf))  # an item is redacted on its own
-    return orjson.Fragment(done)
+        return [_walk(v, _redact_leaf) for v in items]
+    done = list(map(last.get, keys))
+    for i in compress(range(len(done)), map(_is_none, done)):
+        done[i] = orjson.dumps(_walk(items[i], _redact_leaf))
+    kept.update(zip(keys, done))
+    return list(map(orjson.Fragment, done))
 
 
 def redact_if(enabled: bool, value: Any, memo: MutableMapping[bytes, bytes] | None = None) -> Any:
