@@ -1,0 +1,37 @@
+"""The heap a service starts with, kept out of the garbage collector's full passes.
+
+A full collection walks every object the collector tracks. Once the service is open those
+are tens of thousands (the modules, pydantic's validators, whose traversal is deep): a
+full pass costs tens of milliseconds whatever the threads hold, and it lands on whichever
+agent step is running, every few hundred steps. Frozen (``gc.freeze``) when the service
+opens, they are never walked again, and a full pass walks what came since. Reference
+counting still frees a frozen object; only a cycle among them waits for the last open
+service to close (``thaw``), when the freeze is undone.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+_lock = threading.Lock()
+_open = 0
+"""Services that froze the heap and are still open: the last one to close thaws it."""
+
+
+def freeze() -> None:
+    global _open
+    with _lock:
+        _open += 1
+        gc.freeze()
+
+
+def thaw() -> None:
+    global _open
+    with _lock:
+        _open = max(0, _open - 1)
+        if _open == 0:
+            gc.unfreeze()
+
+
+__all__ = ["freeze", "thaw"]
