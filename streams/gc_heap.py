@@ -4,9 +4,11 @@ A full collection walks every object the collector tracks. Once the service is o
 are tens of thousands (the modules, pydantic's validators, whose traversal is deep): a
 full pass costs tens of milliseconds whatever the threads hold, and it lands on whichever
 agent step is running, every few hundred steps. Frozen (``gc.freeze``) when the service
-opens, they are never walked again, and a full pass walks what came since. Reference
-counting still frees a frozen object; only a cycle among them waits for the last open
-service to close (``thaw``), when the freeze is undone.
+opens, they are never walked again, and a full pass walks what came since. A catch-up
+(a backlog applied at once: threads of thousands of events) freezes what it built too,
+after a collection, so no garbage is frozen. Reference counting still frees a frozen
+object; only a cycle among them waits for the last open service to close (``thaw``),
+when the freeze is undone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ def freeze() -> None:
         gc.freeze()
 
 
+def settle() -> None:
+    """After bulk work under a freeze: what it left alive joins the frozen heap (the
+    collection first walks only what came since the last freeze)."""
+    with _lock:
+        if _open:
+            gc.collect()
+            gc.freeze()
+
+
 def thaw() -> None:
     global _open
     with _lock:
@@ -34,4 +45,4 @@ def thaw() -> None:
             gc.unfreeze()
 
 
-__all__ = ["freeze", "thaw"]
+__all__ = ["freeze", "settle", "thaw"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from agentlog.streams import gc_heap
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
+from tests.helpers import raw
 
 
 def _full_collection_ms() -> float:
@@ -56,5 +57,20 @@ def test_a_service_with_the_freeze_off_leaves_the_collector_as_it_was(tmp_path: 
     svc = EmbeddedService(Settings(data_dir=tmp_path / "data", gc_freeze=False))
     try:
         assert gc.get_freeze_count() == 0
+    finally:
+        svc.close()
+
+
+def test_a_catch_up_freezes_the_threads_it_built_and_no_garbage(tmp_path: Path) -> None:
+    svc = EmbeddedService(Settings(data_dir=tmp_path / "data"))
+    try:
+        steps = [{"step_id": f"s{i}", "text": f"step {i}"} for i in range(300)]
+        svc.publish(raw("p", "plan", {"steps": steps}))
+        before = gc.get_freeze_count()
+        svc.catch_up()
+        assert gc.get_freeze_count() > before + 300  # the plan's steps among them
+        tracked = {id(o) for o in gc.get_objects()}
+        assert not any(id(s) in tracked for s in svc.driver.pipeline.thread("t1").state.plan.values())
+        assert gc.collect() == 0  # collected before it froze: nothing unreachable is left
     finally:
         svc.close()

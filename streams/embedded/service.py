@@ -243,6 +243,8 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         processed = self._run_until_idle(on_progress)
         with self.sink_lock:
             mirrored = self.mirror_memory()
+        if self._frozen:  # the threads it built are long-lived: out of full collections too
+            gc_heap.settle()
         return {"processed": processed, "memory_mirrored": mirrored}
 
     def _settle(self) -> None:
