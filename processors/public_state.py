@@ -48,7 +48,8 @@ _ITEM_ADAPTERS: dict[type, TypeAdapter[Any]] = {
     for cls in (Pinned, ConstraintItem, StepItem, TaskItem, FileItem, ApprovalItem, AgentItem, PendingCall, Failure)
 }
 _SUMMARY_ADAPTER: TypeAdapter[dict[str, Any] | None] = TypeAdapter(dict[str, Any] | None)
-_PLAIN_ONLY = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+_PLAIN_ONLY = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+               | orjson.OPT_PASSTHROUGH_SUBCLASS)
 """Serialising with these fails (``TypeError``) on any value that is not plain JSON, where
 pydantic's dump and orjson could differ (a datetime's zone, a dataclass, a str subclass)."""
 _FIELDS = tuple(f.name for f in fields(WorkingState))

@@ -344,7 +344,8 @@ def _spliced(value: Any, last: Mapping[bytes, bytes], kept: dict[bytes, bytes]) 
     return _redact_leaf(value)
 
 
-def _spliced_items(items: list[Any] | tuple[Any, ...], last: Mapping[bytes, bytes], kept: dict[bytes, bytes]) -> Any:
+def _spliced_items(items: list[Any] | tuple[Any, ...], last: Mapping[bytes, bytes],
+                   kept: dict[bytes, bytes]) -> list[Any]:  # fmt: skip
     """A list of dicts, each redacted on its own (nothing outside an item changes what it
     hides): the lookups are made in C, the new items alone redacted in Python."""
     try:

@@ -204,7 +204,8 @@ def test_a_caller_that_changes_the_context_it_read_changes_nothing_in_the_next_s
         svc.close()
 
 
-JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from(TEXTS[:3] + ["value", "token"]))
+JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5),
+                        st.sampled_from(TEXTS[:3] + ["value", "token"]))
 JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.one_of(
     st.lists(inner, max_size=4),
     st.dictionaries(st.sampled_from(["key", "value", "name", "password", "text", "ids"]), inner, max_size=4)),
