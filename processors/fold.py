@@ -9,8 +9,11 @@ estimated from lengths), so a replay or ``rebuild`` lands on the same summary.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from itertools import compress
+from operator import attrgetter
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import ValidationError
@@ -20,7 +23,7 @@ from agentlog.processors.truncation import clip_at_word
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.handoff import HandoffRecord, Sourced
 from agentlog.schemas.snapshot import PairingState, RawWindow, WindowEntry
-from agentlog.schemas.state import WorkingState
+from agentlog.schemas.state import StepItem, TaskItem, WorkingState
 
 DEFAULT_WINDOW_TOKENS = 6000
 MAX_ENTRIES = 300
@@ -63,6 +66,7 @@ MAX_DONE = 60
 SCAN_CHARS = 65536
 """How much of an output the digest scans for error lines (its last line is always kept)."""
 _PROTECTED = frozenset({"user", "failure", "error"})
+_Item = TypeVar("_Item", StepItem, TaskItem)
 
 
 def _tokens(chars: int) -> int:
@@ -335,8 +339,7 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
         note = f"result of {f.tool_name or 'tool'} call {f.call_id} unknown (no result)"
         if f.status == "missing" and note not in unknowns:
             unknowns.append(note)
-    plan = state.plan.values()
-    step = next((s for s in plan if s.status == "running"), None) or next((s for s in plan if s.status == "pending"), None)
+    step = _next_step(list(state.plan.values()))
     pending = [f"call {c.call_id} ({c.tool_name})" for c in state.pending_calls.values()]
     pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in state.tasks.values()
                 if t.status in ("pending", "running")]  # fmt: skip
@@ -360,12 +363,32 @@ def _finished_work(state: WorkingState, folded_ids: set[str], done: _Items) -> N
     final, so each is added once: when the event that finished it is folded)."""
     if not folded_ids:
         return
-    for s in state.plan.values():
-        if s.status == "done" and s.event_id in folded_ids:
+    for s in _changed_by(state.plan.values(), folded_ids):
+        if s.status == "done":
             done.add(f"step {s.step_id}" + (f": {s.text}" if s.text else ""), s.event_id, "step")
-    for t in state.tasks.values():
-        if t.status == "done" and t.event_id in folded_ids:
+    for t in _changed_by(state.tasks.values(), folded_ids):
+        if t.status == "done":
             done.add(f"task {t.task_id}" + (f": {t.text}" if t.text else ""), t.event_id, "task")
+
+
+_EVENT_ID = attrgetter("event_id")
+_STATUS = attrgetter("status")
+
+
+def _changed_by(items: Iterable[_Item], event_ids: set[str]) -> Iterator[_Item]:
+    """The items (in order) whose last change came with one of ``event_ids``: looked for
+    in C, as a long thread's plan holds thousands of steps and a fold finds a few."""
+    items = list(items)
+    return compress(items, map(event_ids.__contains__, map(_EVENT_ID, items)))
+
+
+def _next_step(plan: list[StepItem]) -> StepItem | None:
+    """The first running step, else the first pending one (statuses compared in C)."""
+    statuses = list(map(_STATUS, plan))
+    for status in ("running", "pending"):
+        if status in statuses:
+            return plan[statuses.index(status)]
+    return None
 
 
 __all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "Memo", "digest", "drop_through", "entry_of", "fold_if_needed", "guesses", "is_stale", "track"]

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter
 
-from agentlog.processors.redaction import redact_value
+from agentlog.processors.redaction import redact_value, redacted_json
 from agentlog.schemas.state import (
     AgentItem,
     ApprovalItem,
@@ -48,6 +48,10 @@ _ITEM_ADAPTERS: dict[type, TypeAdapter[Any]] = {
     for cls in (Pinned, ConstraintItem, StepItem, TaskItem, FileItem, ApprovalItem, AgentItem, PendingCall, Failure)
 }
 _SUMMARY_ADAPTER: TypeAdapter[dict[str, Any] | None] = TypeAdapter(dict[str, Any] | None)
+_PLAIN_ONLY = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+               | orjson.OPT_PASSTHROUGH_SUBCLASS)
+"""Serialising with these fails (``TypeError``) on any value that is not plain JSON, where
+pydantic's dump and orjson could differ (a datetime's zone, a dataclass, a str subclass)."""
 _FIELDS = tuple(f.name for f in fields(WorkingState))
 _APPROVAL_QUEUE_HIDES = ("decision", "decided_by")
 _QUEUES = ("pending_approvals", "decided_approvals")
@@ -60,13 +64,16 @@ class PublicView:
     and a copy of its dicts; one that did renders its new and replaced items only.
     """
 
-    __slots__ = ("_sections", "_summary", "_redact", "_json")
+    __slots__ = ("_sections", "_summary", "_summary_memo", "_redact", "_json")
 
     def __init__(self) -> None:
         self._sections: dict[str, tuple[tuple[object, ...], list[dict[str, Any]], Any]] = {}
         """Per section: the items as last read (held, so no other object takes their ids),
         their renderings, and what the section derived from them (the approval queues)."""
         self._summary: tuple[object, bytes | None] = (None, None)
+        self._summary_memo: dict[bytes, bytes] = {}
+        """The summary's lists and list items as last redacted (their JSON -> the
+        redaction's): a fold changes a few entries of a record of hundreds."""
         self._redact: bool | None = None
         self._json: dict[str, tuple[object, orjson.Fragment]] = {}
         """Per shown section: the rendering it was serialised from (held: compared by
@@ -89,6 +96,7 @@ class PublicView:
         ``summary(json)`` what the summary's JSON does."""
         if redact is not self._redact:  # rendered under the other setting: start over
             self._sections, self._summary, self._redact, self._json = {}, (None, None), redact, {}
+            self._summary_memo = {}
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(state, name)
@@ -148,7 +156,14 @@ class PublicView:
         # The fold replaces the summary dict whenever it changes (never edits it in place).
         held, rendered = self._summary
         if held is not summary or rendered is None:
-            rendered = orjson.dumps(self._plain(_SUMMARY_ADAPTER.dump_python(summary, mode="json")))
+            try:  # plain JSON already (the fold's dump, an event's payload): the adapter's dump is itself
+                rendered = orjson.dumps(summary, option=_PLAIN_ONLY)
+                dumped = summary
+            except TypeError:
+                dumped = _SUMMARY_ADAPTER.dump_python(summary, mode="json")
+                rendered = orjson.dumps(dumped)
+            if self._redact:  # its lists' entries as last redacted, new ones redacted now
+                rendered, self._summary_memo = redacted_json(dumped, self._summary_memo)
             self._summary = (summary, rendered)
         return rendered
 

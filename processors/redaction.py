@@ -27,8 +27,10 @@ import binascii
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, MutableMapping
-from functools import lru_cache
+from collections.abc import Callable, Mapping, MutableMapping
+from functools import lru_cache, partial
+from itertools import compress
+from operator import is_
 from typing import Any
 
 import orjson
@@ -273,8 +275,15 @@ def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
         pair = ("value" in value or "Value" in value) and _names_secret(value)
         return {k: (_masked(v) if _hides(k, pair) else _walk(v, leaf)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if leaf is _redact_leaf and value and _short_texts(value):
+            return list(map(_redact_short, value))  # ids, names: each text is one cache hit, in C
         return [_walk(v, leaf) for v in value]
     return leaf(value)
+
+
+def _short_texts(values: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every value is a ``str`` that ``_redact_leaf`` redacts through the cache."""
+    return set(map(type, values)) == {str} and max(map(len, values)) <= _SHORT
 
 
 def _masked(value: Any) -> Any:
@@ -296,7 +305,11 @@ def _redact_short(text: str) -> str:
 def _redact_leaf(value: Any) -> Any:
     if not isinstance(value, str):
         return value
-    return _redact_short(value) if len(value) <= 512 else redact(value)
+    return _redact_short(value) if len(value) <= _SHORT else redact(value)
+
+
+_SHORT = 512
+"""Texts up to this long are redacted through the cache."""
 
 
 def mask_secret_keys(value: Any) -> Any:
@@ -338,6 +351,46 @@ def _remembered(value: Any, memo: MutableMapping[bytes, bytes], redacted: Callab
     return out
 
 
+_is_none = partial(is_, None)
+
+
+def redacted_json(value: Any, last: Mapping[bytes, bytes]) -> tuple[bytes, dict[bytes, bytes]]:
+    """``orjson.dumps(redact_value(value))``, byte for byte, and the memo of its entries.
+
+    Each dict in a list is looked up in ``last`` (its JSON -> its redaction's JSON: the
+    memo this returned for the last value) and spliced in as it is, never parsed again: a
+    long list that changed in a few entries costs the redaction of the new ones only. The
+    memo returned holds this value's entries alone, so it stays as small as the value."""
+    kept: dict[bytes, bytes] = {}
+    return orjson.dumps(_spliced(value, last, kept)), kept
+
+
+def _spliced(value: Any, last: Mapping[bytes, bytes], kept: dict[bytes, bytes]) -> Any:
+    if isinstance(value, dict):
+        pair = ("value" in value or "Value" in value) and _names_secret(value)
+        return {k: (_masked(v) if _hides(k, pair) else _spliced(v, last, kept)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and set(map(type, value)) == {dict}:
+            return _spliced_items(value, last, kept)
+        return [_spliced(v, last, kept) for v in value]
+    return _redact_leaf(value)
+
+
+def _spliced_items(items: list[Any] | tuple[Any, ...], last: Mapping[bytes, bytes],
+                   kept: dict[bytes, bytes]) -> list[Any]:  # fmt: skip
+    """A list of dicts, each redacted on its own (nothing outside an item changes what it
+    hides): the lookups are made in C, the new items alone redacted in Python."""
+    try:
+        keys = list(map(orjson.dumps, items))
+    except TypeError:  # not plain JSON: nothing to remember it by
+        return [_walk(v, _redact_leaf) for v in items]
+    done = list(map(last.get, keys))
+    for i in compress(range(len(done)), map(_is_none, done)):
+        done[i] = orjson.dumps(_walk(items[i], _redact_leaf))
+    kept.update(zip(keys, done))
+    return list(map(orjson.Fragment, done))
+
+
 def redact_if(enabled: bool, value: Any, memo: MutableMapping[bytes, bytes] | None = None) -> Any:
     """``redact_value(value, memo)`` unless redaction is turned off (``AGENTLOG_REDACT=off``)."""
     return redact_value(value, memo) if enabled else value
@@ -349,5 +402,5 @@ def contains_secret(text: str) -> bool:
 
 __all__ = [
     "REDACTED", "contains_secret", "is_secret_name", "mask_secret_keys", "redact", "redact_if",
-    "redact_value",
+    "redact_value", "redacted_json",
 ]  # fmt: skip

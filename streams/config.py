@@ -57,6 +57,7 @@ _ENV = {
     "memory_llm": "AGENTLOG_MEMORY_LLM",
     "memory_pause_before_publish_seconds": "AGENTLOG_MEMORY_PAUSE_BEFORE_PUBLISH_SECONDS",
     "redact": "AGENTLOG_REDACT",
+    "gc_freeze": "AGENTLOG_GC_FREEZE",
     # Security of each server (agentlog.streams.kafka.security); passwords stay out of every repr.
     "kafka_security_protocol": "AGENTLOG_KAFKA_SECURITY_PROTOCOL",
     "kafka_sasl_mechanism": "AGENTLOG_KAFKA_SASL_MECHANISM",
@@ -144,6 +145,9 @@ class Settings:
     # Secrets redacted from state, context and compaction records (``off`` for trusted
     # deployments); the search index and memory always redact, the log keeps the original.
     redact: bool = True
+    # The heap an embedded service opens with leaves the garbage collector's full passes
+    # (agentlog.streams.gc_heap): they no longer stall an agent step for tens of ms.
+    gc_freeze: bool = True
     kafka_security_protocol: str = "PLAINTEXT"  # SSL, SASL_PLAINTEXT, SASL_SSL
     kafka_sasl_mechanism: str = "PLAIN"  # SCRAM-SHA-256, SCRAM-SHA-512
     kafka_sasl_username: str | None = None

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.public_state import PublicView
-from agentlog.processors.redaction import redact_if
+from agentlog.processors import redaction
+from agentlog.processors.redaction import redact_if, redact_value, redacted_json
 from agentlog.processors.thread import PairingConfig
 from agentlog.schemas.state import StepItem
 from tests.helpers import raw
@@ -201,3 +202,62 @@ def test_a_caller_that_changes_the_context_it_read_changes_nothing_in_the_next_s
         assert svc.state("t1") == before
     finally:
         svc.close()
+
+
+JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5),
+                        st.sampled_from(TEXTS[:3] + ["value", "token"]))
+JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.one_of(
+    st.lists(inner, max_size=4),
+    st.dictionaries(st.sampled_from(["key", "value", "name", "password", "text", "ids"]), inner, max_size=4)),
+    max_leaves=20)  # fmt: skip
+
+
+@PROPS
+@given(JSON_VALUES, JSON_VALUES)
+def test_a_summary_redacted_with_the_entries_of_the_last_one_is_the_whole_redaction_byte_for_byte(
+        last: object, value: object) -> None:  # fmt: skip
+    _, memo = redacted_json(last, {})  # the last summary's entries
+    want = orjson.dumps(redact_value(value))
+    got, memo = redacted_json(value, memo)
+    assert got == want
+    assert redacted_json(value, memo)[0] == want  # every entry from the memo this time
+
+
+def _summary(observations: list[str]) -> dict[str, object]:
+    return {"goal": "ship", "observations": [{"text": t, "source_event_ids": [f"e{i}" for i in range(50)], "count": 1}
+                                              for t in observations], "pending_jobs": ["call c1 (bash)"]}  # fmt: skip
+
+
+def test_a_fold_that_adds_a_summary_entry_redacts_that_entry_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline = Pipeline(MemorySeen())
+    pipeline.process([Record(0, 0, raw("e0", "goal", {"text": "x"}))])
+    view, state = PublicView(), pipeline.thread("t1").state
+    texts = [f"bash -> ok: line {i}" for i in range(40)] + [f"grep -> error: key {SECRET}"]
+    state.summary = _summary(texts)
+    view.render(state, True)
+    walked: list[object] = []
+    original = redaction._walk
+
+    def counting(value: object, leaf: object) -> object:
+        walked.append(value)
+        return original(value, leaf)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redaction, "_walk", counting)
+    state.summary = _summary(texts[1:] + ["pytest -> ok: new"])  # a fold replaces the dict
+    out = view.render(state, True)
+    entries = [v for v in walked if isinstance(v, dict) and "source_event_ids" in v]
+    assert [e["text"] for e in entries] == ["pytest -> ok: new"]
+    assert out["summary"] == redact_if(True, state.summary)
+    assert SECRET not in orjson.dumps(out).decode()
+
+
+def test_the_summary_s_memo_holds_the_entries_of_the_newest_summary_only() -> None:
+    pipeline = Pipeline(MemorySeen())
+    pipeline.process([Record(0, 0, raw("e0", "goal", {"text": "x"}))])
+    view, state = PublicView(), pipeline.thread("t1").state
+    for n in range(5):
+        state.summary = _summary([f"observation {n}.{i}" for i in range(30)])
+        assert view.render(state, True)["summary"] == redact_if(True, state.summary)
+    state.summary = _summary(["only one"])
+    view.render(state, True)
+    assert len(view._summary_memo) == 1  # noqa: SLF001 - the bound is what is tested

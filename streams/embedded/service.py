@@ -37,6 +37,7 @@ from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.api.context import context_for
 from agentlog.streams.api.context_cache import ContextCache, WindowTail, cache_for
 from agentlog.streams.api.service import NotFound
+from agentlog.streams import gc_heap
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import count_damage, derived_behind, open_derived, open_memory, open_sqlite, topic_help
 from agentlog.streams.embedded.accepted import AcceptedQueue
@@ -123,6 +124,9 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
             from agentlog.streams.llm_summary import LlmSummariser  # noqa: PLC0415 - optional
 
             self.summariser = LlmSummariser(settings.summary_url, settings.summary_model)
+        self._frozen = settings.gc_freeze  # the heap it opened with: out of full collections
+        if self._frozen:
+            gc_heap.freeze()
 
     def _open_sink_stores(self, notes: list[str]) -> None:
         """The log and the index, in this process (one lost or corrupt is moved aside and noted)."""
@@ -233,6 +237,8 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         processed = self._run_until_idle(on_progress)
         with self.sink_lock:
             mirrored = self.mirror_memory()
+        if self._frozen:  # the threads it built are long-lived: out of full collections too
+            gc_heap.settle()
         return {"processed": processed, "memory_mirrored": mirrored}
 
     def _settle(self) -> None:
@@ -619,6 +625,9 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
                     self.sink_process = None
                 if self._memory is not None:
                     self._memory.close()
+                if self._frozen:
+                    self._frozen = False
+                    gc_heap.thaw()
                 self._close_stores()
 
     def _close_stores(self, quiet: bool = False) -> None:

@@ -1,0 +1,48 @@
+"""The heap a service starts with, kept out of the garbage collector's full passes.
+
+A full collection walks every object the collector tracks. Once the service is open those
+are tens of thousands (the modules, pydantic's validators, whose traversal is deep): a
+full pass costs tens of milliseconds whatever the threads hold, and it lands on whichever
+agent step is running, every few hundred steps. Frozen (``gc.freeze``) when the service
+opens, they are never walked again, and a full pass walks what came since. A catch-up
+(a backlog applied at once: threads of thousands of events) freezes what it built too,
+after a collection, so no garbage is frozen. Reference counting still frees a frozen
+object; only a cycle among them waits for the last open service to close (``thaw``),
+when the freeze is undone.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+_lock = threading.Lock()
+_open = 0
+"""Services that froze the heap and are still open: the last one to close thaws it."""
+
+
+def freeze() -> None:
+    global _open
+    with _lock:
+        _open += 1
+        gc.freeze()
+
+
+def settle() -> None:
+    """After bulk work under a freeze: what it left alive joins the frozen heap (the
+    collection first walks only what came since the last freeze)."""
+    with _lock:
+        if _open:
+            gc.collect()
+            gc.freeze()
+
+
+def thaw() -> None:
+    global _open
+    with _lock:
+        _open = max(0, _open - 1)
+        if _open == 0:
+            gc.unfreeze()
+
+
+__all__ = ["freeze", "settle", "thaw"]
