@@ -37,6 +37,7 @@ _ENV = {
     "sink_flush_ms": "AGENTLOG_SINK_FLUSH_MS",
     "sink_flush_rows": "AGENTLOG_SINK_FLUSH_ROWS",
     "sink_nice": "AGENTLOG_SINK_NICE",
+    "sink_spare_cpus": "AGENTLOG_SINK_SPARE_CPUS",
     "batch_size": "AGENTLOG_BATCH_SIZE",
     "auto_compact": "AGENTLOG_AUTO_COMPACT",
     "compact_window_tokens": "AGENTLOG_COMPACT_WINDOW_TOKENS",
@@ -114,6 +115,9 @@ class Settings:
     # `agentlog run`'s sink process lowers its CPU priority by this much (os.nice): when the
     # two cores are contended, the serving process's state and context reads go first.
     sink_nice: int = 5
+    # ... and leaves this many CPUs to the serving process: its threads (chDB's pools
+    # included) run on the others, so a group commit never takes every core at once.
+    sink_spare_cpus: int = 1
     batch_size: int = 5000
     partitions: int = 4
     # Kafka processor: how many source records per partition its dedup ids cover

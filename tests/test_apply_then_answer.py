@@ -191,6 +191,23 @@ def test_agentlog_run_s_sink_process_runs_at_a_lower_cpu_priority_so_state_reads
     assert os.getpriority(os.PRIO_PROCESS, sinks) - os.getpriority(os.PRIO_PROCESS, server) == 7
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to leave to the server")
+def test_agentlog_run_s_sink_process_leaves_a_cpu_to_the_server_with_every_thread_it_starts(start_server) -> None:
+    url, env = start_server()
+    server = orjson.loads((Path(env["AGENTLOG_DATA_DIR"]) / "server.json").read_bytes())["pid"]
+    sinks = _sink_process_of(server)
+    with httpx.Client(base_url=url, timeout=10) as http:  # a group commit: chDB's and tantivy's threads run
+        http.post("/events", content=goal(1), headers={"content-type": "application/json"})
+        assert http.post("/flush", json={}).status_code == 200
+    first = min(os.sched_getaffinity(0))
+    threads = list(Path(f"/proc/{sinks}/task").iterdir())
+    assert len(threads) > 5  # chDB's pools among them
+    for task in threads:
+        allowed = os.sched_getaffinity(int(task.name))
+        assert first not in allowed and allowed, (task.name, allowed)
+    assert first in os.sched_getaffinity(server)  # the server itself is not restricted
+
+
 def test_agentlog_run_writes_the_sinks_in_a_process_of_its_own_that_never_holds_up_state_and_stops_with_it(
     start_server,
 ) -> None:

@@ -22,6 +22,9 @@ from agentlog.streams.embedded.service import EmbeddedService
 
 log = logging.getLogger("agentlog.server")
 
+SWITCH_INTERVAL_S = 0.001
+"""How long a thread may hold the interpreter lock while another waits (Python's default: 5 ms)."""
+
 
 def client_url(host: str, port: int) -> str:
     """Where a client on this machine reaches a server bound to ``host``."""
@@ -42,6 +45,10 @@ def serve(settings: Settings, host: str, port: int) -> int:
         print(f"agentlog: {settings.data_dir} is already served or in use by another agentlog process",
               file=sys.stderr)  # fmt: skip
         return 1
+    # A thread waiting for the interpreter lock (a request, while the processor's loop
+    # applies or checkpoints) gets it after 1 ms instead of Python's 5: the agent step's
+    # tail, not its throughput (the loops rarely contend).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     service = EmbeddedService(settings, sinks_apart=True)
     try:
         if service.sink_process is None:  # a store was rebuilt here, or is a server's

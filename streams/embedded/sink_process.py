@@ -137,6 +137,7 @@ def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None
     settings = Settings.from_env(env)
     if settings.sink_nice > 0:  # the serving process's reads win the contended cores
         os.nice(settings.sink_nice)
+    leave_cpus(settings.sink_spare_cpus)  # before chDB and tantivy start their threads
     hold = os.open(settings.path(SINKS_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(hold, fcntl.LOCK_EX)  # released by the kernel when this process ends, however
     host = SinkHost(settings)
@@ -148,6 +149,19 @@ def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None
     finally:
         host.close()
         listener.close()
+
+
+def leave_cpus(spare: int) -> list[int] | None:
+    """Keep this process (and the threads it starts from now on) off the first ``spare``
+    CPUs it may use, so the serving process always finds one that group commits leave
+    alone; the CPUs it runs on, or ``None`` when nothing was restricted."""
+    if spare <= 0 or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) <= spare:
+        return None
+    os.sched_setaffinity(0, cpus[spare:])
+    return cpus[spare:]
 
 
 def _watch_parent(parent: int, stop: threading.Event) -> None:
@@ -422,4 +436,4 @@ def wait_for_sink_process(settings: Settings, timeout: float = 30.0) -> None:
         os.close(fd)
 
 
-__all__ = ["IndexSearchedHere", "Remote", "RemoteSinks", "SinkHost", "SinkProcess", "index_of", "main", "wait_for_sink_process"]
+__all__ = ["IndexSearchedHere", "Remote", "RemoteSinks", "SinkHost", "SinkProcess", "index_of", "leave_cpus", "main", "wait_for_sink_process"]
