@@ -34,6 +34,7 @@ from agentlog.sinks.base import StoreError
 from agentlog.sinks.sqlite_db import READ_CACHE_KIB
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.accepted import AcceptedQueue
+from agentlog.streams.embedded.cpu_share import CpuShare
 from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.sink_guard import StoreUnavailable
@@ -51,8 +52,9 @@ PR_SET_PDEATHSIG = 1
 class SinkHost:
     """The sink process's stores, its sink stage and the loop that drives it."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, cpus: CpuShare | None = None) -> None:
         self.settings = settings
+        self.cpus = cpus
         self.bus = SqliteEventBus(str(settings.path("topic.db")), READ_CACHE_KIB)  # reads in offset order
         self.log = open_log_store(settings)
         self.index = open_search_index(settings)
@@ -90,6 +92,8 @@ class SinkHost:
             if retry:
                 self.failing.clear()
             retry, delay = False, 0.0
+            if self.cpus is not None:
+                self.cpus.follow(self.sinks.backlog)
             if n == 0:
                 self.hurry.wait(idle_sleep)
 
@@ -137,10 +141,10 @@ def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None
     settings = Settings.from_env(env)
     if settings.sink_nice > 0:  # the serving process's reads win the contended cores
         os.nice(settings.sink_nice)
-    leave_cpus(settings.sink_spare_cpus)  # before chDB and tantivy start their threads
+    cpus = CpuShare(settings.sink_spare_cpus)  # before chDB and tantivy start their threads
     hold = os.open(settings.path(SINKS_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(hold, fcntl.LOCK_EX)  # released by the kernel when this process ends, however
-    host = SinkHost(settings)
+    host = SinkHost(settings, cpus)
     listener = Listener(address, family="AF_UNIX", authkey=authkey)
     threading.Thread(target=_serve, args=(listener, host), daemon=True).start()
     threading.Thread(target=_watch_parent, args=(parent, stop), daemon=True).start()
@@ -149,19 +153,6 @@ def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None
     finally:
         host.close()
         listener.close()
-
-
-def leave_cpus(spare: int) -> list[int] | None:
-    """Keep this process (and the threads it starts from now on) off the first ``spare``
-    CPUs it may use, so the serving process always finds one that group commits leave
-    alone; the CPUs it runs on, or ``None`` when nothing was restricted."""
-    if spare <= 0 or not hasattr(os, "sched_setaffinity"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) <= spare:
-        return None
-    os.sched_setaffinity(0, cpus[spare:])
-    return cpus[spare:]
 
 
 def _watch_parent(parent: int, stop: threading.Event) -> None:
@@ -436,4 +427,4 @@ def wait_for_sink_process(settings: Settings, timeout: float = 30.0) -> None:
         os.close(fd)
 
 
-__all__ = ["IndexSearchedHere", "Remote", "RemoteSinks", "SinkHost", "SinkProcess", "index_of", "leave_cpus", "main", "wait_for_sink_process"]
+__all__ = ["IndexSearchedHere", "Remote", "RemoteSinks", "SinkHost", "SinkProcess", "index_of", "main", "wait_for_sink_process"]

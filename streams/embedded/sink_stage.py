@@ -58,6 +58,7 @@ class SinkStage:
         self._read_high_water()
         self.letters_read = 0  # dead letters copied to the log by this instance
         self.groups_written = 0  # group commits by this instance
+        self.backlog = 0  # applied events waiting, as last counted
         self._waiting_since: float | None = None
         self._last_refresh = time.monotonic()
 
@@ -78,6 +79,7 @@ class SinkStage:
 
     def _write_due(self, force: bool) -> int:
         rows, events = self.queue.backlog(self.pos)
+        self.backlog = events
         if rows == 0:
             self._waiting_since = None
             return 0
