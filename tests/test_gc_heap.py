@@ -74,3 +74,32 @@ def test_a_catch_up_freezes_the_threads_it_built_and_no_garbage(tmp_path: Path) 
         assert gc.collect() == 0  # collected before it froze: nothing unreachable is left
     finally:
         svc.close()
+
+
+def test_agentlog_run_s_loop_freezes_what_the_events_it_applied_built_once_it_is_idle(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A long-running server's threads join the frozen heap too (else every full
+    collection walks them, a pause that grows with the threads)."""
+    import threading  # noqa: PLC0415
+
+    from agentlog.streams.embedded import live_loops  # noqa: PLC0415
+
+    monkeypatch.setattr(live_loops, "SETTLE_AFTER_EVENTS", 50)
+    svc = EmbeddedService(Settings(data_dir=tmp_path / "data"))
+    stop = threading.Event()
+    loop = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
+    try:
+        opened = gc.get_freeze_count()
+        loop.start()
+        svc.publish(b"\n".join(raw(f"m{i}", "message", {"role": "user", "text": f"note {i}"}, i, thread="long")
+                               for i in range(60)))  # fmt: skip
+        deadline = time.monotonic() + 30
+        while gc.get_freeze_count() <= opened and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gc.get_freeze_count() > opened  # the 60 events' objects (threads, state) frozen
+        assert svc.state("long")["event_count"] == 60
+    finally:
+        stop.set()
+        loop.join(30)
+        svc.close()

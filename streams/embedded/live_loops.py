@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentlog.streams import summary_job
+from agentlog.streams import gc_heap, summary_job
 from agentlog.streams.memory import runner as memory_runner
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.sink_guard import StoreUnavailable
@@ -28,6 +28,10 @@ log = logging.getLogger("agentlog.service")
 
 RETRY_MAX_S = 30.0
 """The longest wait between retries of a store that is down."""
+SETTLE_AFTER_EVENTS = 10_000
+"""Events the processor's loop applies before, once idle, what they built joins the frozen
+heap (``gc_heap.settle``): a long-running server's threads would otherwise be walked by
+every full collection, a pause that grows with them."""
 
 
 class LiveLoops:
@@ -43,6 +47,7 @@ class LiveLoops:
     failing: dict[str, str]
     serving: bool
     interrupted: bool
+    _frozen: bool
     _flush_now: threading.Event
 
     if TYPE_CHECKING:  # the service's own (declared for the type checker only, so none shadows it)
@@ -68,6 +73,7 @@ class LiveLoops:
         sink_loop.start()
         delay = 0.0
         rebuild = False
+        unsettled = 0  # events applied since what they built last joined the frozen heap
         while not stop.is_set():
             try:
                 if rebuild:
@@ -78,6 +84,10 @@ class LiveLoops:
                     rebuild = False
                 with self.lock:
                     n = self.driver.step()
+                unsettled += n
+                if n == 0 and unsettled >= SETTLE_AFTER_EVENTS and self._frozen:
+                    gc_heap.settle()  # idle: one collection now spares every later full pass
+                    unsettled = 0
                 if n == 0:
                     stop.wait(idle_sleep)
             except Exception as error:  # noqa: BLE001 - state.db failed: back off, resume from the checkpoint
