@@ -191,7 +191,8 @@ def test_agentlog_run_s_sink_process_runs_at_a_lower_cpu_priority_so_state_reads
     assert os.getpriority(os.PRIO_PROCESS, sinks) - os.getpriority(os.PRIO_PROCESS, server) == 7
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to leave to the server")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 and not os.environ.get("CI"),
+                    reason="one CPU: nothing to leave to the server (in CI it runs, and fails)")
 def test_agentlog_run_s_sink_process_leaves_a_cpu_to_the_server_with_every_thread_it_starts(start_server) -> None:
     url, env = start_server()
     server = orjson.loads((Path(env["AGENTLOG_DATA_DIR"]) / "server.json").read_bytes())["pid"]
