@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from agentlog.processors.records import Match, Prepared, best_of, matches_of, prepare, prepared_doc, tool_of
-from agentlog.processors.textsearch import hit_of
+from agentlog.processors.textsearch import EXACT_BOOST, filters_match, final_score, hit_of, term_weight
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.search import Hit, SearchFilters
 
@@ -67,8 +67,10 @@ class ActiveSet:
         self._calls: dict[str, str] = {}
         self._prepared: list[Prepared] = []
         # Token (and exact term) -> the positions of the documents holding it, ascending:
-        # a search scores only those (any other scores 0 and is no match).
+        # a search scores only those (any other scores 0 and is no match). Each token's
+        # ``term_weight`` in each of them alongside: a search adds those up term by term.
         self._postings: dict[str, list[int]] = {}
+        self._weights: dict[str, list[float]] = {}
         self._exact: dict[str, list[int]] = {}
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
 
@@ -115,8 +117,11 @@ class ActiveSet:
     def _keep(self, prepared: Prepared) -> None:
         position = len(self._prepared)
         self._prepared.append(prepared)
-        for token in prepared[1].counts:
+        scored = prepared[1]
+        length_norm = scored.length_norm()
+        for token, tf in scored.counts.items():
             self._postings.setdefault(token, []).append(position)
+            self._weights.setdefault(token, []).append(term_weight(tf, length_norm))
         for term in prepared[1].terms:
             self._exact.setdefault(term, []).append(position)
         self.chars += len(prepared[0]["text"]) + len(prepared[0]["path"]) + 256
@@ -133,7 +138,9 @@ class ActiveSet:
         key = (tuple(terms), filters, tuple(exact), keep)
         scored, best, made = self._answers.pop(key, None) or (0, [], {})
         if scored < len(self._prepared):
-            best = best_of(best + matches_of(self._holding(scored, terms, exact), terms, filters, exact), keep)
+            found = self._matches(scored, terms, filters, exact) if terms else \
+                matches_of(self._prepared[scored:], terms, filters, exact)  # fmt: skip
+            best = best_of(best + found, keep)
             kept = {doc["event_id"] for _, doc in best}
             made = {i: h for i, h in made.items() if i in kept}
         self._answers[key] = (len(self._prepared), best, made)
@@ -142,18 +149,35 @@ class ActiveSet:
         return [Pending(doc["event_id"], score, doc["offset"], partial(_made, made, doc, terms, score))
                 for score, doc in best]  # fmt: skip
 
-    def _holding(self, start: int, terms: list[str], exact: Sequence[str]) -> list[Prepared]:
-        """The documents from position ``start`` on that hold a term of the query, in
-        order: the only ones it can match (with no terms, every document matches)."""
-        if not terms:
-            return self._prepared[start:]
-        found: set[int] = set()
-        for postings, wanted in ((self._postings, set(terms)), (self._exact, set(exact))):
-            for term in wanted:
-                held = postings.get(term)
-                if held:
-                    found.update(held[bisect_left(held, start):])
-        return [self._prepared[i] for i in sorted(found)]
-
+    def _matches(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str]) -> list[Match]:
+        """``matches_of`` the documents from position ``start`` on, term at a time: only
+        the documents holding a term of the query are visited, once per term they hold.
+        Each document's weights are added in the order of the query's term set, as
+        ``score_of`` adds them, so every score is the same float."""
+        totals: dict[int, float] = {}
+        for term in set(terms):
+            held = self._postings.get(term)
+            if held:
+                weights = self._weights[term]
+                for i in range(bisect_left(held, start), len(held)):
+                    position = held[i]
+                    totals[position] = totals.get(position, 0.0) + weights[i]
+        boosts: dict[int, int] = {}
+        for term in frozenset(exact):
+            held = self._exact.get(term)
+            if held:
+                for position in held[bisect_left(held, start):]:
+                    boosts[position] = boosts.get(position, 0) + 1
+        matches: list[Match] = []
+        for position in sorted(totals.keys() | boosts.keys()):
+            doc = self._prepared[position][0]
+            if not filters_match(doc, filters):
+                continue
+            total = totals.get(position)
+            score = final_score(total) if total is not None else 0.0
+            score = score + EXACT_BOOST * boosts[position] if position in boosts else score + 0.0
+            if score:
+                matches.append((score, doc))
+        return matches
 
 __all__ = ["SEARCHES_KEPT", "ActiveSet", "Pending"]

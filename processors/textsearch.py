@@ -70,6 +70,9 @@ class Scorable:
         tokens = tokenize(text)
         return cls(Counter(tokens), len(tokens), terms)
 
+    def length_norm(self) -> float:
+        return 1.0 + 0.25 * (self.length / 50.0)
+
 
 def score(query_terms: list[str], text: str | Scorable) -> float:
     """A small BM25-like score of ``text`` for ``query_terms`` (0.0: no term matches)."""
@@ -84,12 +87,24 @@ def score_of(unique_terms: set[str], doc: Scorable) -> float:
     if not doc.length:
         return 0.0
     total = 0.0
-    length_norm = 1.0 + 0.25 * (doc.length / 50.0)
+    length_norm = doc.length_norm()
     counts = doc.counts
     for term in unique_terms:
         tf = counts.get(term)
         if tf:
-            total += tf * 2.2 / (tf + 1.2 * length_norm)
+            total += term_weight(tf, length_norm)
+    return final_score(total)
+
+
+def term_weight(tf: int, length_norm: float) -> float:
+    """What one query term found ``tf`` times adds to a document's score before
+    ``final_score``: a property of the document alone, so a kept set can hold it."""
+    return tf * 2.2 / (tf + 1.2 * length_norm)
+
+
+def final_score(total: float) -> float:
+    """A document's score from the sum of its terms' ``term_weight`` (added in the order
+    of the query's term set: the same set gives the same float)."""
     return round(total * LN2, 6)
 
 
@@ -153,4 +168,4 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     return hit_of(doc, terms, s) if s else None
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "tokenize"]
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "term_weight", "tokenize"]
