@@ -226,7 +226,7 @@ def corpus() -> list[Attack]:
             expect=(403,),
             extra=(("Origin", "http://evil.example"),),
         ),
-        _get("HTTP/1.1 without Host", "/search?q=x", host=None, parser=True),
+        _get("HTTP/1.1 without Host", "/search?q=x", host=None),
         _get("Host twice", "/search?q=x", extra=(("Host", "evil.example"),), parser=True),
     ]
     # -- sizes ------------------------------------------------------------------------

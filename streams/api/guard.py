@@ -234,6 +234,10 @@ class Guard:
                 if name in headers and name in ("host", "authorization", "content-length", "content-type"):
                     refused = RequestError(400, f"the {name} header is given twice; give it once")
                 headers[name] = value.decode("latin-1")
+            if "host" not in headers and scope.get("http_version") == "1.1":
+                # HTTP/1.1 requires a Host (RFC 9112 3.2); httptools, unlike h11, lets one
+                # without it through to here.
+                refused = refused or RequestError(400, "an HTTP/1.1 request must name its Host header")
             if "authorization" not in headers and (token := _cookie(headers.get("cookie", ""), TOKEN_COOKIE)):
                 headers["authorization"] = f"Bearer {token}"
             refused = refused or refusal(self.policy, scope["method"], scope["path"], headers)
