@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +23,8 @@ from agentlog.schemas.tables import SEARCH_FIELDS
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.sinks.base import SearchIndex, StoreError
 
+SEARCH_THREADS = 4
+"""Searches one index runs at once beside their callers (``search_later``)."""
 ANSWERS_KEPT = 1024
 """Searches answered by the current reader that an index remembers (hits of at most
 ``limit`` short snippets each: small)."""
@@ -72,6 +75,7 @@ class _TantivySearching:
         # same ones step after step (the recall of its question, a hit's partner).
         self._answers: OrderedDict[tuple[str, SearchFilters, int], list[Hit]] = OrderedDict()
         self._generation = 0  # reloads of the reader so far
+        self._beside: ThreadPoolExecutor | None = None  # ``search_later``'s threads, made on first use
 
     def _open(self) -> Any:
         index = tantivy.Index(self._schema, path=self.path, reuse=True)
@@ -140,23 +144,69 @@ class _TantivySearching:
         """The best ``limit`` hits; one asked again before the next refresh is answered
         from memory, the same hits (a reader that has not changed answers the same)."""
         key = (query, filters, limit)
+        generation, hits = self._remembered(key)
+        if hits is None:
+            q, terms = self._query(query, filters)
+            searcher = self._index.searcher()
+            hits = self._hits(searcher, searcher.search(q, limit), terms)
+            self._remember(key, generation, hits)
+        return [replace(h) for h in hits]
+
+    def search_later(self, query: str, filters: SearchFilters, limit: int = 10) -> Callable[[], list[Hit]]:
+        """``search``, started now and answered when the returned function is called: the
+        engine's part (scoring, without the interpreter lock) runs on a thread of its own
+        while the caller goes on with its own work (the unindexed events' scores) on the
+        other core. One remembered is answered at once."""
+        key = (query, filters, limit)
+        generation, remembered = self._remembered(key)
+        if remembered is not None:
+            return lambda: [replace(h) for h in remembered]
+        q, terms = self._query(query, filters)
+        searcher = self._index.searcher()
+        started = threading.Event()
+
+        def score() -> Any:
+            started.set()
+            return searcher.search(q, limit)
+
         with self._memo_lock:
-            generation, hits = self._generation, self._answers.get(key)
+            if self._beside is None:
+                self._beside = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="index-search")
+            scoring = self._beside.submit(score)
+        # Until that thread runs, this one yields the interpreter lock: without the wait it
+        # would keep the lock (up to the switch interval) and the search would not start.
+        started.wait()
+
+        def answer() -> list[Hit]:
+            hits = self._hits(searcher, scoring.result(), terms)
+            self._remember(key, generation, hits)
+            return [replace(h) for h in hits]
+
+        return answer
+
+    def _remembered(self, key: tuple[str, SearchFilters, int]) -> tuple[int, list[Hit] | None]:
+        """The reader's generation, and its answer to ``key`` when it gave one already."""
+        with self._memo_lock:
+            hits = self._answers.get(key)
             if hits is not None:
                 self._answers.move_to_end(key)
-                return [replace(h) for h in hits]
-        hits = self._search(query, filters, limit)
+            return self._generation, hits
+
+    def _remember(self, key: tuple[str, SearchFilters, int], generation: int, hits: list[Hit]) -> None:
         with self._memo_lock:
             if generation == self._generation:  # no reload in between: still the answer
                 self._answers[key] = hits
                 if len(self._answers) > ANSWERS_KEPT:
                     self._answers.popitem(last=False)
-        return [replace(h) for h in hits]
 
-    def _search(self, query: str, filters: SearchFilters, limit: int) -> list[Hit]:
-        q, terms = self._query(query, filters)
-        searcher = self._index.searcher()
-        result = searcher.search(q, limit)
+    def _stop_searching(self) -> None:
+        with self._memo_lock:
+            beside, self._beside = self._beside, None
+        if beside is not None:
+            beside.shutdown(wait=True)
+
+    def _hits(self, searcher: Any, result: Any, terms: list[str]) -> list[Hit]:
+        """A search result's hits, each from its stored document."""
         hits = []
         for score, address in result.hits:
             d = searcher.doc(address).to_dict()
@@ -250,6 +300,7 @@ class TantivySearchIndex(_TantivySearching, SearchIndex):
             self._high = -1
 
     def close(self) -> None:
+        self._stop_searching()
         with self._lock:
             if self._dirty:
                 self._writer.commit()
@@ -304,6 +355,10 @@ class TantivyIndexReader(_TantivySearching):
         self._follow()
         return super().search(query, filters, limit)
 
+    def search_later(self, query: str, filters: SearchFilters, limit: int = 10) -> Callable[[], list[Hit]]:
+        self._follow()  # a reload first forgets the answers this one may not give again
+        return super().search_later(query, filters, limit)
+
     def visible_ids(self, event_ids: Sequence[str]) -> set[str]:
         self._follow()
         return super().visible_ids(event_ids)
@@ -311,6 +366,10 @@ class TantivyIndexReader(_TantivySearching):
     def doc_count(self) -> int:
         self._follow()
         return super().doc_count()
+
+    def close(self) -> None:
+        """Its search threads; the index and its writer are the other process's."""
+        self._stop_searching()
 
 
 __all__ = ["TantivyIndexReader", "TantivySearchIndex"]

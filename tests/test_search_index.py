@@ -44,3 +44,34 @@ def test_after_clear_the_index_takes_every_document_again(tmp_path: Path) -> Non
     index.add(docs(1, 15))
     index.refresh()
     assert hits(index) == sorted(f"e{n}" for n in range(1, 16))
+
+
+def _as_dicts(found: list) -> list[dict]:
+    return [h.as_dict() for h in found]
+
+
+def test_a_search_started_beside_the_caller_answers_exactly_what_a_search_answers(tmp_path: Path) -> None:
+    beside, inline = TantivySearchIndex(str(tmp_path / "a")), TantivySearchIndex(str(tmp_path / "b"))
+    for index in (beside, inline):
+        index.add(docs(1, 15))
+        index.refresh()
+    asked = [("marmot", SearchFilters(), 5), ("marmot 7", SearchFilters(kind="message"), 3), ("nothing", SearchFilters(), 4),
+             ("marmot", SearchFilters(thread_id="t1"), 15)]  # fmt: skip
+    for query, filters, limit in asked * 2:  # the second time from memory
+        assert _as_dicts(beside.search_later(query, filters, limit)()) == _as_dicts(inline.search(query, filters, limit))
+    beside.close()
+    inline.close()
+
+
+def test_a_search_started_before_a_refresh_answers_for_the_reader_it_started_on_and_is_not_remembered(
+    tmp_path: Path,
+) -> None:
+    index = TantivySearchIndex(str(tmp_path))
+    index.add(docs(1, 10))
+    index.refresh()
+    answer = index.search_later("marmot", SearchFilters(), 100)
+    index.add(docs(11, 15))
+    index.refresh()
+    assert sorted(h.event_id for h in answer()) == sorted(f"e{n}" for n in range(1, 11))
+    assert hits(index) == sorted(f"e{n}" for n in range(1, 16))  # the older answer was not kept
+    index.close()

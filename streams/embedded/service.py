@@ -43,7 +43,7 @@ from agentlog.streams.embedded.datadir import count_damage, derived_behind, open
 from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.driver import EmbeddedDriver
 from agentlog.streams.embedded.live_loops import LiveLoops
-from agentlog.streams.embedded.sink_process import Remote, RemoteSinks, SinkProcess, wait_for_sink_process
+from agentlog.streams.embedded.sink_process import RemoteSinks, SinkProcess, wait_for_sink_process
 from agentlog.streams.embedded.sink_supervisor import SinkSupervision
 from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.publisher import publish_to
@@ -459,10 +459,14 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
                 event = validate(named.value)
                 if isinstance(event, Envelope):
                     own_thread = own_thread or event.thread_id
-        # The active hits first, the index after: what a refresh shows in between is then
-        # in the index's hits instead of slipping past both.
-        active = self._active_hits(query, own_thread, filters, limit) if own_thread is not None else []
-        hits = self.index.search(query, filters, limit)
+        # What the index shows first, its search after: what a refresh shows in between is
+        # then in the index's hits instead of slipping past both. The index searches beside
+        # (its engine on the other core) while the active hits are scored here.
+        shown = self.index.visible_offsets().get(0, 0)
+        later = getattr(self.index, "search_later", None)
+        answer = later(query, filters, limit) if later is not None and own_thread is not None else None
+        active = self._active_hits(query, own_thread, filters, limit, shown) if own_thread is not None else []
+        hits = answer() if answer is not None else self.index.search(query, filters, limit)
         known = {h.event_id for h in hits}
         ranked = sorted([*hits, *(h for h in active if h.event_id not in known)],
                         key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
@@ -481,10 +485,10 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
     def _unindexed(self) -> int:
         return self.driver.events_pos - self.index.visible_offsets().get(0, 0)
 
-    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, limit: int) -> list[Hit | Pending]:
-        """The thread's accepted events the index cannot see yet (read-your-writes): the
-        best ``2 * limit``, enough whatever the index answers."""
-        visible = self.index.visible_offsets().get(0, 0)
+    def _active_hits(self, query: str, thread_id: str, filters: SearchFilters, limit: int,
+                     visible: int) -> list[Hit | Pending]:  # fmt: skip
+        """The thread's accepted events after ``visible``, what the index shows (read-your-
+        writes): the best ``2 * limit``, enough whatever the index answers."""
         terms = tokenize(query)
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
@@ -637,7 +641,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         first: Exception | None = None
         for name in _STORES:
             store = self.__dict__.get(name)
-            if store is None or isinstance(store, Remote):  # the sink process closes its own
+            if store is None:  # a Remote's close leaves the store to the sink process
                 continue
             try:
                 store.close()

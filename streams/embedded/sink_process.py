@@ -330,6 +330,9 @@ class Remote:
             return self._attributes[name]
         return lambda *args, **kwargs: self._process.call(self._target, name, *args, **kwargs)
 
+    search_later = None
+    """Not a search started beside the caller: a forwarded call is I/O, asked in order."""
+
     def close(self) -> None:
         """The sink process closes its own stores."""
 
@@ -345,6 +348,13 @@ class IndexSearchedHere(Remote):
 
     def search(self, query: str, filters: Any, limit: int = 10) -> Any:
         return self._reader.search(query, filters, limit)
+
+    def search_later(self, query: str, filters: Any, limit: int = 10) -> Any:
+        return self._reader.search_later(query, filters, limit)
+
+    def close(self) -> None:
+        """The reader here (its search threads); the index stays the sink process's."""
+        self._reader.close()
 
     def visible_offsets(self) -> dict[int, int]:
         return dict(self._reader.visible_offsets())
