@@ -100,6 +100,19 @@ def test_calls_to_the_sink_process_reuse_one_connection(served: EmbeddedService)
     assert len(connections) <= 3, connections  # the listener and the one connection (and a spare)
 
 
+def test_a_kept_connection_whose_call_failed_otherwise_is_closed_never_handed_to_the_next_call(
+    served: EmbeddedService,
+) -> None:
+    process = served.sink_process
+    assert process is not None
+    process.call("host", "status")
+    kept = process._idle[0]
+    with pytest.raises(Exception):  # noqa: B017 - whatever pickling raises for a lambda
+        process.call("host", "status", lambda: None)  # cannot be sent to the other process
+    assert kept.closed and kept not in process._idle
+    assert process.call("host", "status")["failing"] == {}  # the next call on a fresh connection
+
+
 def _closing_server() -> tuple[socket.socket, list[int]]:
     """An HTTP server that answers each connection's first request with keep-alive, then
     closes it without a word (as a server's idle timeout does)."""

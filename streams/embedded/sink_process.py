@@ -283,6 +283,9 @@ class SinkProcess:
             except (OSError, EOFError):  # closed since (the sink process was restarted): a fresh one
                 conn.close()
                 conn = None
+            except BaseException:  # an interrupt mid-answer, say: never handed to another call
+                conn.close()
+                raise
         if conn is None:
             conn = Client(self.address, family="AF_UNIX", authkey=self.authkey)
             try:
