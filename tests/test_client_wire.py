@@ -191,3 +191,39 @@ def test_a_text_body_is_sent_as_utf8_as_httpx_sends_it() -> None:
     with _serving(Echo) as url:
         assert [o for o, _ in _both(url, lambda r: r.publish(line))] == ["ok", "ok"]  # type: ignore[arg-type]
     assert received == [line.encode(), line.encode()]
+
+
+def test_a_long_answer_is_read_with_no_collection_in_the_middle_of_it() -> None:
+    """A long thread's state is ten thousand lists and dicts: collections started while
+    they are built (one per 700 new objects) move them, still young, into the older
+    generations, and a full pass of the caller's heap follows every few hundred steps."""
+    import gc
+
+    import orjson
+
+    from agentlog.streams.api.client import PAUSED_PARSE_BYTES, _json
+    from agentlog.streams.api.wire import Answer
+
+    body = orjson.dumps({"plan": [{"step_id": f"s{i}", "status": "done", "tags": [i]} for i in range(5000)]})
+    assert len(body) >= PAUSED_PARSE_BYTES
+    answer = Answer(200, body)
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        gc.collect()
+        collections.clear()
+        orjson.loads(body)
+        assert len(collections) >= 5, "read with the collector running, it collects all along (the check can fail)"
+        gc.collect()
+        collections.clear()
+        plan = _json(answer)["plan"]
+        assert len(collections) <= 1  # once, after the read, counting what it built
+        assert plan[4999]["tags"] == [4999]
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(count)

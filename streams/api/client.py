@@ -18,6 +18,7 @@ from agentlog.processors.context import BudgetTooSmall
 from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
+from agentlog.streams import gc_heap
 from agentlog.streams.api.wire import WIRE_ERRORS, Answer, KeepAlive, plain_http
 from agentlog.streams.publish_check import PublishReport
 
@@ -128,10 +129,18 @@ def _json(response: Response) -> Any:
     """The body's JSON: orjson reads a long thread's state about ten times faster than the
     standard library (part of every agent step over HTTP); what it refuses (an integer
     beyond 64 bits, say) is read by the standard library, as before."""
+    content = response.content
     try:
-        return orjson.loads(response.content)
+        if len(content) < PAUSED_PARSE_BYTES:
+            return orjson.loads(content)
+        with gc_heap.paused():
+            return orjson.loads(content)
     except orjson.JSONDecodeError:
         return response.json()
+
+
+PAUSED_PARSE_BYTES = 32 * 1024
+"""Answers this long are read with the garbage collector paused (``gc_heap.paused``)."""
 
 
 class Unreachable(StoreError):
