@@ -11,7 +11,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +25,8 @@ from agentlog.sinks.base import SearchIndex, StoreError
 
 SEARCH_THREADS = 4
 """Searches one index runs at once beside their callers (``search_later``)."""
+START_WAIT_S = 0.5
+"""How long a caller waits for a search thread to take its search before running it itself."""
 ANSWERS_KEPT = 1024
 """Searches answered by the current reader that an index remembers (hits of at most
 ``limit`` short snippets each: small)."""
@@ -172,13 +174,17 @@ class _TantivySearching:
         with self._memo_lock:
             if self._beside is None:
                 self._beside = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="index-search")
-            scoring = self._beside.submit(score)
+            scoring: Future[Any] | None = self._beside.submit(score)
         # Until that thread runs, this one yields the interpreter lock: without the wait it
         # would keep the lock (up to the switch interval) and the search would not start.
-        started.wait()
+        # A thread that never comes (a pool left unusable by a fork) costs a bounded wait,
+        # and the search runs here.
+        if not started.wait(START_WAIT_S) and scoring is not None and scoring.cancel():
+            scoring = None
 
         def answer() -> list[Hit]:
-            hits = self._hits(searcher, scoring.result(), terms)
+            result = searcher.search(q, limit) if scoring is None else scoring.result()
+            hits = self._hits(searcher, result, terms)
             self._remember(key, generation, hits)
             return [replace(h) for h in hits]
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+
+import pytest
 
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.records import search_docs
@@ -74,4 +77,27 @@ def test_a_search_started_before_a_refresh_answers_for_the_reader_it_started_on_
     index.refresh()
     assert sorted(h.event_id for h in answer()) == sorted(f"e{n}" for n in range(1, 11))
     assert hits(index) == sorted(f"e{n}" for n in range(1, 16))  # the older answer was not kept
+    index.close()
+
+
+def test_a_search_whose_thread_never_comes_runs_in_the_caller_after_a_bounded_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentlog.sinks import tantivy_index
+
+    monkeypatch.setattr(tantivy_index, "START_WAIT_S", 0.05)
+    index = TantivySearchIndex(str(tmp_path))
+    index.add(docs(1, 15))
+    index.refresh()
+    want = _as_dicts(index.search("marmot 3", SearchFilters(), 5))
+    index._answers.clear()  # asked again, not remembered
+    busy, release = ThreadPoolExecutor(1), threading.Event()
+    busy.submit(release.wait)  # its one thread taken: what is queued behind never starts
+    index._beside = busy
+    try:
+        assert _as_dicts(index.search_later("marmot 3", SearchFilters(), 5)()) == want
+    finally:
+        release.set()
     index.close()
