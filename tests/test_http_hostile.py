@@ -422,3 +422,35 @@ def test_the_cli_talks_to_a_token_server_with_its_token_and_says_so_without(host
     refused = subprocess.run([sys.executable, "-m", "agentlog", "state", "cli"], env=tokenless,
                              capture_output=True, timeout=120, check=False)  # fmt: skip
     assert refused.returncode == 1 and b"AGENTLOG_API_TOKEN" in refused.stderr, refused.stderr
+
+
+def _rss_mib(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0]) // 1024
+
+
+def test_an_endless_header_is_refused_with_431_and_the_server_keeps_no_more_than_its_bound(hostile: Served) -> None:
+    before = _rss_mib(hostile.proc.pid)
+    answer = b""
+    with socket.create_connection(("127.0.0.1", hostile.port), timeout=ANSWER_WITHIN) as sock:
+        try:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: ")
+            for _ in range(1024):  # up to 64 MiB, far past any bound
+                sock.sendall(b"a" * 65536)
+        except OSError:
+            pass  # refused and closed while it was still being sent
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except OSError:
+            pass
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert "headers exceed" in json.loads(body)["error"]
+    assert _rss_mib(hostile.proc.pid) - before < 32  # httptools alone kept the whole header
+    assert send(hostile.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")[0] == 200
+
+
+def test_a_two_megabyte_request_line_is_refused_with_431(hostile: Served) -> None:
+    status, body = send(hostile.port, b"GET /healthz?" + b"q" * (2 * 1024 * 1024) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert status == 431, body[:200]
+    assert "headers exceed" in json.loads(body)["error"]

@@ -14,6 +14,7 @@ from types import FrameType
 import uvicorn
 
 from agentlog.streams.api.client import SERVER_FILE, data_dir_identity
+from agentlog.streams.api.http_parser import BoundedHttpToolsProtocol
 from agentlog.streams.config import Settings
 from agentlog.streams.api.http import build_app
 from agentlog.streams.api.guard import Policy, bind_refusal
@@ -66,7 +67,8 @@ def serve(settings: Settings, host: str, port: int) -> int:
         print(f"agentlog: serving {settings.data_dir} on http://{host}:{port}", file=sys.stderr)
         app = build_app(service, Policy.of(settings, host), identity, background=service.run_forever)
         # A proxy's X-Forwarded-* headers are believed only with AGENTLOG_TRUST_PROXY (guard.over_https).
-        _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False))
+        _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False,
+                                           http=BoundedHttpToolsProtocol))
     finally:
         marker.unlink(missing_ok=True)
         service.close()

@@ -25,6 +25,7 @@ from faust.contrib.asgi import AsgiService
 
 from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
+from agentlog.streams.api.http_parser import BoundedHttpToolsProtocol
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.processor import KafkaProcessor, changelog_key
 from agentlog.streams.kafka.service import WorkerService
@@ -134,7 +135,7 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
     # content type, body size); faust's worker keeps the signals (AsgiService leaves them).
     http = AsgiService(app.conf.agentlog_http, host=settings.http_host, port=settings.worker_port,
                        uvicorn_options={"access_log": False, "timeout_graceful_shutdown": 5,
-                                        "proxy_headers": False})  # fmt: skip
+                                        "proxy_headers": False, "http": BoundedHttpToolsProtocol})  # fmt: skip
     worker = faust.Worker(app, http, loglevel=loglevel, quiet=True)
     # Memory runs on its own beside the worker (threads idle for AGENTLOG_MEMORY_IDLE_SECONDS),
     # in a daemon thread off faust's loop; its view is fenced by the broker.

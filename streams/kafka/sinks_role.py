@@ -33,6 +33,7 @@ from agentlog.schemas.tables import rejected_row
 from agentlog.sinks.base import QueryResult
 from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
+from agentlog.streams.api.http_parser import BoundedHttpToolsProtocol
 from agentlog.streams.api.service import NotServedHere, Progress
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.remote_log import event_row
@@ -222,7 +223,7 @@ async def serve_sinks(settings: Settings) -> None:
     sinks = SinkWorker(settings)
     server = uvicorn.Server(uvicorn.Config(sinks_app(settings, sinks), host=settings.http_host,
                                            port=settings.sinks_port, access_log=False, log_level="warning", proxy_headers=False,
-                                           timeout_graceful_shutdown=5))  # fmt: skip
+                                           timeout_graceful_shutdown=5, http=BoundedHttpToolsProtocol))  # fmt: skip
     work = asyncio.create_task(sinks.run())
     try:
         await server.serve()  # until SIGTERM or SIGINT
