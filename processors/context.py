@@ -9,14 +9,15 @@ tool call from its result, never drop the goal, constraints or latest user messa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from operator import is_
 from typing import Any, TypeVar
 
 import orjson
 
-from agentlog.processors.redaction import mask_secret_keys, redact, redact_value
+from agentlog.processors.redaction import mask_secret_keys, redact, redact_fields, redact_value
 from agentlog.processors.tokens import MESSAGE_OVERHEAD, TokenCounter
 from agentlog.processors.truncation import truncate_output
 from agentlog.schemas.events import TERMINAL_STATUSES, Envelope
@@ -39,9 +40,10 @@ class Unit:
     event_ids: list[str]
     messages: list[dict[str, Any]]
     tokens: int = 0
+    """Its messages' tokens, as assembly builds it (``build_units`` leaves them 0)."""
     key: tuple[Any, ...] | None = None
-    """What its messages are a pure function of (events, output budget, redaction), so its
-    ``tokens`` may be remembered by it; ``None`` once anything else changed them."""
+    """What its messages are a pure function of (events, output budget, redaction);
+    ``None`` once anything else changed them (their tokens are then counted again)."""
 
 
 @dataclass
@@ -91,6 +93,29 @@ def _shown(e: Envelope, part: str, make: Callable[[], str], memo: TextMemo | Non
     return text
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One event as its unit shows it: the text its message carries (a message's text, a
+    call's arguments, a result's status and cut output) and that message's tokens."""
+
+    text: str
+    tokens: int
+
+
+class WindowParts:
+    """A thread's window's ``Part``s, by event id, as the last request made them (for one
+    output budget, redaction setting and encoding, named by the key it is kept under): the
+    next request makes only those of the events new since. An accepted event never
+    changes, so a part remembered is the part made again. ``chars`` is what it holds (a
+    cache's size count)."""
+
+    __slots__ = ("parts", "chars")
+
+    def __init__(self, parts: dict[str, Part]) -> None:
+        self.parts = parts
+        self.chars = sum(len(p.text) + 64 for p in parts.values())
+
+
 def build_units(
     events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool = True,
     memo: TextMemo | None = None,
@@ -98,45 +123,100 @@ def build_units(
     """Messages and tool pairs of the window, oldest first; orphans never appear. Texts,
     arguments and outputs are redacted (``redact_secrets``) before they are measured;
     ``memo`` remembers each event's redacted texts (only used while redacting)."""
+    return _build_units(events, orphans, output_budget_chars, redact_secrets, memo, None, {}, {})
+
+
+def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool,
+                  memo: TextMemo | None, counter: TokenCounter,
+                  derived: MutableMapping[Any, Any] | None) -> list[Unit]:  # fmt: skip
+    """``build_units`` with each unit's ``tokens``, its events' parts remembered in
+    ``derived`` per thread (``WindowParts``): a step makes the parts of its new events only."""
+    if derived is None or not events:
+        return _build_units(events, orphans, output_budget_chars, redact_secrets, memo, counter, {}, {})
+    key = ("parts", events[0].thread_id, output_budget_chars, redact_secrets, counter.encoding_name)
+    kept = derived.get(key)
+    made: dict[str, Part] = {}
+    units = _build_units(events, orphans, output_budget_chars, redact_secrets, memo, counter,
+                         kept.parts if isinstance(kept, WindowParts) else {}, made)  # fmt: skip
+    if not isinstance(kept, WindowParts) or made.keys() != kept.parts.keys():
+        derived[key] = WindowParts(made)  # the window's parts only: it stays as small as the window
+    return units
+
+
+def _build_units(events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool,
+                 memo: TextMemo | None, counter: TokenCounter | None, known: Mapping[str, Part],
+                 made: dict[str, Part]) -> list[Unit]:  # fmt: skip
+    """``build_units``; with a ``counter`` each unit's ``tokens`` too. Each event's part is
+    the one in ``known`` or made now; ``made`` gets the parts of every event shown."""
     scrub = redact if redact_secrets else _as_is
     if not redact_secrets:
         memo = None
+
+    def part(e: Envelope, make: Callable[[], dict[str, Any]]) -> Part:
+        """The event's part: known, or made from its message as ``make()`` gives it."""
+        found = known.get(e.event_id)
+        if found is None:
+            message = make()
+            text = message["content"] if "tool_calls" not in message else message["tool_calls"][0]["function"]["arguments"]
+            found = Part(text, 0 if counter is None else message_tokens(counter, message))
+        made[e.event_id] = found
+        return found
+
     units: list[Unit] = []
     call_unit: dict[str, Unit] = {}
     answered: set[str] = set()
     for e in events:
-        if e.kind == "message":
-            text = _shown(e, "text", lambda e=e: scrub(e.payload.text), memo)  # type: ignore[attr-defined]
-            units.append(Unit([e.event_id], [{"role": _role(e), "content": text}]))
-        elif e.kind == "tool_call":
+        kind = e.kind
+        if kind == "message":
+            shown = part(e, lambda e=e: _text_message(e, scrub, memo))
+            units.append(Unit([e.event_id], [{"role": _role(e), "content": shown.text}], shown.tokens))
+        elif kind == "tool_call":
             p: Any = e.payload
             if p.call_id in call_unit:
                 continue
-            args = _shown(e, "arguments", lambda p=p: _arguments(p.arguments, scrub, redact_secrets), memo)
+            shown = part(e, lambda e=e, p=p: _call_message(e, p, scrub, redact_secrets, memo))
             unit = Unit([e.event_id], [{"role": "assistant", "content": None, "tool_calls": [
-                {"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": args}}
-            ]}])  # fmt: skip
+                {"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": shown.text}}
+            ]}], shown.tokens)  # fmt: skip
             call_unit[p.call_id] = unit
             units.append(unit)
-        elif e.kind == "tool_result" and e.event_id not in orphans:
+        elif kind == "tool_result" and e.event_id not in orphans:
             p = e.payload
             unit = call_unit.get(p.call_id)
             if unit is None or p.call_id in answered:
                 continue  # its call is outside the window, or the first result already won
             answered.add(p.call_id)
-            # Redacted before it is cut: a cut through a secret would leave half of it.
-            output = truncate_output(_shown(e, "output", lambda p=p: scrub(p.output), memo), e.event_id,
-                                     output_budget_chars)  # fmt: skip
-            status = "" if p.status == "ok" else f"[status: {p.status}] "
+            shown = part(e, lambda e=e, p=p: _result_message(e, p, scrub, output_budget_chars, memo))
             unit.event_ids.append(e.event_id)
-            unit.messages.append({"role": "tool", "tool_call_id": p.call_id, "content": status + output})
+            unit.messages.append({"role": "tool", "tool_call_id": p.call_id, "content": shown.text})
+            unit.tokens += shown.tokens
     for call_id, unit in call_unit.items():
         if call_id not in answered:  # no context ever holds an unpaired call
-            unit.messages.append({"role": "tool", "tool_call_id": call_id,
-                                  "content": "[no result: missing (synthetic)]"})  # fmt: skip
+            missing = {"role": "tool", "tool_call_id": call_id, "content": "[no result: missing (synthetic)]"}
+            unit.messages.append(missing)
+            unit.tokens += 0 if counter is None else message_tokens(counter, missing)
     for unit in units:
         unit.key = (tuple(unit.event_ids), output_budget_chars, redact_secrets)
     return units
+
+
+def _text_message(e: Envelope, scrub: Callable[[str], str], memo: TextMemo | None) -> dict[str, Any]:
+    return {"role": _role(e), "content": _shown(e, "text", lambda: scrub(e.payload.text), memo)}  # type: ignore[attr-defined]
+
+
+def _call_message(e: Envelope, p: Any, scrub: Callable[[str], str], redact_secrets: bool,
+                  memo: TextMemo | None) -> dict[str, Any]:  # fmt: skip
+    args = _shown(e, "arguments", lambda: _arguments(p.arguments, scrub, redact_secrets), memo)
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": args}}]}
+
+
+def _result_message(e: Envelope, p: Any, scrub: Callable[[str], str], output_budget_chars: int,
+                    memo: TextMemo | None) -> dict[str, Any]:  # fmt: skip
+    # Redacted before it is cut: a cut through a secret would leave half of it.
+    output = truncate_output(_shown(e, "output", lambda: scrub(p.output), memo), e.event_id, output_budget_chars)
+    status = "" if p.status == "ok" else f"[status: {p.status}] "
+    return {"role": "tool", "tool_call_id": p.call_id, "content": status + output}
 
 
 def _arguments(arguments: Any, scrub: Callable[[str], str], redact_secrets: bool) -> str:
@@ -381,34 +461,90 @@ class Budget:
     counter: TokenCounter
     remaining: int
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    measure: Callable[[dict[str, Any]], int] | None = None
+    """A message's tokens (default: a ``Measure`` of ``counter``)."""
+    derived: MutableMapping[Any, Any] | None = None
+    """Where ``fit_list`` remembers what it fitted (see its ``remember``)."""
+
+    def __post_init__(self) -> None:
+        if self.measure is None:
+            self.measure = Measure(self.counter)
 
     def drop(self, name: str, items: list[str], tokens: int) -> None:
         if items or tokens:
             self.dropped.append({"name": name, "items": items, "tokens": tokens})
 
     def fit_list(self, name: str, title: str, items: list[tuple[str, str]], limit: int,
-                 reverse: bool = False) -> tuple[dict[str, Any] | None, list[str]]:  # fmt: skip
+                 reverse: bool = False, remember: Any = None) -> tuple[dict[str, Any] | None, list[str]]:  # fmt: skip
         """A system message of ``title`` and as many ``items`` (id, line), most important
         first, as fit in ``limit``; shown in their given order (``reverse``: the other way
-        round). Returns it and the kept ids."""
+        round). Returns it and the kept ids. ``remember``: a key under which the fit is
+        remembered in ``derived`` while ``items`` are the very same objects (``_by_identity``)."""
         if not items:
             return None, []
-        base = MESSAGE_OVERHEAD + self.counter.count(title)
-        used, kept, left = base, [], []
-        for item_id, line in items:
-            cost = self.counter.count(line) + 1
-            if used + cost <= limit:
-                kept.append((item_id, line))
-                used += cost
-            else:
-                left.append((item_id, cost))
-        self.drop(name, [i for i, _ in left], sum(c for _, c in left) + (0 if kept else base))
-        if not kept:
+        make = lambda: _fit(self.counter, title, items, limit, reverse)  # noqa: E731
+        fit = make() if remember is None else _by_identity(
+            self.derived, ("fit", remember, self.counter.encoding_name, title, limit, reverse), items, make)
+        self.drop(name, [i for i, _ in fit.left], sum(c for _, c in fit.left) + (0 if fit.kept else fit.base))
+        if not fit.kept:
             return None, []
-        shown = reversed(kept) if reverse else kept
-        msg = {"role": "system", "content": "\n".join([title, *(line for _, line in shown)])}
-        self.remaining -= message_tokens(self.counter, msg)
-        return msg, [i for i, _ in kept]
+        msg = {"role": "system", "content": fit.content}
+        self.remaining -= _knew(self.measure, msg, fit.tokens)
+        return msg, list(fit.kept)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    """What ``Budget.fit_list`` fitted: the message's text and tokens, the kept ids, the
+    left out ones with their costs, and the title's cost."""
+
+    content: str
+    tokens: int
+    kept: tuple[str, ...]
+    left: tuple[tuple[str, int], ...]
+    base: int
+
+
+def _fit(counter: TokenCounter, title: str, items: list[tuple[str, str]], limit: int, reverse: bool) -> _Fit:
+    base = MESSAGE_OVERHEAD + counter.count(title)
+    used, kept, left = base, [], []
+    for item_id, line in items:
+        cost = counter.count(line) + 1
+        if used + cost <= limit:
+            kept.append((item_id, line))
+            used += cost
+        else:
+            left.append((item_id, cost))
+    shown = reversed(kept) if reverse else kept
+    content = "\n".join([title, *(line for _, line in shown)]) if kept else ""
+    tokens = message_tokens(counter, {"role": "system", "content": content}) if kept else 0
+    return _Fit(content, tokens, tuple(i for i, _ in kept), tuple(left), base)
+
+
+class Measure:
+    """Each message's tokens, counted once per assembly: a section's message is measured
+    where it is made, where it is listed and in the total, and its text (often long) is
+    looked up once, not three times. A message whose ``content`` was replaced since is
+    counted again. For messages without ``tool_calls`` (what assembly makes itself)."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._known: dict[int, tuple[dict[str, Any], Any, int]] = {}
+
+    def __call__(self, msg: dict[str, Any]) -> int:
+        held = self._known.get(id(msg))
+        if held is not None and held[0] is msg and held[1] is msg.get("content"):
+            return held[2]
+        return self.knew(msg, message_tokens(self.counter, msg))
+
+    def knew(self, msg: dict[str, Any], tokens: int) -> int:
+        """``tokens`` (``message_tokens`` of ``msg``, known already), kept as its count."""
+        self._known[id(msg)] = (msg, msg.get("content"), tokens)  # held: its id stays its own
+        return tokens
+
+
+def _knew(measure: Callable[[dict[str, Any]], int] | None, msg: dict[str, Any], tokens: int) -> int:
+    return measure.knew(msg, tokens) if isinstance(measure, Measure) else tokens
 
 
 def _dedup_window_failures(units: list[Unit], groups: list[FailureGroup]) -> None:
@@ -460,14 +596,16 @@ def assemble(
     question brings new hits, and keeping them costs that step more than it saves others)."""
     if redact_secrets:
         state = state if state_redacted else redact_value(state)
-        recall = redact_value(recall)
+        # Only the fields shown are redacted (a hit holds a dozen): the same text as the whole.
+        recall = [redact_fields(h, _HIT_FIELDS) for h in recall] if recall else recall
         memory = redact_value(memory, redaction_memo)  # a fact keyed db.password loses its value (a key/value pair)
     pinned = {"role": "system", "content": _pinned_text(state)}
     if output_budget_chars is None:
         output_budget_chars = output_budget(budget)
-    units = build_units(window, orphans or set(), output_budget_chars, redact_secrets, memo)
+    units = _window_units(window, orphans or set(), output_budget_chars, redact_secrets, memo, counter, derived)
     failures = state.get("failures", [])
-    groups, failure_items = _by_identity(derived, ("failures", state.get("thread_id")), failures,
+    thread = state.get("thread_id")
+    groups, failure_items = _by_identity(derived, ("failures", thread), failures,
                                          lambda: _failure_items(failures))  # fmt: skip
     _dedup_window_failures(units, groups)
     latest_id = state.get("latest_user_message_id")
@@ -478,14 +616,16 @@ def assemble(
         latest_unit = Unit([latest_user.event_id], [{"role": "user", "content": content}])
         units.insert(0, latest_unit)  # read apart: older than every event of the window
     for u in units:
-        u.tokens = _unit_tokens(u, counter, derived)
-    needed = message_tokens(counter, pinned) + (latest_unit.tokens if latest_unit else 0)
+        if u.key is None:  # its texts changed after it was built (or it was read apart): counted again
+            u.tokens = sum(message_tokens(counter, m) for m in u.messages)
+    measure = Measure(counter)
+    needed = measure(pinned) + (latest_unit.tokens if latest_unit else 0)
     if needed > budget:
         raise BudgetTooSmall(needed, budget)
-    b = Budget(counter, budget - needed)
+    b = Budget(counter, budget - needed, measure=measure, derived=derived)
     # Copies: ``state`` may hold the items later state reads answer (``PublicView``, copy=False).
     goal = state.get("goal")
-    sections: list[dict[str, Any]] = [{"name": "pinned", "tokens": message_tokens(counter, pinned),
+    sections: list[dict[str, Any]] = [{"name": "pinned", "tokens": measure(pinned),
                                        "goal": None if goal is None else dict(goal),
                                        "constraints": [dict(c) for c in state.get("constraints", [])],
                                        "decided_approvals": [dict(a) for a in state.get("decided_approvals", [])]}]  # fmt: skip
@@ -494,7 +634,7 @@ def assemble(
     def add(name: str, msg: dict[str, Any] | None, **extra: Any) -> None:
         if msg is not None:
             system.append((name, msg))
-            sections.append({"name": name, "tokens": message_tokens(counter, msg), "content": msg["content"], **extra})
+            sections.append({"name": name, "tokens": measure(msg), "content": msg["content"], **extra})
 
     state_limit = int(b.remaining * STATE_SHARE)
     for name, title, items in (
@@ -508,20 +648,22 @@ def assemble(
     ):  # fmt: skip
         used_before = b.remaining
         if name == "failures":  # kept newest first, shown oldest first
-            kept_msg, kept = b.fit_list(name, title, items, state_limit, reverse=True)
+            kept_msg, kept = b.fit_list(name, title, items, state_limit, reverse=True, remember=thread)
             add(name, kept_msg, event_ids=[i for g in groups if g.event_ids[-1] in kept for i in g.event_ids])
         else:
-            msg, _ = b.fit_list(name, title, items, state_limit)
+            # The working state's lines are the same objects while its items are (see
+            # ``_remembered_plan_lines``); the others are made for each request.
+            msg, _ = b.fit_list(name, title, items, state_limit, remember=thread if name == "state" else None)
             add(name, msg)
         state_limit -= used_before - b.remaining
     shown_failures = {i for s in sections if s["name"] == "failures" for i in s["event_ids"]}
     cited: frozenset[str] = frozenset()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
-        text, left_out, lost = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
-                                                   shown_failures, derived)  # fmt: skip
+        text, left_out, lost, tokens = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
+                                                           shown_failures, derived)  # fmt: skip
         msg = {"role": "system", "content": text} if text else None
         if msg is not None:
-            b.remaining -= message_tokens(counter, msg)
+            b.remaining -= measure.knew(msg, tokens)
         b.drop("summary", left_out, lost)
         add("summary", msg)
         cited = _remembered(derived, ("cited", text), lambda: frozenset(cited_ids(text)))
@@ -534,8 +676,8 @@ def assemble(
             b.drop("memory", [f["source_event_id"] for f in memory[shown:]], sum(costs))
         if text:  # a user-role message: facts never speak with system authority
             memory_msg = {"role": "user", "content": text}
-            b.remaining -= message_tokens(counter, memory_msg)
-            sections.append({"name": "memory", "tokens": message_tokens(counter, memory_msg), "content": text})
+            b.remaining -= measure(memory_msg)
+            sections.append({"name": "memory", "tokens": measure(memory_msg), "content": text})
     recall_msg, recall_section = None, None
     # Search finds orphans too (the log keeps them searchable); a model never sees one.
     recall = [h for h in recall or [] if h["event_id"] not in (orphans or ())
@@ -553,9 +695,9 @@ def assemble(
         b.drop("recall", [i for i, _ in left], sum(c for _, c in left))
         if lines:
             recall_msg = {"role": "system", "content": "Recalled evidence (read an id for the whole event):\n" + "\n".join(lines)}
-            b.remaining -= message_tokens(counter, recall_msg)
+            b.remaining -= measure(recall_msg)
             dropped_hits = {i for i, _ in left}
-            recall_section = {"name": "recall", "tokens": message_tokens(counter, recall_msg),
+            recall_section = {"name": "recall", "tokens": measure(recall_msg),
                               "hits": [h["event_id"] for h in recall if h["event_id"] not in dropped_hits]}  # fmt: skip
     chosen: list[Unit] = []
     full = False  # the window stays contiguous: once a unit does not fit, older ones go too
@@ -573,7 +715,7 @@ def assemble(
     left_units.reverse()
     b.drop("recent", [i for u in left_units for i in u.event_ids], sum(u.tokens for u in left_units))
     in_window = {i for u in chosen for i in u.event_ids}
-    _point_failures_at_window(sections, system, groups, in_window, counter, derived)
+    _point_failures_at_window(sections, system, groups, in_window, counter, derived, measure)
     recent = [m for u in chosen for m in u.messages]
     sections.append({"name": "recent", "tokens": sum(u.tokens for u in chosen),
                      "event_ids": [i for u in chosen for i in u.event_ids]})  # fmt: skip
@@ -584,7 +726,7 @@ def assemble(
     messages = [pinned, *(m for _, m in system), *([recall_msg] if recall_msg else []),
                 *([memory_msg] if memory_msg else []), *recent]  # fmt: skip
     # The conversation's messages are the chosen units': their tokens are counted already.
-    used = sum(message_tokens(counter, m) for m in messages[: len(messages) - len(recent)])
+    used = sum(map(measure, messages[: len(messages) - len(recent)]))
     used += sum(u.tokens for u in chosen)
     dropped = {"sections": b.dropped, "tokens": sum(d["tokens"] for d in b.dropped),
                "units": [i for u in left_units for i in u.event_ids],
@@ -597,7 +739,8 @@ def assemble(
 
 def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple[str, dict[str, Any]]],
                               groups: list[FailureGroup], in_window: set[str], counter: TokenCounter,
-                              derived: MutableMapping[Any, Any] | None = None) -> None:  # fmt: skip
+                              derived: MutableMapping[Any, Any] | None = None,
+                              measure: Callable[[dict[str, Any]], int] | None = None) -> None:  # fmt: skip
     """A failure whose newest output the raw window shows is listed without repeating it:
     the same text once, not twice. Only shortens the section, so the budget still holds.
     What it gives is remembered in ``derived`` by the section's text, the groups it shows
@@ -618,7 +761,7 @@ def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple
             shorter = derived[key] = _pointed(msg["content"], listed, counter)
     if shorter:
         msg["content"] = section["content"] = shorter
-        section["tokens"] = message_tokens(counter, msg)
+        section["tokens"] = (measure or partial(message_tokens, counter))(msg)
 
 
 def _pointed(content: str, listed: list[tuple[FailureGroup, bool]], counter: TokenCounter) -> str:
@@ -688,30 +831,29 @@ def _failure_items(failures: list[dict[str, Any]]) -> tuple[list[FailureGroup], 
     return groups, [(g.event_ids[-1], _failure_line(g, False)) for g in reversed(groups)]
 
 
-def _unit_tokens(unit: Unit, counter: TokenCounter, derived: MutableMapping[Any, Any] | None) -> int:
-    """The unit's messages' tokens, remembered in ``derived`` by what they are made of."""
-    if derived is None or unit.key is None:
-        return sum(message_tokens(counter, m) for m in unit.messages)
-    key = ("unit", counter.encoding_name, unit.key)
-    n = derived.get(key)
-    if n is None:
-        n = derived[key] = sum(message_tokens(counter, m) for m in unit.messages)
-    return int(n)
-
-
 def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int, covered: set[str],
-                        derived: MutableMapping[Any, Any] | None) -> tuple[str, list[str], int]:  # fmt: skip
-    """``_summary``, remembered in ``derived`` by the summary's JSON and its arguments (a
-    rolling summary changes only when the stream folds the window into it)."""
+                        derived: MutableMapping[Any, Any] | None) -> tuple[str, list[str], int, int]:  # fmt: skip
+    """``_summary`` and its message's tokens, remembered in ``derived`` by the summary's
+    JSON and its arguments (a rolling summary changes only when the stream folds the window
+    into it)."""
     if derived is None:
-        return _summary(summary, counter, max_tokens, covered)
+        return _summary_with_tokens(summary, counter, max_tokens, covered)
     key = ("summary", counter.encoding_name, orjson.dumps(summary), max_tokens, tuple(sorted(covered)))
     found = derived.get(key)
     if found is None:
-        found = derived[key] = _summary(summary, counter, max_tokens, covered)
-    text, items, lost = found
-    return text, list(items), lost
+        found = derived[key] = _summary_with_tokens(summary, counter, max_tokens, covered)
+    text, items, lost, tokens = found
+    return text, list(items), lost, tokens
 
+
+def _summary_with_tokens(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
+                         covered: set[str]) -> tuple[str, list[str], int, int]:  # fmt: skip
+    text, items, lost = _summary(summary, counter, max_tokens, covered)
+    return text, items, lost, message_tokens(counter, {"role": "system", "content": text}) if text else 0
+
+
+_HIT_FIELDS = frozenset({"event_id", "event_ids", "kind", "ts", "snippet"})
+"""What assembly reads of a recalled hit."""
 
 _CITED = re.compile(r"\[([^\[\]]+)\]$", re.MULTILINE)
 
@@ -740,6 +882,6 @@ def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
 
 __all__ = [
     "BudgetTooSmall", "ContextResult", "FailureGroup", "MEMORY_HEADER", "RECALL_SHARE", "STATE_SHARE",
-    "SUMMARY_SHARE", "TextMemo", "Unit", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
+    "SUMMARY_SHARE", "TextMemo", "Unit", "WindowParts", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
     "memory_block", "memory_record", "message_tokens", "output_budget", "render_memory", "render_summary",
 ]

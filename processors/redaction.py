@@ -27,7 +27,7 @@ import binascii
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from functools import lru_cache, partial
 from itertools import compress
 from operator import is_
@@ -351,6 +351,14 @@ def _remembered(value: Any, memo: MutableMapping[bytes, bytes], redacted: Callab
     return out
 
 
+def redact_fields(record: dict[str, Any], keys: Collection[str]) -> dict[str, Any]:
+    """``redact_value(record)`` with only its ``keys`` (those it has): a caller that reads a
+    few fields of a wide record redacts just those. A field is redacted as in the whole
+    (masked whole when its key names a secret, or when it is the value of a secret pair)."""
+    pair = ("value" in record or "Value" in record) and _names_secret(record)
+    return {k: (_masked(v) if _hides(k, pair) else _walk(v, _redact_leaf)) for k, v in record.items() if k in keys}
+
+
 _is_none = partial(is_, None)
 
 
@@ -402,5 +410,5 @@ def contains_secret(text: str) -> bool:
 
 __all__ = [
     "REDACTED", "contains_secret", "is_secret_name", "mask_secret_keys", "redact", "redact_if",
-    "redact_value", "redacted_json",
+    "redact_fields", "redact_value", "redacted_json",
 ]  # fmt: skip

@@ -1,0 +1,135 @@
+"""The agent step's context costs what changed since the last step, not the whole window
+again: each event's shown text and tokens are made once while it stays in the window, a
+section's fit is made again only when its lines change, a recalled hit is redacted by the
+fields a context shows. Every answer is byte for byte the one assembly with nothing
+remembered gives (``agentlog.processors.context``; issue 15)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import agentlog.processors.context as context
+from agentlog.processors.context import WindowParts, assemble
+from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
+from agentlog.processors.public_state import PublicView
+from agentlog.processors.redaction import redact_fields, redact_value
+from agentlog.processors.tokens import counter
+from agentlog.schemas.events import Envelope
+from agentlog.streams.api.context_cache import BoundedCache
+from tests.helpers import ev, raw
+from tests.test_public_state import PROPS, SECRET
+
+OUTPUT = "line {i}: the build step wrote its log\n" * 30
+
+
+def _events(n: int) -> list[Envelope]:
+    """A window of user messages, tool calls and their results (one failing), in order."""
+    out: list[Envelope] = []
+    for i in range(n):
+        if i % 3 == 0:
+            out.append(ev(f"m{i}", "message", {"role": "user", "text": f"turn {i}, key {SECRET}"}, float(i)))
+        elif i % 3 == 1:
+            out.append(ev(f"c{i}", "tool_call", {"call_id": f"k{i}", "tool_name": "bash", "arguments": {"cmd": f"make {i}"}}, float(i)))
+        else:
+            out.append(ev(f"r{i}", "tool_result", {"call_id": f"k{i - 1}", "status": "error" if i == 5 else "ok",
+                                                   "output": OUTPUT.format(i=i)}, float(i)))  # fmt: skip
+    return out
+
+
+def _state() -> dict[str, Any]:
+    pipeline = Pipeline(MemorySeen())
+    pipeline.process([Record(0, 0, raw("g", "goal", {"text": "ship the build"}))])
+    return PublicView().render(pipeline.thread("t1").state, True, copy=False)
+
+
+def _context(window: list[Envelope], derived: Any, budget: int = 4000, state: dict[str, Any] | None = None) -> bytes:
+    result = assemble(state or _state(), window, counter(), budget, None, set(), None, state_redacted=True,
+                      memo=None if derived is None else {}, derived=derived)  # fmt: skip
+    return orjson.dumps(result.as_dict())
+
+
+def _counting_parts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the events whose shown text is made (not found remembered)."""
+    made: list[str] = []
+    for name in ("_text_message", "_call_message", "_result_message"):
+        make = getattr(context, name)
+        monkeypatch.setattr(context, name, lambda e, *a, make=make: made.append(e.event_id) or make(e, *a))
+    return made
+
+
+def test_a_step_makes_the_shown_text_of_its_new_events_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _counting_parts(monkeypatch)
+    events, derived = _events(30), {}
+    first = _context(events[:20], derived)
+    assert len(made) == 20
+    made.clear()
+    step = _context(events[:21], derived)
+    assert made == [events[20].event_id] and step == _context(events[:21], None)
+    made.clear()
+    _context(events[:21], derived)
+    assert made == []  # the same window again: nothing made
+    later = _context(events[9:24], derived)  # older events left the window, newer came in
+    assert made == [e.event_id for e in events[21:24]] and later == _context(events[9:24], None)
+    kept = [v for v in derived.values() if isinstance(v, WindowParts)]
+    assert [set(k.parts) for k in kept] == [{e.event_id for e in events[9:24]}]  # as small as the window
+    assert first == _context(events[:20], None)
+
+
+def test_the_shown_texts_are_made_again_for_another_output_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _counting_parts(monkeypatch)
+    events, derived = _events(12), {}
+    for budget in (4000, 300, 4000, 300):  # 300 tokens: outputs cut to 300 characters
+        assert _context(events, derived, budget) == _context(events, None, budget)
+    assert len(made) == 2 * 12 + 4 * 12  # each budget once with the memo, every time without
+
+
+def test_a_window_s_remembered_texts_count_by_their_size_in_a_bounded_cache() -> None:
+    events = _events(12)
+    small: BoundedCache[Any] = BoundedCache(max_entries=100, max_bytes=2_000)
+    assert _context(events, small) == _context(events, None)
+    assert not [v for v in small.values() if isinstance(v, WindowParts)]  # larger than the cache: not kept
+    roomy: BoundedCache[Any] = BoundedCache(max_entries=100, max_bytes=10**6)
+    _context(events, roomy)
+    kept = next(v for v in roomy.values() if isinstance(v, WindowParts))
+    assert roomy.bytes >= kept.chars >= sum(len(p.text) for p in kept.parts.values()) > 3 * len(OUTPUT)  # four outputs
+
+
+def test_a_section_s_fit_is_made_again_only_when_its_lines_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    fits: list[str] = []
+    fit = context._fit
+    monkeypatch.setattr(context, "_fit", lambda c, title, *a: fits.append(title) or fit(c, title, *a))
+    pipeline = Pipeline(MemorySeen())
+    steps = [{"step_id": f"s{i}", "text": f"step {i}", "status": "running"} for i in range(60)]
+    pipeline.process([Record(0, 0, raw("g", "goal", {"text": "x"})), Record(0, 1, raw("p", "plan", {"steps": steps}, 1.0))])
+    view, derived = PublicView(), {}
+
+    def ask() -> bytes:
+        state = view.render(pipeline.thread("t1").state, True, copy=False)
+        got = _context([], derived, 4000, state)
+        assert got == _context([], None, 4000, state)
+        return got
+
+    first = ask()
+    assert fits.count("Working state:") == 2  # once remembered, once without
+    assert ask() == first and fits.count("Working state:") == 3  # the same lines: only the cold side fits
+    pipeline.process([Record(0, 2, raw("p2", "plan", {"steps": [{"step_id": "s5", "status": "done"}]}, 2.0))])
+    assert ask() != first and fits.count("Working state:") == 5
+
+
+KEYS = ["event_id", "event_ids", "kind", "ts", "snippet", "key", "name", "value", "password", "score", "payload"]
+VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from(
+    ["db.password", "plain", f"token {SECRET}", "password=hunter2", ""])),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=3), max_leaves=8)
+
+
+@given(st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=8), st.sets(st.sampled_from(KEYS)))
+@PROPS
+def test_a_record_redacted_by_the_fields_read_is_the_whole_record_redacted_then_read(record: dict[str, Any],
+                                                                                    keys: set[str]) -> None:  # fmt: skip
+    whole = redact_value(record)
+    assert redact_fields(record, keys) == {k: v for k, v in whole.items() if k in keys}
