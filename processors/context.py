@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from agentlog.processors.public_state import Rendering
 from agentlog.processors.redaction import mask_secret_keys, redact, redact_fields, redact_value
 from agentlog.processors.tokens import MESSAGE_OVERHEAD, TokenCounter
 from agentlog.processors.truncation import truncate_output
@@ -152,42 +153,39 @@ def _build_units(events: list[Envelope], orphans: set[str], output_budget_chars:
     if not redact_secrets:
         memo = None
 
-    def part(e: Envelope, make: Callable[[], dict[str, Any]]) -> Part:
-        """The event's part: known, or made from its message as ``make()`` gives it."""
-        found = known.get(e.event_id)
-        if found is None:
-            message = make()
-            text = message["content"] if "tool_calls" not in message else message["tool_calls"][0]["function"]["arguments"]
-            found = Part(text, 0 if counter is None else message_tokens(counter, message))
-        made[e.event_id] = found
-        return found
+    def part(message: dict[str, Any]) -> Part:
+        """The part of the event ``message`` was made for."""
+        calls = message.get("tool_calls")
+        text = message["content"] if calls is None else calls[0]["function"]["arguments"]
+        return Part(text, 0 if counter is None else message_tokens(counter, message))
 
+    get = known.get  # the hot loop: a window of hundreds of events, on every step
     units: list[Unit] = []
     call_unit: dict[str, Unit] = {}
     answered: set[str] = set()
     for e in events:
-        kind = e.kind
+        kind, event_id = e.kind, e.event_id
         if kind == "message":
-            shown = part(e, lambda e=e: _text_message(e, scrub, memo))
-            units.append(Unit([e.event_id], [{"role": _role(e), "content": shown.text}], shown.tokens))
+            shown = made[event_id] = get(event_id) or part(_text_message(e, scrub, memo))
+            units.append(Unit([event_id], [{"role": _role(e), "content": shown.text}], shown.tokens))
         elif kind == "tool_call":
             p: Any = e.payload
             if p.call_id in call_unit:
                 continue
-            shown = part(e, lambda e=e, p=p: _call_message(e, p, scrub, redact_secrets, memo))
-            unit = Unit([e.event_id], [{"role": "assistant", "content": None, "tool_calls": [
+            shown = made[event_id] = get(event_id) or part(_call_message(e, p, scrub, redact_secrets, memo))
+            unit = Unit([event_id], [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": shown.text}}
             ]}], shown.tokens)  # fmt: skip
             call_unit[p.call_id] = unit
             units.append(unit)
-        elif kind == "tool_result" and e.event_id not in orphans:
+        elif kind == "tool_result" and event_id not in orphans:
             p = e.payload
             unit = call_unit.get(p.call_id)
             if unit is None or p.call_id in answered:
                 continue  # its call is outside the window, or the first result already won
             answered.add(p.call_id)
-            shown = part(e, lambda e=e, p=p: _result_message(e, p, scrub, output_budget_chars, memo))
-            unit.event_ids.append(e.event_id)
+            shown = made[event_id] = get(event_id) or part(_result_message(e, p, scrub, output_budget_chars, memo))
+            unit.event_ids.append(event_id)
             unit.messages.append({"role": "tool", "tool_call_id": p.call_id, "content": shown.text})
             unit.tokens += shown.tokens
     for call_id, unit in call_unit.items():
@@ -605,7 +603,7 @@ def assemble(
     units = _window_units(window, orphans or set(), output_budget_chars, redact_secrets, memo, counter, derived)
     failures = state.get("failures", [])
     thread = state.get("thread_id")
-    groups, failure_items = _by_identity(derived, ("failures", thread), failures,
+    groups, failure_items = _by_identity(derived, ("failures", thread, type(failures) is Rendering), _items_held(failures),
                                          lambda: _failure_items(failures))  # fmt: skip
     _dedup_window_failures(units, groups)
     latest_id = state.get("latest_user_message_id")
@@ -821,8 +819,18 @@ _SEPARATOR = object()
 def _remembered_plan_lines(state: dict[str, Any], derived: MutableMapping[Any, Any] | None) -> list[tuple[str, str]]:
     """``_plan_lines``, remembered by the identity of the plan's, tasks' and files' items
     (a long run's plan of a thousand steps changes one step at a time)."""
-    items = [*state.get("plan", []), _SEPARATOR, *state.get("tasks", []), _SEPARATOR, *state.get("files", [])]
-    return _by_identity(derived, ("plan_lines", state.get("thread_id")), items, lambda: _plan_lines(state))
+    lists = [state.get("plan", []), state.get("tasks", []), state.get("files", [])]
+    make = lambda: _plan_lines(state)  # noqa: E731
+    if all(type(items) is Rendering for items in lists):  # each the same items while the same list
+        return _by_identity(derived, ("plan_lines", state.get("thread_id"), Rendering), lists, make)
+    items = [*lists[0], _SEPARATOR, *lists[1], _SEPARATOR, *lists[2]]
+    return _by_identity(derived, ("plan_lines", state.get("thread_id")), items, make)
+
+
+def _items_held(items: list[Any]) -> list[Any]:
+    """What ``_by_identity`` compares for a state's list: the list itself when it is a
+    ``Rendering`` (never changed once made), else its items."""
+    return [items] if type(items) is Rendering else items
 
 
 def _failure_items(failures: list[dict[str, Any]]) -> tuple[list[FailureGroup], list[tuple[str, str]]]:

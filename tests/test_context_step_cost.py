@@ -17,12 +17,15 @@ import agentlog.processors.context as context
 from agentlog.processors.context import WindowParts, assemble
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.public_state import PublicView
-from agentlog.processors.redaction import redact_fields, redact_value
+from agentlog.processors.redaction import redact_fields, redact_if, redact_value
+from agentlog.processors.thread import PairingConfig
 from agentlog.processors.tokens import counter
 from agentlog.schemas.events import Envelope
 from agentlog.streams.api.context_cache import BoundedCache
 from tests.helpers import ev, raw
-from tests.test_public_state import PROPS, SECRET
+from tests.test_context_memo import _context as memo_context
+from tests.test_context_memo import after_every_event
+from tests.test_public_state import PROPS, SECRET, sessions
 
 OUTPUT = "line {i}: the build step wrote its log\n" * 30
 
@@ -133,3 +136,56 @@ def test_a_record_redacted_by_the_fields_read_is_the_whole_record_redacted_then_
                                                                                     keys: set[str]) -> None:  # fmt: skip
     whole = redact_value(record)
     assert redact_fields(record, keys) == {k: v for k, v in whole.items() if k in keys}
+
+
+@PROPS
+@given(sessions(), st.integers(2, 12))
+def test_a_context_from_a_state_read_with_copies_remembers_as_safely_as_from_the_shared_read(
+        records: list[bytes], window_size: int) -> None:  # fmt: skip
+    """The shared read's sections are remembered by their identity (``Rendering``); a state
+    of plain lists (a copying read, another deployment's) by its items': both answer what
+    nothing remembered does."""
+    view = PublicView()
+    memos: dict[str, Any] = {"texts": {}, "derived": {}, "items": {}}
+    for tp, window, orphans in after_every_event(records, window_size):
+        shared, copied = view.render(tp.state, True, copy=False), view.render(tp.state, True)
+        for budget in (150, 4000):
+            cold = memo_context(copied, window, orphans, budget, None)
+            assert memo_context(copied, window, orphans, budget, memos) == cold
+            assert memo_context(shared, window, orphans, budget, memos) == cold
+
+
+@PROPS
+@given(sessions())
+def test_what_a_shared_state_read_handed_out_never_changes_and_the_same_section_is_the_same_items(
+        records: list[bytes]) -> None:  # fmt: skip
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    view = PublicView()
+    held: list[tuple[dict[str, Any], bytes]] = []
+    last: dict[str, Any] = {}
+    for i, record in enumerate(records):
+        pipeline.process([Record(0, i, record)])
+        state = pipeline.thread("t1").state
+        read = view.render(state, True, copy=False)
+        assert orjson.dumps(read) == orjson.dumps(redact_if(True, state.public()))
+        for name, value in read.items():
+            if name in last and value is last[name] and isinstance(value, (list, dict)):
+                assert type(value) is not list  # a shared list is a Rendering, never a bare list
+        last = read
+        held.append((read, orjson.dumps(read)))
+    assert all(orjson.dumps(read) == dumped for read, dumped in held)  # later reads changed none of them
+
+
+def test_a_shared_state_read_loads_the_summary_again_only_when_the_fold_replaced_it() -> None:
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    records = [raw("g", "goal", {"text": "ship"})]
+    records += [raw(f"r{i}", "message", {"role": "assistant", "text": f"note {i} " * 40}, float(i + 1)) for i in range(30)]
+    pipeline.process([Record(0, i, r) for i, r in enumerate(records)])
+    view, state = PublicView(), pipeline.thread("t1").state
+    assert state.summary, "the window folded into a summary"
+    first = view.render(state, True, copy=False)["summary"]
+    assert view.render(state, True, copy=False)["summary"] is first  # the same summary: the same object
+    assert view.render(state, True)["summary"] is not first  # a copying read: a fresh copy
+    state.summary = {**state.summary, "next_action": "verify"}  # as the fold does: a new dict
+    again = view.render(state, True, copy=False)["summary"]
+    assert again is not first and again["next_action"] == "verify" != first.get("next_action")
