@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from operator import is_
 from typing import Any, TypeVar
 
@@ -588,8 +587,10 @@ def assemble(
     the state, the window's texts, arguments and outputs, recalled hits, memory facts.
     ``memo`` (see ``build_units``), ``state_redacted`` (``state`` is ``redact_value``'s
     already) and ``derived`` (what pure parts of the work gave, by keys naming all they
-    depend on: a unit's tokens, the rendered summary) let a caller keep that work between
-    calls: the result is the same. ``redaction_memo`` is ``redact_value``'s memo for the
+    depend on: the window's shown texts and tokens, the rendered summary, each section's
+    fit; or by the identity of the state's items, lists and summary, which a caller must
+    therefore replace, never edit in place, as ``PublicView`` does) let a caller keep that
+    work between calls: the result is the same. ``redaction_memo`` is ``redact_value``'s memo for the
     memory facts (the same list on every request; recalled hits are not kept: a new
     question brings new hits, and keeping them costs that step more than it saves others)."""
     if redact_secrets:
@@ -658,7 +659,7 @@ def assemble(
     cited: frozenset[str] = frozenset()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
         text, left_out, lost, tokens = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
-                                                           shown_failures, derived)  # fmt: skip
+                                                           shown_failures, derived, thread)  # fmt: skip
         msg = {"role": "system", "content": text} if text else None
         if msg is not None:
             b.remaining -= measure.knew(msg, tokens)
@@ -750,16 +751,23 @@ def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple
     shown = set(section["event_ids"])
     listed = [(g, g.event_ids[-1] in in_window) for g in groups if g.event_ids[-1] in shown]
     if derived is None:
-        shorter = _pointed(msg["content"], listed, counter)
+        shorter, tokens = _pointed_with_tokens(msg["content"], listed, counter)
     else:
         key = ("pointed", counter.encoding_name, msg["content"],
                tuple((g.label, g.status, g.message, tuple(g.event_ids), seen) for g, seen in listed))  # fmt: skip
-        shorter = derived.get(key)
-        if shorter is None:
-            shorter = derived[key] = _pointed(msg["content"], listed, counter)
+        found = derived.get(key)
+        if found is None:
+            found = derived[key] = _pointed_with_tokens(msg["content"], listed, counter)
+        shorter, tokens = found
     if shorter:
         msg["content"] = section["content"] = shorter
-        section["tokens"] = (measure or partial(message_tokens, counter))(msg)
+        section["tokens"] = _knew(measure, msg, tokens)
+
+
+def _pointed_with_tokens(content: str, listed: list[tuple[FailureGroup, bool]], counter: TokenCounter) -> tuple[str, int]:
+    """``_pointed`` and its message's tokens (0 when it is ``""``)."""
+    shorter = _pointed(content, listed, counter)
+    return shorter, message_tokens(counter, {"role": "system", "content": shorter}) if shorter else 0
 
 
 def _pointed(content: str, listed: list[tuple[FailureGroup, bool]], counter: TokenCounter) -> str:
@@ -840,13 +848,16 @@ def _failure_items(failures: list[dict[str, Any]]) -> tuple[list[FailureGroup], 
 
 
 def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int, covered: set[str],
-                        derived: MutableMapping[Any, Any] | None) -> tuple[str, list[str], int, int]:  # fmt: skip
+                        derived: MutableMapping[Any, Any] | None, thread: Any = None) -> tuple[str, list[str], int, int]:  # fmt: skip
     """``_summary`` and its message's tokens, remembered in ``derived`` by the summary's
     JSON and its arguments (a rolling summary changes only when the stream folds the window
-    into it)."""
+    into it). The JSON itself is remembered by the summary's identity (a shared state read
+    hands out the same summary until the fold replaces it): the same bytes object, whose
+    hash Python keeps, instead of a serialisation and a hash of it on every request."""
     if derived is None:
         return _summary_with_tokens(summary, counter, max_tokens, covered)
-    key = ("summary", counter.encoding_name, orjson.dumps(summary), max_tokens, tuple(sorted(covered)))
+    summary_json = _by_identity(derived, ("summary_json", thread), [summary], lambda: orjson.dumps(summary))
+    key = ("summary", counter.encoding_name, summary_json, max_tokens, tuple(sorted(covered)))
     found = derived.get(key)
     if found is None:
         found = derived[key] = _summary_with_tokens(summary, counter, max_tokens, covered)

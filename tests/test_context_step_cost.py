@@ -189,3 +189,29 @@ def test_a_shared_state_read_loads_the_summary_again_only_when_the_fold_replaced
     state.summary = {**state.summary, "next_action": "verify"}  # as the fold does: a new dict
     again = view.render(state, True, copy=False)["summary"]
     assert again is not first and again["next_action"] == "verify" != first.get("next_action")
+
+
+def test_a_rolling_summary_is_serialised_for_its_memo_once_until_the_fold_replaces_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    summaries: list[dict[str, Any]] = []
+
+    class Counting:  # orjson as assembly sees it, counting the summaries it serialises
+        def __getattr__(self, name: str) -> Any:
+            return getattr(orjson, name)
+
+        def dumps(self, value: Any, *args: Any) -> bytes:
+            if isinstance(value, dict) and "observations" in value:
+                summaries.append(value)
+            return orjson.dumps(value, *args)
+
+    monkeypatch.setattr(context, "orjson", Counting())
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    records = [raw("g", "goal", {"text": "ship"})]
+    records += [raw(f"r{i}", "message", {"role": "assistant", "text": f"note {i} " * 40}, float(i + 1)) for i in range(30)]
+    pipeline.process([Record(0, i, r) for i, r in enumerate(records)])
+    view, derived, state = PublicView(), {}, pipeline.thread("t1").state
+    for _ in range(3):
+        assert _context([], derived, 4000, view.render(state, True, copy=False)) == _context([], None, 4000, view.render(state, True))
+    assert len(summaries) == 1
+    state.summary = {**state.summary, "next_action": "verify"}  # as the fold does: a new dict
+    _context([], derived, 4000, view.render(state, True, copy=False))
+    assert len(summaries) == 2 and summaries[-1]["next_action"] == "verify"
