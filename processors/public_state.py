@@ -17,7 +17,7 @@ an unchanged section costs neither a copy nor a second serialisation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import fields
 from itertools import compress
 from operator import is_, is_not
@@ -125,11 +125,11 @@ class PublicView:
         for name in _FIELDS:
             value = getattr(state, name)
             if name in KEYED_SECTIONS:
-                out[name] = shown(name, self._section(name, tuple(value.values()))[0])
+                out[name] = shown(name, self._section(name, value.values())[0])
             elif name == "failures":
                 out[name] = shown(name, self._section(name, tuple(value))[0])
             elif name == "approvals":
-                queues = self._section(name, tuple(value.values()), _approval_queues)[1]
+                queues = self._section(name, value.values(), _approval_queues)[1]
             elif name == "goal":
                 out[name] = None if value is None else shown(name, self._section(name, (value,))[0])[0]
             elif name == "summary":
@@ -148,13 +148,16 @@ class PublicView:
             self._json[name] = (rendered, fragment)
         return [fragment] if name == "goal" else fragment
 
-    def _section(self, name: str, items: tuple[object, ...],
+    def _section(self, name: str, values: Collection[object],
                  derive: Callable[[list[dict[str, Any]]], Any] = lambda _: None) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+        """``values``: the section's items (a dict's values are compared as they are: a
+        tuple of them is made only when something changed)."""
         held, rendered, derived = self._sections.get(name, ((), [], None))
         kept = len(held)
+        if len(values) == kept and derived is not None and all(map(is_, values, held)):
+            return rendered, derived  # the common read: nothing in it changed
+        items = values if isinstance(values, tuple) else tuple(values)
         if len(items) >= kept:  # the reducer adds at the end and replaces in place
-            if len(items) == kept and derived is not None and all(map(is_, items, held)):
-                return rendered, derived  # the common read: nothing in it changed
             changed = list(compress(range(kept), map(is_not, items, held)))
             if len(changed) <= _FEW:
                 rendered = Rendering(rendered)
