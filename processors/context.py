@@ -551,10 +551,14 @@ def _dedup_window_failures(units: list[Unit], groups: list[FailureGroup]) -> Non
     """A failure repeated in the raw window keeps its output once, at its newest occurrence;
     the older copies point at it (only where that is shorter)."""
     newest = {eid: g for g in groups if len(g.event_ids) > 1 for eid in g.event_ids[:-1]}
+    if not newest:
+        return
     for u in units:
+        group = newest.get(u.event_ids[-1]) if len(u.event_ids) > 1 else None
+        if group is None:
+            continue  # only a tool pair whose result is an older copy of a failure changes
         for m in u.messages:
-            group = newest.get(u.event_ids[-1]) if m["role"] == "tool" and len(u.event_ids) > 1 else None
-            if group is not None:
+            if m["role"] == "tool":
                 note = (f"[status: {group.status}] same output as {group.event_ids[-1]} "
                         f"({group.label} failed {len(group.event_ids)} times)")  # fmt: skip
                 if len(note) < len(m["content"]):
