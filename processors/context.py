@@ -106,17 +106,112 @@ class Part:
 
 
 class WindowParts:
-    """A thread's window's ``Part``s, by event id, as the last request made them (for one
-    output budget, redaction setting and encoding, named by the key it is kept under): the
-    next request makes only those of the events new since. An accepted event never
-    changes, so a part remembered is the part made again. ``chars`` is what it holds (a
-    cache's size count)."""
+    """A thread's window as the last request shaped it (for one output budget, redaction
+    setting and encoding, named by the key it is kept under): each event's ``Part`` by its
+    id, and the window's units as ``_Shapes``. The next request shapes only the events
+    appended since (or, when the window's start moved, reuses the parts): an accepted event
+    never changes, so a part remembered is the part made again. ``chars`` is what it holds
+    (a cache's size count)."""
 
-    __slots__ = ("parts", "chars")
+    __slots__ = ("parts", "chars", "shaped")
 
-    def __init__(self, parts: dict[str, Part]) -> None:
-        self.parts = parts
+    def __init__(self, parts: dict[str, Part], shaped: _Shapes | None = None) -> None:
+        self.parts, self.shaped = parts, shaped
         self.chars = sum(len(p.text) + 64 for p in parts.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A unit as parts: a message (``role``), or a tool call with its result's part
+    (``result``; ``None``: no result in the window, a synthetic one is shown)."""
+
+    event_ids: tuple[str, ...]
+    role: str | None
+    part: Part
+    call_id: str = ""
+    tool_name: str = ""
+    result: Part | None = None
+
+
+@dataclass(slots=True)
+class _Shapes:
+    """The window's units as ``_Shape``s, oldest first, and what pairing the events after
+    them needs: the calls shown (call id -> its shape's index), those answered, and the
+    results met (``orphaned``: those that were orphans, which no unit shows)."""
+
+    events: tuple[Envelope, ...] = ()
+    shapes: list[_Shape] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    results: list[str] = field(default_factory=list)
+    orphaned: set[str] = field(default_factory=set)
+
+    def extended(self, events: list[Envelope], orphans: set[str]) -> _Shapes | None:
+        """A copy to shape ``events`` with, when they are these events and more after them
+        and no result changed its orphan status; else ``None`` (shape them all anew)."""
+        kept = len(self.events)
+        if len(events) < kept or not all(map(is_, self.events, events)):
+            return None
+        if any((r in orphans) != (r in self.orphaned) for r in self.results):
+            return None
+        return _Shapes(self.events, self.shapes.copy(), self.calls.copy(), self.answered.copy(),
+                       self.results.copy(), self.orphaned.copy())  # fmt: skip
+
+    def add(self, events: Sequence[Envelope], orphans: set[str], part_of: Callable[[Envelope], Part]) -> None:
+        """Shape ``events`` (the window's, after those shaped): messages and tool pairs,
+        orphans never appear, a call id's first call and its first result win."""
+        shapes, calls, answered = self.shapes, self.calls, self.answered
+        for e in events:
+            kind, event_id = e.kind, e.event_id
+            if kind == "message":
+                shapes.append(_Shape((event_id,), _role(e), part_of(e)))
+            elif kind == "tool_call":
+                p: Any = e.payload
+                if p.call_id in calls:
+                    continue
+                calls[p.call_id] = len(shapes)
+                shapes.append(_Shape((event_id,), None, part_of(e), p.call_id, p.tool_name))
+            elif kind == "tool_result":
+                self.results.append(event_id)
+                if event_id in orphans:
+                    self.orphaned.add(event_id)
+                    continue
+                p = e.payload
+                at = calls.get(p.call_id)
+                if at is None or p.call_id in answered:
+                    continue  # its call is outside the window, or the first result already won
+                answered.add(p.call_id)
+                call = shapes[at]
+                shapes[at] = _Shape((*call.event_ids, event_id), None, call.part, call.call_id, call.tool_name, part_of(e))
+        self.events += tuple(events)
+
+
+MISSING_RESULT = "[no result: missing (synthetic)]"
+
+
+def _messages(shape: _Shape) -> list[dict[str, Any]]:
+    """The unit's messages: what it shows."""
+    if shape.role is not None:
+        return [{"role": shape.role, "content": shape.part.text}]
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": shape.call_id, "type": "function", "function": {"name": shape.tool_name, "arguments": shape.part.text}}
+    ]}  # fmt: skip
+    result = MISSING_RESULT if shape.result is None else shape.result.text  # no context ever holds an unpaired call
+    return [call, {"role": "tool", "tool_call_id": shape.call_id, "content": result}]
+
+
+class _ShapedUnit(Unit):
+    """A unit whose messages are made when first read: a unit the budget leaves out is
+    only counted, never shown, and its messages are never made."""
+
+    def __init__(self, shape: _Shape, tokens: int, key: tuple[Any, ...]) -> None:  # noqa: D107 - no dataclass init
+        self.event_ids, self.tokens, self.key, self._shape = list(shape.event_ids), tokens, key, shape
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "messages":
+            raise AttributeError(name)
+        self.messages = _messages(self._shape)
+        return self.messages
 
 
 def build_units(
@@ -126,78 +221,61 @@ def build_units(
     """Messages and tool pairs of the window, oldest first; orphans never appear. Texts,
     arguments and outputs are redacted (``redact_secrets``) before they are measured;
     ``memo`` remembers each event's redacted texts (only used while redacting)."""
-    return _build_units(events, orphans, output_budget_chars, redact_secrets, memo, None, {}, {})
+    shaped = _Shapes()
+    shaped.add(events, orphans, _part_maker(output_budget_chars, redact_secrets, memo, None, {}, {}))
+    return [Unit(list(s.event_ids), _messages(s), 0, (s.event_ids, output_budget_chars, redact_secrets))
+            for s in shaped.shapes]  # fmt: skip
 
 
 def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool,
                   memo: TextMemo | None, counter: TokenCounter,
                   derived: MutableMapping[Any, Any] | None) -> list[Unit]:  # fmt: skip
-    """``build_units`` with each unit's ``tokens``, its events' parts remembered in
-    ``derived`` per thread (``WindowParts``): a step makes the parts of its new events only."""
-    if derived is None or not events:
-        return _build_units(events, orphans, output_budget_chars, redact_secrets, memo, counter, {}, {})
-    key = ("parts", events[0].thread_id, output_budget_chars, redact_secrets, counter.encoding_name)
-    kept = derived.get(key)
-    made: dict[str, Part] = {}
-    units = _build_units(events, orphans, output_budget_chars, redact_secrets, memo, counter,
-                         kept.parts if isinstance(kept, WindowParts) else {}, made)  # fmt: skip
-    if not isinstance(kept, WindowParts) or made.keys() != kept.parts.keys():
-        derived[key] = WindowParts(made)  # the window's parts only: it stays as small as the window
-    return units
+    """``build_units`` with each unit's ``tokens`` and its messages made only when read.
+    Remembered in ``derived`` per thread (``WindowParts``): a step shapes its new events
+    only, or, when the window's start moved, reuses its events' parts."""
+    key = ("parts", events[0].thread_id if events else None, output_budget_chars, redact_secrets, counter.encoding_name)
+    kept = derived.get(key) if derived is not None else None
+    known = kept.parts if isinstance(kept, WindowParts) else {}
+    shaped = kept.shaped.extended(events, orphans) if isinstance(kept, WindowParts) and kept.shaped else None
+    if shaped is None:
+        shaped, made = _Shapes(), {}
+        shaped.add(events, orphans, _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))
+        changed = True
+    else:
+        made = dict(known)  # the window's events so far, and those added now
+        new = events[len(shaped.events):]
+        shaped.add(new, orphans, _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))
+        changed = bool(new)
+    if derived is not None and events and changed:
+        derived[key] = WindowParts(made, shaped)  # the window's only: it stays as small as the window
+    missing = message_tokens(counter, {"role": "tool", "content": MISSING_RESULT})
+    return [_ShapedUnit(s, s.part.tokens + (missing if s.result is None else s.result.tokens) if s.role is None
+                        else s.part.tokens, (s.event_ids, output_budget_chars, redact_secrets))
+            for s in shaped.shapes]  # fmt: skip
 
 
-def _build_units(events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool,
-                 memo: TextMemo | None, counter: TokenCounter | None, known: Mapping[str, Part],
-                 made: dict[str, Part]) -> list[Unit]:  # fmt: skip
-    """``build_units``; with a ``counter`` each unit's ``tokens`` too. Each event's part is
-    the one in ``known`` or made now; ``made`` gets the parts of every event shown."""
+def _part_maker(output_budget_chars: int, redact_secrets: bool, memo: TextMemo | None, counter: TokenCounter | None,
+                known: Mapping[str, Part], made: dict[str, Part]) -> Callable[[Envelope], Part]:  # fmt: skip
+    """An event's part: the one in ``known``, or made from its message now; ``made`` gets
+    every part asked for."""
     scrub = redact if redact_secrets else _as_is
     if not redact_secrets:
         memo = None
 
-    def part(message: dict[str, Any]) -> Part:
-        """The part of the event ``message`` was made for."""
-        calls = message.get("tool_calls")
-        text = message["content"] if calls is None else calls[0]["function"]["arguments"]
-        return Part(text, 0 if counter is None else message_tokens(counter, message, new=True))
+    def part_of(e: Envelope) -> Part:
+        found = known.get(e.event_id)
+        if found is None:
+            kind = e.kind
+            message = (_text_message(e, scrub, memo) if kind == "message"
+                       else _call_message(e, e.payload, scrub, redact_secrets, memo) if kind == "tool_call"
+                       else _result_message(e, e.payload, scrub, output_budget_chars, memo))  # fmt: skip
+            calls = message.get("tool_calls")
+            text = message["content"] if calls is None else calls[0]["function"]["arguments"]
+            found = Part(text, 0 if counter is None else message_tokens(counter, message, new=True))
+        made[e.event_id] = found
+        return found
 
-    get = known.get  # the hot loop: a window of hundreds of events, on every step
-    units: list[Unit] = []
-    call_unit: dict[str, Unit] = {}
-    answered: set[str] = set()
-    for e in events:
-        kind, event_id = e.kind, e.event_id
-        if kind == "message":
-            shown = made[event_id] = get(event_id) or part(_text_message(e, scrub, memo))
-            units.append(Unit([event_id], [{"role": _role(e), "content": shown.text}], shown.tokens))
-        elif kind == "tool_call":
-            p: Any = e.payload
-            if p.call_id in call_unit:
-                continue
-            shown = made[event_id] = get(event_id) or part(_call_message(e, p, scrub, redact_secrets, memo))
-            unit = Unit([event_id], [{"role": "assistant", "content": None, "tool_calls": [
-                {"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": shown.text}}
-            ]}], shown.tokens)  # fmt: skip
-            call_unit[p.call_id] = unit
-            units.append(unit)
-        elif kind == "tool_result" and event_id not in orphans:
-            p = e.payload
-            unit = call_unit.get(p.call_id)
-            if unit is None or p.call_id in answered:
-                continue  # its call is outside the window, or the first result already won
-            answered.add(p.call_id)
-            shown = made[event_id] = get(event_id) or part(_result_message(e, p, scrub, output_budget_chars, memo))
-            unit.event_ids.append(event_id)
-            unit.messages.append({"role": "tool", "tool_call_id": p.call_id, "content": shown.text})
-            unit.tokens += shown.tokens
-    for call_id, unit in call_unit.items():
-        if call_id not in answered:  # no context ever holds an unpaired call
-            missing = {"role": "tool", "tool_call_id": call_id, "content": "[no result: missing (synthetic)]"}
-            unit.messages.append(missing)
-            unit.tokens += 0 if counter is None else message_tokens(counter, missing)
-    for unit in units:
-        unit.key = (tuple(unit.event_ids), output_budget_chars, redact_secrets)
-    return units
+    return part_of
 
 
 def _text_message(e: Envelope, scrub: Callable[[str], str], memo: TextMemo | None) -> dict[str, Any]:

