@@ -249,9 +249,15 @@ def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars
     if derived is not None and events and changed:
         derived[key] = WindowParts(made, shaped)  # the window's only: it stays as small as the window
     missing = message_tokens(counter, {"role": "tool", "content": MISSING_RESULT})
-    return [_ShapedUnit(s, s.part.tokens + (missing if s.result is None else s.result.tokens) if s.role is None
-                        else s.part.tokens, (s.event_ids, output_budget_chars, redact_secrets))
+    return [_ShapedUnit(s, _shape_tokens(s, missing), (s.event_ids, output_budget_chars, redact_secrets))
             for s in shaped.shapes]  # fmt: skip
+
+
+def _shape_tokens(shape: _Shape, missing: int) -> int:
+    """The unit's messages' tokens (``missing``: a synthetic result's)."""
+    if shape.role is not None:
+        return shape.part.tokens
+    return shape.part.tokens + (missing if shape.result is None else shape.result.tokens)
 
 
 def _part_maker(output_budget_chars: int, redact_secrets: bool, memo: TextMemo | None, counter: TokenCounter | None,
