@@ -115,9 +115,13 @@ class WindowParts:
 
     __slots__ = ("parts", "chars", "shaped")
 
-    def __init__(self, parts: dict[str, Part], shaped: _Shapes | None = None) -> None:
+    def __init__(self, parts: dict[str, Part], shaped: _Shapes | None = None, chars: int | None = None) -> None:
         self.parts, self.shaped = parts, shaped
-        self.chars = sum(len(p.text) + 64 for p in parts.values())
+        self.chars = sum(map(_part_chars, parts.values())) if chars is None else chars
+
+
+def _part_chars(part: Part) -> int:
+    return len(part.text or "") + 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +156,7 @@ class _Shapes:
         kept = len(self.events)
         if len(events) < kept or not all(map(is_, self.events, events)):
             return None
-        if any((r in orphans) != (r in self.orphaned) for r in self.results):
+        if orphans.intersection(self.results) != self.orphaned:
             return None
         return _Shapes(self.events, self.shapes.copy(), self.calls.copy(), self.answered.copy(),
                        self.results.copy(), self.orphaned.copy())  # fmt: skip
@@ -240,14 +244,14 @@ def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars
     if shaped is None:
         shaped, made = _Shapes(), {}
         shaped.add(events, orphans, _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))
-        changed = True
-    else:
-        made = dict(known)  # the window's events so far, and those added now
-        new = events[len(shaped.events):]
-        shaped.add(new, orphans, _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))
-        changed = bool(new)
-    if derived is not None and events and changed:
-        derived[key] = WindowParts(made, shaped)  # the window's only: it stays as small as the window
+        if derived is not None and events:
+            derived[key] = WindowParts(made, shaped)  # the window's only: it stays as small as the window
+    elif len(events) > len(shaped.events):
+        made = {}
+        shaped.add(events[len(shaped.events):], orphans,
+                   _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))  # fmt: skip
+        # The window's parts so far and those of the events added now (their size with them).
+        derived[key] = WindowParts(known | made, shaped, kept.chars + sum(map(_part_chars, made.values())))  # type: ignore[union-attr, index]
     missing = message_tokens(counter, {"role": "tool", "content": MISSING_RESULT})
     return [_ShapedUnit(s, _shape_tokens(s, missing), (s.event_ids, output_budget_chars, redact_secrets))
             for s in shaped.shapes]  # fmt: skip
@@ -739,7 +743,8 @@ def assemble(
         used_before = b.remaining
         if name == "failures":  # kept newest first, shown oldest first
             kept_msg, kept = b.fit_list(name, title, items, state_limit, reverse=True, remember=thread)
-            add(name, kept_msg, event_ids=[i for g in groups if g.event_ids[-1] in kept for i in g.event_ids])
+            kept_ids = set(kept)
+            add(name, kept_msg, event_ids=[i for g in groups if g.event_ids[-1] in kept_ids for i in g.event_ids])
         else:
             # The working state's lines are the same objects while its items are (see
             # ``_remembered_plan_lines``); the others are made for each request.
