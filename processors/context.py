@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any, TypeVar
 
 import orjson
@@ -141,9 +141,11 @@ class _Shape:
 class _Shapes:
     """The window's units as ``_Shape``s, oldest first, and what pairing the events after
     them needs: the calls shown (call id -> its shape's index), those answered, and the
-    results met (``orphaned``: those that were orphans, which no unit shows)."""
+    results met (``orphaned``: those that were orphans, which no unit shows). The events
+    shaped are known by their ids (an id is one accepted event, which never changes): no
+    event is held here beyond what the cache counts."""
 
-    events: tuple[Envelope, ...] = ()
+    event_ids: tuple[str, ...] = ()
     shapes: list[_Shape] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
@@ -153,12 +155,12 @@ class _Shapes:
     def extended(self, events: list[Envelope], orphans: set[str]) -> _Shapes | None:
         """A copy to shape ``events`` with, when they are these events and more after them
         and no result changed its orphan status; else ``None`` (shape them all anew)."""
-        kept = len(self.events)
-        if len(events) < kept or not all(map(is_, self.events, events)):
+        kept = len(self.event_ids)
+        if len(events) < kept or tuple(map(_EVENT_ID, events[:kept])) != self.event_ids:
             return None
         if orphans.intersection(self.results) != self.orphaned:
             return None
-        return _Shapes(self.events, self.shapes.copy(), self.calls.copy(), self.answered.copy(),
+        return _Shapes(self.event_ids, self.shapes.copy(), self.calls.copy(), self.answered.copy(),
                        self.results.copy(), self.orphaned.copy())  # fmt: skip
 
     def add(self, events: Sequence[Envelope], orphans: set[str], part_of: Callable[[Envelope], Part]) -> None:
@@ -187,9 +189,10 @@ class _Shapes:
                 answered.add(p.call_id)
                 call = shapes[at]
                 shapes[at] = _Shape((*call.event_ids, event_id), None, call.part, call.call_id, call.tool_name, part_of(e))
-        self.events += tuple(events)
+        self.event_ids += tuple(map(_EVENT_ID, events))
 
 
+_EVENT_ID = attrgetter("event_id")
 MISSING_RESULT = "[no result: missing (synthetic)]"
 
 
@@ -246,9 +249,9 @@ def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars
         shaped.add(events, orphans, _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))
         if derived is not None and events:
             derived[key] = WindowParts(made, shaped)  # the window's only: it stays as small as the window
-    elif len(events) > len(shaped.events):
+    elif len(events) > len(shaped.event_ids):
         made = {}
-        shaped.add(events[len(shaped.events):], orphans,
+        shaped.add(events[len(shaped.event_ids):], orphans,
                    _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))  # fmt: skip
         # The window's parts so far and those of the events added now (their size with them).
         derived[key] = WindowParts(known | made, shaped, kept.chars + sum(map(_part_chars, made.values())))  # type: ignore[union-attr, index]
