@@ -9,14 +9,15 @@ tool call from its result, never drop the goal, constraints or latest user messa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any, TypeVar
 
 import orjson
 
-from agentlog.processors.redaction import mask_secret_keys, redact, redact_value
+from agentlog.processors.public_state import Rendering
+from agentlog.processors.redaction import mask_secret_keys, redact, redact_fields, redact_value
 from agentlog.processors.tokens import MESSAGE_OVERHEAD, TokenCounter
 from agentlog.processors.truncation import truncate_output
 from agentlog.schemas.events import TERMINAL_STATUSES, Envelope
@@ -39,9 +40,10 @@ class Unit:
     event_ids: list[str]
     messages: list[dict[str, Any]]
     tokens: int = 0
+    """Its messages' tokens, as assembly builds it (``build_units`` leaves them 0)."""
     key: tuple[Any, ...] | None = None
-    """What its messages are a pure function of (events, output budget, redaction), so its
-    ``tokens`` may be remembered by it; ``None`` once anything else changed them."""
+    """What its messages are a pure function of (events, output budget, redaction);
+    ``None`` once anything else changed them (their tokens are then counted again)."""
 
 
 @dataclass
@@ -59,10 +61,13 @@ def output_budget(budget: int) -> int:
     return max(200, min(4000, budget))
 
 
-def message_tokens(counter: TokenCounter, message: dict[str, Any]) -> int:
-    n = MESSAGE_OVERHEAD + counter.count(message.get("content") or "")
+def message_tokens(counter: TokenCounter, message: dict[str, Any], new: bool = False) -> int:
+    """The message's tokens; ``new``: its texts are most likely counted for the first time
+    (``TokenCounter.count_new``: the same number, sooner)."""
+    count = counter.count_new if new else counter.count
+    n = MESSAGE_OVERHEAD + count(message.get("content") or "")
     for call in message.get("tool_calls", ()):
-        n += counter.count(call["function"]["name"]) + counter.count(call["function"]["arguments"])
+        n += counter.count(call["function"]["name"]) + count(call["function"]["arguments"])
     return n
 
 
@@ -91,6 +96,131 @@ def _shown(e: Envelope, part: str, make: Callable[[], str], memo: TextMemo | Non
     return text
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One event as its unit shows it: the text its message carries (a message's text, a
+    call's arguments, a result's status and cut output) and that message's tokens."""
+
+    text: str
+    tokens: int
+
+
+class WindowParts:
+    """A thread's window as the last request shaped it (for one output budget, redaction
+    setting and encoding, named by the key it is kept under): each event's ``Part`` by its
+    id, and the window's units as ``_Shapes``. The next request shapes only the events
+    appended since (or, when the window's start moved, reuses the parts): an accepted event
+    never changes, so a part remembered is the part made again. ``chars`` is what it holds
+    (a cache's size count)."""
+
+    __slots__ = ("parts", "chars", "shaped")
+
+    def __init__(self, parts: dict[str, Part], shaped: _Shapes | None = None, chars: int | None = None) -> None:
+        self.parts, self.shaped = parts, shaped
+        self.chars = sum(map(_part_chars, parts.values())) if chars is None else chars
+
+
+def _part_chars(part: Part) -> int:
+    return len(part.text or "") + 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A unit as parts: a message (``role``), or a tool call with its result's part
+    (``result``; ``None``: no result in the window, a synthetic one is shown)."""
+
+    event_ids: tuple[str, ...]
+    role: str | None
+    part: Part
+    call_id: str = ""
+    tool_name: str = ""
+    result: Part | None = None
+
+
+@dataclass(slots=True)
+class _Shapes:
+    """The window's units as ``_Shape``s, oldest first, and what pairing the events after
+    them needs: the calls shown (call id -> its shape's index), those answered, and the
+    results met (``orphaned``: those that were orphans, which no unit shows). The events
+    shaped are known by their ids (an id is one accepted event, which never changes): no
+    event is held here beyond what the cache counts."""
+
+    event_ids: tuple[str, ...] = ()
+    shapes: list[_Shape] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    results: list[str] = field(default_factory=list)
+    orphaned: set[str] = field(default_factory=set)
+
+    def extended(self, events: list[Envelope], orphans: set[str]) -> _Shapes | None:
+        """A copy to shape ``events`` with, when they are these events and more after them
+        and no result changed its orphan status; else ``None`` (shape them all anew)."""
+        kept = len(self.event_ids)
+        if len(events) < kept or tuple(map(_EVENT_ID, events[:kept])) != self.event_ids:
+            return None
+        if orphans.intersection(self.results) != self.orphaned:
+            return None
+        return _Shapes(self.event_ids, self.shapes.copy(), self.calls.copy(), self.answered.copy(),
+                       self.results.copy(), self.orphaned.copy())  # fmt: skip
+
+    def add(self, events: Sequence[Envelope], orphans: set[str], part_of: Callable[[Envelope], Part]) -> None:
+        """Shape ``events`` (the window's, after those shaped): messages and tool pairs,
+        orphans never appear, a call id's first call and its first result win."""
+        shapes, calls, answered = self.shapes, self.calls, self.answered
+        for e in events:
+            kind, event_id = e.kind, e.event_id
+            if kind == "message":
+                shapes.append(_Shape((event_id,), _role(e), part_of(e)))
+            elif kind == "tool_call":
+                p: Any = e.payload
+                if p.call_id in calls:
+                    continue
+                calls[p.call_id] = len(shapes)
+                shapes.append(_Shape((event_id,), None, part_of(e), p.call_id, p.tool_name))
+            elif kind == "tool_result":
+                self.results.append(event_id)
+                if event_id in orphans:
+                    self.orphaned.add(event_id)
+                    continue
+                p = e.payload
+                at = calls.get(p.call_id)
+                if at is None or p.call_id in answered:
+                    continue  # its call is outside the window, or the first result already won
+                answered.add(p.call_id)
+                call = shapes[at]
+                shapes[at] = _Shape((*call.event_ids, event_id), None, call.part, call.call_id, call.tool_name, part_of(e))
+        self.event_ids += tuple(map(_EVENT_ID, events))
+
+
+_EVENT_ID = attrgetter("event_id")
+MISSING_RESULT = "[no result: missing (synthetic)]"
+
+
+def _messages(shape: _Shape) -> list[dict[str, Any]]:
+    """The unit's messages: what it shows."""
+    if shape.role is not None:
+        return [{"role": shape.role, "content": shape.part.text}]
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": shape.call_id, "type": "function", "function": {"name": shape.tool_name, "arguments": shape.part.text}}
+    ]}  # fmt: skip
+    result = MISSING_RESULT if shape.result is None else shape.result.text  # no context ever holds an unpaired call
+    return [call, {"role": "tool", "tool_call_id": shape.call_id, "content": result}]
+
+
+class _ShapedUnit(Unit):
+    """A unit whose messages are made when first read: a unit the budget leaves out is
+    only counted, never shown, and its messages are never made."""
+
+    def __init__(self, shape: _Shape, tokens: int, key: tuple[Any, ...]) -> None:  # noqa: D107 - no dataclass init
+        self.event_ids, self.tokens, self.key, self._shape = list(shape.event_ids), tokens, key, shape
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "messages":
+            raise AttributeError(name)
+        self.messages = _messages(self._shape)
+        return self.messages
+
+
 def build_units(
     events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool = True,
     memo: TextMemo | None = None,
@@ -98,45 +228,86 @@ def build_units(
     """Messages and tool pairs of the window, oldest first; orphans never appear. Texts,
     arguments and outputs are redacted (``redact_secrets``) before they are measured;
     ``memo`` remembers each event's redacted texts (only used while redacting)."""
+    shaped = _Shapes()
+    shaped.add(events, orphans, _part_maker(output_budget_chars, redact_secrets, memo, None, {}, {}))
+    return [Unit(list(s.event_ids), _messages(s), 0, (s.event_ids, output_budget_chars, redact_secrets))
+            for s in shaped.shapes]  # fmt: skip
+
+
+def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool,
+                  memo: TextMemo | None, counter: TokenCounter,
+                  derived: MutableMapping[Any, Any] | None) -> list[Unit]:  # fmt: skip
+    """``build_units`` with each unit's ``tokens`` and its messages made only when read.
+    Remembered in ``derived`` per thread (``WindowParts``): a step shapes its new events
+    only, or, when the window's start moved, reuses its events' parts."""
+    key = ("parts", events[0].thread_id if events else None, output_budget_chars, redact_secrets, counter.encoding_name)
+    kept = derived.get(key) if derived is not None else None
+    known = kept.parts if isinstance(kept, WindowParts) else {}
+    shaped = kept.shaped.extended(events, orphans) if isinstance(kept, WindowParts) and kept.shaped else None
+    if shaped is None:
+        shaped, made = _Shapes(), {}
+        shaped.add(events, orphans, _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))
+        if derived is not None and events:
+            derived[key] = WindowParts(made, shaped)  # the window's only: it stays as small as the window
+    elif len(events) > len(shaped.event_ids):
+        made = {}
+        shaped.add(events[len(shaped.event_ids):], orphans,
+                   _part_maker(output_budget_chars, redact_secrets, memo, counter, known, made))  # fmt: skip
+        # The window's parts so far and those of the events added now (their size with them).
+        derived[key] = WindowParts(known | made, shaped, kept.chars + sum(map(_part_chars, made.values())))  # type: ignore[union-attr, index]
+    missing = message_tokens(counter, {"role": "tool", "content": MISSING_RESULT})
+    return [_ShapedUnit(s, _shape_tokens(s, missing), (s.event_ids, output_budget_chars, redact_secrets))
+            for s in shaped.shapes]  # fmt: skip
+
+
+def _shape_tokens(shape: _Shape, missing: int) -> int:
+    """The unit's messages' tokens (``missing``: a synthetic result's)."""
+    if shape.role is not None:
+        return shape.part.tokens
+    return shape.part.tokens + (missing if shape.result is None else shape.result.tokens)
+
+
+def _part_maker(output_budget_chars: int, redact_secrets: bool, memo: TextMemo | None, counter: TokenCounter | None,
+                known: Mapping[str, Part], made: dict[str, Part]) -> Callable[[Envelope], Part]:  # fmt: skip
+    """An event's part: the one in ``known``, or made from its message now; ``made`` gets
+    every part asked for."""
     scrub = redact if redact_secrets else _as_is
     if not redact_secrets:
         memo = None
-    units: list[Unit] = []
-    call_unit: dict[str, Unit] = {}
-    answered: set[str] = set()
-    for e in events:
-        if e.kind == "message":
-            text = _shown(e, "text", lambda e=e: scrub(e.payload.text), memo)  # type: ignore[attr-defined]
-            units.append(Unit([e.event_id], [{"role": _role(e), "content": text}]))
-        elif e.kind == "tool_call":
-            p: Any = e.payload
-            if p.call_id in call_unit:
-                continue
-            args = _shown(e, "arguments", lambda p=p: _arguments(p.arguments, scrub, redact_secrets), memo)
-            unit = Unit([e.event_id], [{"role": "assistant", "content": None, "tool_calls": [
-                {"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": args}}
-            ]}])  # fmt: skip
-            call_unit[p.call_id] = unit
-            units.append(unit)
-        elif e.kind == "tool_result" and e.event_id not in orphans:
-            p = e.payload
-            unit = call_unit.get(p.call_id)
-            if unit is None or p.call_id in answered:
-                continue  # its call is outside the window, or the first result already won
-            answered.add(p.call_id)
-            # Redacted before it is cut: a cut through a secret would leave half of it.
-            output = truncate_output(_shown(e, "output", lambda p=p: scrub(p.output), memo), e.event_id,
-                                     output_budget_chars)  # fmt: skip
-            status = "" if p.status == "ok" else f"[status: {p.status}] "
-            unit.event_ids.append(e.event_id)
-            unit.messages.append({"role": "tool", "tool_call_id": p.call_id, "content": status + output})
-    for call_id, unit in call_unit.items():
-        if call_id not in answered:  # no context ever holds an unpaired call
-            unit.messages.append({"role": "tool", "tool_call_id": call_id,
-                                  "content": "[no result: missing (synthetic)]"})  # fmt: skip
-    for unit in units:
-        unit.key = (tuple(unit.event_ids), output_budget_chars, redact_secrets)
-    return units
+
+    def part_of(e: Envelope) -> Part:
+        found = known.get(e.event_id)
+        if found is None:
+            kind = e.kind
+            message = (_text_message(e, scrub, memo) if kind == "message"
+                       else _call_message(e, e.payload, scrub, redact_secrets, memo) if kind == "tool_call"
+                       else _result_message(e, e.payload, scrub, output_budget_chars, memo))  # fmt: skip
+            calls = message.get("tool_calls")
+            text = message["content"] if calls is None else calls[0]["function"]["arguments"]
+            found = Part(text, 0 if counter is None else message_tokens(counter, message, new=True))
+        made[e.event_id] = found
+        return found
+
+    return part_of
+
+
+def _text_message(e: Envelope, scrub: Callable[[str], str], memo: TextMemo | None) -> dict[str, Any]:
+    return {"role": _role(e), "content": _shown(e, "text", lambda: scrub(e.payload.text), memo)}  # type: ignore[attr-defined]
+
+
+def _call_message(e: Envelope, p: Any, scrub: Callable[[str], str], redact_secrets: bool,
+                  memo: TextMemo | None) -> dict[str, Any]:  # fmt: skip
+    args = _shown(e, "arguments", lambda: _arguments(p.arguments, scrub, redact_secrets), memo)
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": args}}]}
+
+
+def _result_message(e: Envelope, p: Any, scrub: Callable[[str], str], output_budget_chars: int,
+                    memo: TextMemo | None) -> dict[str, Any]:  # fmt: skip
+    # Redacted before it is cut: a cut through a secret would leave half of it.
+    output = truncate_output(_shown(e, "output", lambda: scrub(p.output), memo), e.event_id, output_budget_chars)
+    status = "" if p.status == "ok" else f"[status: {p.status}] "
+    return {"role": "tool", "tool_call_id": p.call_id, "content": status + output}
 
 
 def _arguments(arguments: Any, scrub: Callable[[str], str], redact_secrets: bool) -> str:
@@ -381,44 +552,104 @@ class Budget:
     counter: TokenCounter
     remaining: int
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    measure: Callable[[dict[str, Any]], int] | None = None
+    """A message's tokens (default: a ``Measure`` of ``counter``)."""
+    derived: MutableMapping[Any, Any] | None = None
+    """Where ``fit_list`` remembers what it fitted (see its ``remember``)."""
+
+    def __post_init__(self) -> None:
+        if self.measure is None:
+            self.measure = Measure(self.counter)
 
     def drop(self, name: str, items: list[str], tokens: int) -> None:
         if items or tokens:
             self.dropped.append({"name": name, "items": items, "tokens": tokens})
 
     def fit_list(self, name: str, title: str, items: list[tuple[str, str]], limit: int,
-                 reverse: bool = False) -> tuple[dict[str, Any] | None, list[str]]:  # fmt: skip
+                 reverse: bool = False, remember: Any = None) -> tuple[dict[str, Any] | None, list[str]]:  # fmt: skip
         """A system message of ``title`` and as many ``items`` (id, line), most important
         first, as fit in ``limit``; shown in their given order (``reverse``: the other way
-        round). Returns it and the kept ids."""
+        round). Returns it and the kept ids. ``remember``: a key under which the fit is
+        remembered in ``derived`` while ``items`` are the very same objects (``_by_identity``)."""
         if not items:
             return None, []
-        base = MESSAGE_OVERHEAD + self.counter.count(title)
-        used, kept, left = base, [], []
-        for item_id, line in items:
-            cost = self.counter.count(line) + 1
-            if used + cost <= limit:
-                kept.append((item_id, line))
-                used += cost
-            else:
-                left.append((item_id, cost))
-        self.drop(name, [i for i, _ in left], sum(c for _, c in left) + (0 if kept else base))
-        if not kept:
+        make = lambda: _fit(self.counter, title, items, limit, reverse)  # noqa: E731
+        fit = make() if remember is None else _by_identity(
+            self.derived, ("fit", remember, self.counter.encoding_name, title, limit, reverse), items, make)
+        self.drop(name, [i for i, _ in fit.left], sum(c for _, c in fit.left) + (0 if fit.kept else fit.base))
+        if not fit.kept:
             return None, []
-        shown = reversed(kept) if reverse else kept
-        msg = {"role": "system", "content": "\n".join([title, *(line for _, line in shown)])}
-        self.remaining -= message_tokens(self.counter, msg)
-        return msg, [i for i, _ in kept]
+        msg = {"role": "system", "content": fit.content}
+        self.remaining -= _knew(self.measure, msg, fit.tokens)
+        return msg, list(fit.kept)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    """What ``Budget.fit_list`` fitted: the message's text and tokens, the kept ids, the
+    left out ones with their costs, and the title's cost."""
+
+    content: str
+    tokens: int
+    kept: tuple[str, ...]
+    left: tuple[tuple[str, int], ...]
+    base: int
+
+
+def _fit(counter: TokenCounter, title: str, items: list[tuple[str, str]], limit: int, reverse: bool) -> _Fit:
+    base = MESSAGE_OVERHEAD + counter.count(title)
+    used, kept, left = base, [], []
+    for item_id, line in items:
+        cost = counter.count(line) + 1
+        if used + cost <= limit:
+            kept.append((item_id, line))
+            used += cost
+        else:
+            left.append((item_id, cost))
+    shown = reversed(kept) if reverse else kept
+    content = "\n".join([title, *(line for _, line in shown)]) if kept else ""
+    tokens = message_tokens(counter, {"role": "system", "content": content}) if kept else 0
+    return _Fit(content, tokens, tuple(i for i, _ in kept), tuple(left), base)
+
+
+class Measure:
+    """Each message's tokens, counted once per assembly: a section's message is measured
+    where it is made, where it is listed and in the total, and its text (often long) is
+    looked up once, not three times. A message whose ``content`` was replaced since is
+    counted again. For messages without ``tool_calls`` (what assembly makes itself)."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._known: dict[int, tuple[dict[str, Any], Any, int]] = {}
+
+    def __call__(self, msg: dict[str, Any]) -> int:
+        held = self._known.get(id(msg))
+        if held is not None and held[0] is msg and held[1] is msg.get("content"):
+            return held[2]
+        return self.knew(msg, message_tokens(self.counter, msg))
+
+    def knew(self, msg: dict[str, Any], tokens: int) -> int:
+        """``tokens`` (``message_tokens`` of ``msg``, known already), kept as its count."""
+        self._known[id(msg)] = (msg, msg.get("content"), tokens)  # held: its id stays its own
+        return tokens
+
+
+def _knew(measure: Callable[[dict[str, Any]], int] | None, msg: dict[str, Any], tokens: int) -> int:
+    return measure.knew(msg, tokens) if isinstance(measure, Measure) else tokens
 
 
 def _dedup_window_failures(units: list[Unit], groups: list[FailureGroup]) -> None:
     """A failure repeated in the raw window keeps its output once, at its newest occurrence;
     the older copies point at it (only where that is shorter)."""
     newest = {eid: g for g in groups if len(g.event_ids) > 1 for eid in g.event_ids[:-1]}
+    if not newest:
+        return
     for u in units:
+        group = newest.get(u.event_ids[-1]) if len(u.event_ids) > 1 else None
+        if group is None:
+            continue  # only a tool pair whose result is an older copy of a failure changes
         for m in u.messages:
-            group = newest.get(u.event_ids[-1]) if m["role"] == "tool" and len(u.event_ids) > 1 else None
-            if group is not None:
+            if m["role"] == "tool":
                 note = (f"[status: {group.status}] same output as {group.event_ids[-1]} "
                         f"({group.label} failed {len(group.event_ids)} times)")  # fmt: skip
                 if len(note) < len(m["content"]):
@@ -454,20 +685,24 @@ def assemble(
     the state, the window's texts, arguments and outputs, recalled hits, memory facts.
     ``memo`` (see ``build_units``), ``state_redacted`` (``state`` is ``redact_value``'s
     already) and ``derived`` (what pure parts of the work gave, by keys naming all they
-    depend on: a unit's tokens, the rendered summary) let a caller keep that work between
-    calls: the result is the same. ``redaction_memo`` is ``redact_value``'s memo for the
+    depend on: the window's shown texts and tokens, the rendered summary, each section's
+    fit; or by the identity of the state's items, lists and summary, which a caller must
+    therefore replace, never edit in place, as ``PublicView`` does) let a caller keep that
+    work between calls: the result is the same. ``redaction_memo`` is ``redact_value``'s memo for the
     memory facts (the same list on every request; recalled hits are not kept: a new
     question brings new hits, and keeping them costs that step more than it saves others)."""
     if redact_secrets:
         state = state if state_redacted else redact_value(state)
-        recall = redact_value(recall)
+        # Only the fields shown are redacted (a hit holds a dozen): the same text as the whole.
+        recall = [redact_fields(h, _HIT_FIELDS) for h in recall] if recall else recall
         memory = redact_value(memory, redaction_memo)  # a fact keyed db.password loses its value (a key/value pair)
     pinned = {"role": "system", "content": _pinned_text(state)}
     if output_budget_chars is None:
         output_budget_chars = output_budget(budget)
-    units = build_units(window, orphans or set(), output_budget_chars, redact_secrets, memo)
+    units = _window_units(window, orphans or set(), output_budget_chars, redact_secrets, memo, counter, derived)
     failures = state.get("failures", [])
-    groups, failure_items = _by_identity(derived, ("failures", state.get("thread_id")), failures,
+    thread = state.get("thread_id")
+    groups, failure_items = _by_identity(derived, ("failures", thread, type(failures) is Rendering), _items_held(failures),
                                          lambda: _failure_items(failures))  # fmt: skip
     _dedup_window_failures(units, groups)
     latest_id = state.get("latest_user_message_id")
@@ -478,14 +713,16 @@ def assemble(
         latest_unit = Unit([latest_user.event_id], [{"role": "user", "content": content}])
         units.insert(0, latest_unit)  # read apart: older than every event of the window
     for u in units:
-        u.tokens = _unit_tokens(u, counter, derived)
-    needed = message_tokens(counter, pinned) + (latest_unit.tokens if latest_unit else 0)
+        if u.key is None:  # its texts changed after it was built (or it was read apart): counted again
+            u.tokens = sum(message_tokens(counter, m) for m in u.messages)
+    measure = Measure(counter)
+    needed = measure(pinned) + (latest_unit.tokens if latest_unit else 0)
     if needed > budget:
         raise BudgetTooSmall(needed, budget)
-    b = Budget(counter, budget - needed)
+    b = Budget(counter, budget - needed, measure=measure, derived=derived)
     # Copies: ``state`` may hold the items later state reads answer (``PublicView``, copy=False).
     goal = state.get("goal")
-    sections: list[dict[str, Any]] = [{"name": "pinned", "tokens": message_tokens(counter, pinned),
+    sections: list[dict[str, Any]] = [{"name": "pinned", "tokens": measure(pinned),
                                        "goal": None if goal is None else dict(goal),
                                        "constraints": [dict(c) for c in state.get("constraints", [])],
                                        "decided_approvals": [dict(a) for a in state.get("decided_approvals", [])]}]  # fmt: skip
@@ -494,7 +731,7 @@ def assemble(
     def add(name: str, msg: dict[str, Any] | None, **extra: Any) -> None:
         if msg is not None:
             system.append((name, msg))
-            sections.append({"name": name, "tokens": message_tokens(counter, msg), "content": msg["content"], **extra})
+            sections.append({"name": name, "tokens": measure(msg), "content": msg["content"], **extra})
 
     state_limit = int(b.remaining * STATE_SHARE)
     for name, title, items in (
@@ -508,20 +745,23 @@ def assemble(
     ):  # fmt: skip
         used_before = b.remaining
         if name == "failures":  # kept newest first, shown oldest first
-            kept_msg, kept = b.fit_list(name, title, items, state_limit, reverse=True)
-            add(name, kept_msg, event_ids=[i for g in groups if g.event_ids[-1] in kept for i in g.event_ids])
+            kept_msg, kept = b.fit_list(name, title, items, state_limit, reverse=True, remember=thread)
+            kept_ids = set(kept)
+            add(name, kept_msg, event_ids=[i for g in groups if g.event_ids[-1] in kept_ids for i in g.event_ids])
         else:
-            msg, _ = b.fit_list(name, title, items, state_limit)
+            # The working state's lines are the same objects while its items are (see
+            # ``_remembered_plan_lines``); the others are made for each request.
+            msg, _ = b.fit_list(name, title, items, state_limit, remember=thread if name == "state" else None)
             add(name, msg)
         state_limit -= used_before - b.remaining
     shown_failures = {i for s in sections if s["name"] == "failures" for i in s["event_ids"]}
     cited: frozenset[str] = frozenset()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
-        text, left_out, lost = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
-                                                   shown_failures, derived)  # fmt: skip
+        text, left_out, lost, tokens = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
+                                                           shown_failures, derived, thread)  # fmt: skip
         msg = {"role": "system", "content": text} if text else None
         if msg is not None:
-            b.remaining -= message_tokens(counter, msg)
+            b.remaining -= measure.knew(msg, tokens)
         b.drop("summary", left_out, lost)
         add("summary", msg)
         cited = _remembered(derived, ("cited", text), lambda: frozenset(cited_ids(text)))
@@ -534,8 +774,8 @@ def assemble(
             b.drop("memory", [f["source_event_id"] for f in memory[shown:]], sum(costs))
         if text:  # a user-role message: facts never speak with system authority
             memory_msg = {"role": "user", "content": text}
-            b.remaining -= message_tokens(counter, memory_msg)
-            sections.append({"name": "memory", "tokens": message_tokens(counter, memory_msg), "content": text})
+            b.remaining -= measure(memory_msg)
+            sections.append({"name": "memory", "tokens": measure(memory_msg), "content": text})
     recall_msg, recall_section = None, None
     # Search finds orphans too (the log keeps them searchable); a model never sees one.
     recall = [h for h in recall or [] if h["event_id"] not in (orphans or ())
@@ -553,9 +793,9 @@ def assemble(
         b.drop("recall", [i for i, _ in left], sum(c for _, c in left))
         if lines:
             recall_msg = {"role": "system", "content": "Recalled evidence (read an id for the whole event):\n" + "\n".join(lines)}
-            b.remaining -= message_tokens(counter, recall_msg)
+            b.remaining -= measure(recall_msg)
             dropped_hits = {i for i, _ in left}
-            recall_section = {"name": "recall", "tokens": message_tokens(counter, recall_msg),
+            recall_section = {"name": "recall", "tokens": measure(recall_msg),
                               "hits": [h["event_id"] for h in recall if h["event_id"] not in dropped_hits]}  # fmt: skip
     chosen: list[Unit] = []
     full = False  # the window stays contiguous: once a unit does not fit, older ones go too
@@ -573,7 +813,7 @@ def assemble(
     left_units.reverse()
     b.drop("recent", [i for u in left_units for i in u.event_ids], sum(u.tokens for u in left_units))
     in_window = {i for u in chosen for i in u.event_ids}
-    _point_failures_at_window(sections, system, groups, in_window, counter, derived)
+    _point_failures_at_window(sections, system, groups, in_window, counter, derived, measure)
     recent = [m for u in chosen for m in u.messages]
     sections.append({"name": "recent", "tokens": sum(u.tokens for u in chosen),
                      "event_ids": [i for u in chosen for i in u.event_ids]})  # fmt: skip
@@ -584,7 +824,7 @@ def assemble(
     messages = [pinned, *(m for _, m in system), *([recall_msg] if recall_msg else []),
                 *([memory_msg] if memory_msg else []), *recent]  # fmt: skip
     # The conversation's messages are the chosen units': their tokens are counted already.
-    used = sum(message_tokens(counter, m) for m in messages[: len(messages) - len(recent)])
+    used = sum(map(measure, messages[: len(messages) - len(recent)]))
     used += sum(u.tokens for u in chosen)
     dropped = {"sections": b.dropped, "tokens": sum(d["tokens"] for d in b.dropped),
                "units": [i for u in left_units for i in u.event_ids],
@@ -597,7 +837,8 @@ def assemble(
 
 def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple[str, dict[str, Any]]],
                               groups: list[FailureGroup], in_window: set[str], counter: TokenCounter,
-                              derived: MutableMapping[Any, Any] | None = None) -> None:  # fmt: skip
+                              derived: MutableMapping[Any, Any] | None = None,
+                              measure: Callable[[dict[str, Any]], int] | None = None) -> None:  # fmt: skip
     """A failure whose newest output the raw window shows is listed without repeating it:
     the same text once, not twice. Only shortens the section, so the budget still holds.
     What it gives is remembered in ``derived`` by the section's text, the groups it shows
@@ -609,16 +850,23 @@ def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple
     shown = set(section["event_ids"])
     listed = [(g, g.event_ids[-1] in in_window) for g in groups if g.event_ids[-1] in shown]
     if derived is None:
-        shorter = _pointed(msg["content"], listed, counter)
+        shorter, tokens = _pointed_with_tokens(msg["content"], listed, counter)
     else:
         key = ("pointed", counter.encoding_name, msg["content"],
                tuple((g.label, g.status, g.message, tuple(g.event_ids), seen) for g, seen in listed))  # fmt: skip
-        shorter = derived.get(key)
-        if shorter is None:
-            shorter = derived[key] = _pointed(msg["content"], listed, counter)
+        found = derived.get(key)
+        if found is None:
+            found = derived[key] = _pointed_with_tokens(msg["content"], listed, counter)
+        shorter, tokens = found
     if shorter:
         msg["content"] = section["content"] = shorter
-        section["tokens"] = message_tokens(counter, msg)
+        section["tokens"] = _knew(measure, msg, tokens)
+
+
+def _pointed_with_tokens(content: str, listed: list[tuple[FailureGroup, bool]], counter: TokenCounter) -> tuple[str, int]:
+    """``_pointed`` and its message's tokens (0 when it is ``""``)."""
+    shorter = _pointed(content, listed, counter)
+    return shorter, message_tokens(counter, {"role": "system", "content": shorter}) if shorter else 0
 
 
 def _pointed(content: str, listed: list[tuple[FailureGroup, bool]], counter: TokenCounter) -> str:
@@ -678,8 +926,18 @@ _SEPARATOR = object()
 def _remembered_plan_lines(state: dict[str, Any], derived: MutableMapping[Any, Any] | None) -> list[tuple[str, str]]:
     """``_plan_lines``, remembered by the identity of the plan's, tasks' and files' items
     (a long run's plan of a thousand steps changes one step at a time)."""
-    items = [*state.get("plan", []), _SEPARATOR, *state.get("tasks", []), _SEPARATOR, *state.get("files", [])]
-    return _by_identity(derived, ("plan_lines", state.get("thread_id")), items, lambda: _plan_lines(state))
+    lists = [state.get("plan", []), state.get("tasks", []), state.get("files", [])]
+    make = lambda: _plan_lines(state)  # noqa: E731
+    if all(type(items) is Rendering for items in lists):  # each the same items while the same list
+        return _by_identity(derived, ("plan_lines", state.get("thread_id"), Rendering), lists, make)
+    items = [*lists[0], _SEPARATOR, *lists[1], _SEPARATOR, *lists[2]]
+    return _by_identity(derived, ("plan_lines", state.get("thread_id")), items, make)
+
+
+def _items_held(items: list[Any]) -> list[Any]:
+    """What ``_by_identity`` compares for a state's list: the list itself when it is a
+    ``Rendering`` (never changed once made), else its items."""
+    return [items] if type(items) is Rendering else items
 
 
 def _failure_items(failures: list[dict[str, Any]]) -> tuple[list[FailureGroup], list[tuple[str, str]]]:
@@ -688,30 +946,32 @@ def _failure_items(failures: list[dict[str, Any]]) -> tuple[list[FailureGroup], 
     return groups, [(g.event_ids[-1], _failure_line(g, False)) for g in reversed(groups)]
 
 
-def _unit_tokens(unit: Unit, counter: TokenCounter, derived: MutableMapping[Any, Any] | None) -> int:
-    """The unit's messages' tokens, remembered in ``derived`` by what they are made of."""
-    if derived is None or unit.key is None:
-        return sum(message_tokens(counter, m) for m in unit.messages)
-    key = ("unit", counter.encoding_name, unit.key)
-    n = derived.get(key)
-    if n is None:
-        n = derived[key] = sum(message_tokens(counter, m) for m in unit.messages)
-    return int(n)
-
-
 def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int, covered: set[str],
-                        derived: MutableMapping[Any, Any] | None) -> tuple[str, list[str], int]:  # fmt: skip
-    """``_summary``, remembered in ``derived`` by the summary's JSON and its arguments (a
-    rolling summary changes only when the stream folds the window into it)."""
+                        derived: MutableMapping[Any, Any] | None, thread: Any = None) -> tuple[str, list[str], int, int]:  # fmt: skip
+    """``_summary`` and its message's tokens, remembered in ``derived`` by the summary's
+    JSON and its arguments (a rolling summary changes only when the stream folds the window
+    into it). The JSON itself is remembered by the summary's identity (a shared state read
+    hands out the same summary until the fold replaces it): the same bytes object, whose
+    hash Python keeps, instead of a serialisation and a hash of it on every request."""
     if derived is None:
-        return _summary(summary, counter, max_tokens, covered)
-    key = ("summary", counter.encoding_name, orjson.dumps(summary), max_tokens, tuple(sorted(covered)))
+        return _summary_with_tokens(summary, counter, max_tokens, covered)
+    summary_json = _by_identity(derived, ("summary_json", thread), [summary], lambda: orjson.dumps(summary))
+    key = ("summary", counter.encoding_name, summary_json, max_tokens, tuple(sorted(covered)))
     found = derived.get(key)
     if found is None:
-        found = derived[key] = _summary(summary, counter, max_tokens, covered)
-    text, items, lost = found
-    return text, list(items), lost
+        found = derived[key] = _summary_with_tokens(summary, counter, max_tokens, covered)
+    text, items, lost, tokens = found
+    return text, list(items), lost, tokens
 
+
+def _summary_with_tokens(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
+                         covered: set[str]) -> tuple[str, list[str], int, int]:  # fmt: skip
+    text, items, lost = _summary(summary, counter, max_tokens, covered)
+    return text, items, lost, message_tokens(counter, {"role": "system", "content": text}) if text else 0
+
+
+_HIT_FIELDS = frozenset({"event_id", "event_ids", "kind", "ts", "snippet"})
+"""What assembly reads of a recalled hit."""
 
 _CITED = re.compile(r"\[([^\[\]]+)\]$", re.MULTILINE)
 
@@ -740,6 +1000,6 @@ def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
 
 __all__ = [
     "BudgetTooSmall", "ContextResult", "FailureGroup", "MEMORY_HEADER", "RECALL_SHARE", "STATE_SHARE",
-    "SUMMARY_SHARE", "TextMemo", "Unit", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
+    "SUMMARY_SHARE", "TextMemo", "Unit", "WindowParts", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
     "memory_block", "memory_record", "message_tokens", "output_budget", "render_memory", "render_summary",
 ]

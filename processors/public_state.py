@@ -17,10 +17,10 @@ an unchanged section costs neither a copy nor a second serialisation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import fields
 from itertools import compress
-from operator import is_not
+from operator import is_, is_not
 from typing import Any
 
 import orjson
@@ -57,6 +57,15 @@ _APPROVAL_QUEUE_HIDES = ("decision", "decided_by")
 _QUEUES = ("pending_approvals", "decided_approvals")
 
 
+class Rendering(list):  # type: ignore[type-arg]
+    """A section's items as ``PublicView`` rendered them, never changed once made: a
+    section that changes renders into a new one. So the very same ``Rendering`` holds the
+    very same items, and a reader of ``render(copy=False)`` may remember what it derived
+    from one by its identity alone (``agentlog.processors.context``)."""
+
+    __slots__ = ()
+
+
 class PublicView:
     """One thread's rendered sections, each with the items it rendered.
 
@@ -64,7 +73,7 @@ class PublicView:
     and a copy of its dicts; one that did renders its new and replaced items only.
     """
 
-    __slots__ = ("_sections", "_summary", "_summary_memo", "_redact", "_json")
+    __slots__ = ("_sections", "_summary", "_summary_memo", "_redact", "_json", "_shared_summary")
 
     def __init__(self) -> None:
         self._sections: dict[str, tuple[tuple[object, ...], list[dict[str, Any]], Any]] = {}
@@ -78,12 +87,27 @@ class PublicView:
         self._json: dict[str, tuple[object, orjson.Fragment]] = {}
         """Per shown section: the rendering it was serialised from (held: compared by
         identity, as a section that changed renders into a new list) and its JSON."""
+        self._shared_summary: tuple[bytes | None, Any] = (None, None)
+        """The summary's JSON as ``render(copy=False)`` last loaded it, and what it loaded."""
 
     def render(self, state: WorkingState, redact: bool, copy: bool = True) -> dict[str, Any]:
-        """The public state. ``copy=False`` shares the item dicts with the next reads: for
-        a caller that only reads them (context assembly), never for one that hands them out."""
-        copies = _copies if copy else list
-        return self._render(state, redact, lambda _name, rendered: copies(rendered), orjson.loads)
+        """The public state. ``copy=False`` shares the sections' lists, their item dicts and
+        the summary with the next reads: for a caller that only reads them (context
+        assembly), never for one that hands them out or changes them. A section's rendering
+        is never changed once made (a changed section renders into a new list), so what
+        such a reader holds stays what it read."""
+        if copy:
+            return self._render(state, redact, lambda _name, rendered: _copies(rendered), orjson.loads)
+        return self._render(state, redact, lambda _name, rendered: rendered, self._loaded_summary)
+
+    def _loaded_summary(self, rendered: bytes) -> Any:
+        """``orjson.loads(rendered)``, loaded again only when the summary's JSON is not the
+        very bytes loaded last (``_rendered_summary`` keeps them while the summary is the same)."""
+        held, loaded = self._shared_summary
+        if held is not rendered:
+            loaded = orjson.loads(rendered)
+            self._shared_summary = (rendered, loaded)
+        return loaded
 
     def render_json(self, state: WorkingState, redact: bool) -> dict[str, Any]:
         """The public state with its sections as JSON fragments: ``orjson.dumps`` of it is
@@ -96,16 +120,16 @@ class PublicView:
         ``summary(json)`` what the summary's JSON does."""
         if redact is not self._redact:  # rendered under the other setting: start over
             self._sections, self._summary, self._redact, self._json = {}, (None, None), redact, {}
-            self._summary_memo = {}
+            self._summary_memo, self._shared_summary = {}, (None, None)
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(state, name)
             if name in KEYED_SECTIONS:
-                out[name] = shown(name, self._section(name, tuple(value.values()))[0])
+                out[name] = shown(name, self._section(name, value.values())[0])
             elif name == "failures":
                 out[name] = shown(name, self._section(name, tuple(value))[0])
             elif name == "approvals":
-                queues = self._section(name, tuple(value.values()), _approval_queues)[1]
+                queues = self._section(name, value.values(), _approval_queues)[1]
             elif name == "goal":
                 out[name] = None if value is None else shown(name, self._section(name, (value,))[0])[0]
             elif name == "summary":
@@ -120,29 +144,32 @@ class PublicView:
         a section of one item shown as that item, is shown as a list of its one fragment."""
         held, fragment = self._json.get(name, (None, None))
         if held is not rendered:
-            fragment = orjson.Fragment(orjson.dumps(rendered[0] if name == "goal" else rendered))
+            fragment = orjson.Fragment(orjson.dumps(rendered[0] if name == "goal" else list(rendered)))
             self._json[name] = (rendered, fragment)
         return [fragment] if name == "goal" else fragment
 
-    def _section(self, name: str, items: tuple[object, ...],
+    def _section(self, name: str, values: Collection[object],
                  derive: Callable[[list[dict[str, Any]]], Any] = lambda _: None) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+        """``values``: the section's items (a dict's values are compared as they are: a
+        tuple of them is made only when something changed)."""
         held, rendered, derived = self._sections.get(name, ((), [], None))
         kept = len(held)
+        if len(values) == kept and derived is not None and all(map(is_, values, held)):
+            return rendered, derived  # the common read: nothing in it changed
+        items = values if isinstance(values, tuple) else tuple(values)
         if len(items) >= kept:  # the reducer adds at the end and replaces in place
             changed = list(compress(range(kept), map(is_not, items, held)))
-            if not changed and len(items) == kept and derived is not None:
-                return rendered, derived
             if len(changed) <= _FEW:
-                rendered = rendered.copy()
+                rendered = Rendering(rendered)
                 for i in changed:
                     rendered[i] = self._item(items[i])
                 rendered.extend(self._item(item) for item in items[kept:])
                 return self._keep(name, items, rendered, derive)
         # Items removed (a closed call, a removed constraint, old failures) or many replaced.
         by_id = dict(zip(map(id, held), rendered))
-        return self._keep(name, items, [by_id.get(id(item)) or self._item(item) for item in items], derive)
+        return self._keep(name, items, Rendering(by_id.get(id(item)) or self._item(item) for item in items), derive)
 
-    def _keep(self, name: str, items: tuple[object, ...], rendered: list[dict[str, Any]],
+    def _keep(self, name: str, items: tuple[object, ...], rendered: Rendering,
               derive: Callable[[list[dict[str, Any]]], Any]) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
         derived = derive(rendered)
         self._sections[name] = (items, rendered, True if derived is None else derived)
@@ -180,10 +207,10 @@ def _copies(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(map(dict.copy, rendered))
 
 
-def _approval_queues(approvals: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    pending = [{k: v for k, v in a.items() if k not in _APPROVAL_QUEUE_HIDES}
-               for a in approvals if a["decision"] is None and a["action"] is not None]  # fmt: skip
-    return pending, [a for a in approvals if a["decision"] is not None]
+def _approval_queues(approvals: list[dict[str, Any]]) -> tuple[Rendering, Rendering]:
+    pending = Rendering({k: v for k, v in a.items() if k not in _APPROVAL_QUEUE_HIDES}
+                        for a in approvals if a["decision"] is None and a["action"] is not None)  # fmt: skip
+    return pending, Rendering(a for a in approvals if a["decision"] is not None)
 
 
-__all__ = ["KEYED_SECTIONS", "PublicView"]
+__all__ = ["KEYED_SECTIONS", "PublicView", "Rendering"]

@@ -27,7 +27,7 @@ import binascii
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from functools import lru_cache, partial
 from itertools import compress
 from operator import is_
@@ -55,9 +55,12 @@ _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 
 
 @lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """Whether a key or variable name says it holds a secret: ``DB_PASSWORD``, ``apiKey``,
-    ``db.password``, ``x-api-key``, ``client_secret``; not ``max_tokens`` or ``PWD``."""
+    ``db.password``, ``x-api-key``, ``client_secret``; not ``max_tokens`` or ``PWD``.
+    Remembered: redaction asks it of every key of every record it walks, and records
+    share their few key names (a context step asks it of each recalled hit's fields)."""
     lowered = name.lower()
     if lowered in _NOT_SECRET_NAMES:
         return False
@@ -351,6 +354,15 @@ def _remembered(value: Any, memo: MutableMapping[bytes, bytes], redacted: Callab
     return out
 
 
+def redact_fields(record: dict[str, Any], keys: Collection[str]) -> dict[str, Any]:
+    """``redact_value(record)`` with only its ``keys`` (those it has): a caller that reads a
+    few fields of a wide record redacts just those. A field is redacted as in the whole
+    (masked whole when its key names a secret, or when it is the value of a secret pair)."""
+    pair = ("value" in record or "Value" in record) and _names_secret(record)
+    return {k: (_masked(v) if _hides(k, pair) else _redact_leaf(v) if type(v) is str else _walk(v, _redact_leaf))
+            for k, v in record.items() if k in keys}  # fmt: skip
+
+
 _is_none = partial(is_, None)
 
 
@@ -402,5 +414,5 @@ def contains_secret(text: str) -> bool:
 
 __all__ = [
     "REDACTED", "contains_secret", "is_secret_name", "mask_secret_keys", "redact", "redact_if",
-    "redact_value", "redacted_json",
+    "redact_fields", "redact_value", "redacted_json",
 ]  # fmt: skip

@@ -109,6 +109,20 @@ class TokenCounter:
             self._long.put(key, n)
         return n
 
+    def count_new(self, text: str) -> int:
+        """``count(text)`` for a text most likely never counted before, nor its lines (an
+        event's output, shown once it arrives): a long one is tokenized whole, in one
+        pass, which costs less than one pass per line when none of them is remembered.
+        The same number (see ``pieces``); remembered as ``count`` remembers it."""
+        if len(text) <= KEY_CHARS:
+            return self._short(text)
+        key = _key(text)
+        n = self._long.get(key)
+        if n is None:
+            n = self._tokenized(text)
+            self._long.put(key, n)
+        return n
+
     def _tokenized(self, text: str) -> int:
         return len(self._enc.encode(text)) if text else 0
 

@@ -5,6 +5,7 @@ with nothing remembered gives (``agentlog.processors.context``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -54,9 +55,18 @@ def _context(state: dict[str, Any], window: list[Envelope], orphans: set[str], b
 @given(sessions(), st.integers(2, 12))
 def test_a_context_after_every_event_is_the_one_assembly_with_nothing_remembered_gives(
         records: list[bytes], window_size: int) -> None:  # fmt: skip
-    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
     view = PublicView()  # as the service reads it: an unchanged item is the same dict
     memos: dict[str, Any] = {"texts": {}, "derived": {}, "items": {}}
+    for tp, window, orphans in after_every_event(records, window_size):
+        state = view.render(tp.state, True, copy=False)
+        for budget in BUDGETS:
+            assert _context(state, window, orphans, budget, memos) == _context(state, window, orphans, budget, None)
+
+
+def after_every_event(records: list[bytes], window_size: int) -> Iterator[tuple[Any, list[Envelope], set[str]]]:
+    """The thread after each record (its processor's thread), its newest ``window_size``
+    events and its orphans."""
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
     events: list[Envelope] = []
     for i, record in enumerate(records):
         pipeline.process([Record(0, i, record)])
@@ -64,10 +74,7 @@ def test_a_context_after_every_event_is_the_one_assembly_with_nothing_remembered
         if isinstance(event, Envelope):
             events.append(event)
         tp = pipeline.thread("t1")
-        state = view.render(tp.state, True, copy=False)
-        window, orphans = events[-window_size:], set(tp.pairer.state.orphans)
-        for budget in BUDGETS:
-            assert _context(state, window, orphans, budget, memos) == _context(state, window, orphans, budget, None)
+        yield tp, events[-window_size:], set(tp.pairer.state.orphans)
 
 
 def _plan_state(steps: list[dict[str, Any]]) -> tuple[Pipeline, PublicView]:

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from agentlog.processors.active_set import ActiveSet
+from agentlog.processors.context import WindowParts
 from agentlog.processors.textsearch import Scorable
 from agentlog.schemas.events import Envelope
 
@@ -110,6 +111,8 @@ def _size(value: Any) -> int:
         return sum(_size(v) for v in value.values()) + 64
     if isinstance(value, WindowTail):  # its records by their size as received
         return value.chars + 64 * len(value.records) + 64
+    if isinstance(value, WindowParts):  # the window's shown texts
+        return value.chars + 64
     if isinstance(value, Scorable):  # a token and its count per distinct token
         return 32 * len(value.counts) + 64
     if isinstance(value, BaseModel):
