@@ -9,21 +9,19 @@ estimated from lengths), so a replay or ``rebuild`` lands on the same summary.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import compress
-from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
 from agentlog.processors.redaction import redact
 from agentlog.processors.truncation import clip_at_word
+from agentlog.processors.work_index import WorkIndex
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.handoff import HandoffRecord, Sourced
 from agentlog.schemas.snapshot import PairingState, RawWindow, WindowEntry
-from agentlog.schemas.state import StepItem, TaskItem, WorkingState
+from agentlog.schemas.state import WorkingState
 
 DEFAULT_WINDOW_TOKENS = 6000
 MAX_ENTRIES = 300
@@ -66,7 +64,6 @@ MAX_DONE = 60
 SCAN_CHARS = 65536
 """How much of an output the digest scans for error lines (its last line is always kept)."""
 _PROTECTED = frozenset({"user", "failure", "error"})
-_Item = TypeVar("_Item", StepItem, TaskItem)
 
 
 def _tokens(chars: int) -> int:
@@ -179,10 +176,14 @@ def is_stale(window: RawWindow, state: WorkingState, covers_through: str) -> boo
 class Memo:
     """The record the last fold built, with the dict it was dumped to: while
     ``state.summary`` is that very dict, the next fold starts from the record instead of
-    validating the dict again (a cache only: the result is the same either way)."""
+    validating the dict again (a cache only: the result is the same either way).
+
+    ``work`` indexes the thread's plan and tasks for the fold; built from the state at the
+    first fold, then kept up to date by its owner (``WorkIndex.applied`` after each event)."""
 
     summary: dict[str, Any] | None = None
     record: HandoffRecord | None = None
+    work: WorkIndex | None = None
 
 
 def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState, budget: int,
@@ -205,7 +206,13 @@ def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState
     del window.entries[:cut]
     window.tokens -= sum(e.tokens for e in folded)
     cached = memo.record if memo is not None and memo.summary is state.summary and state.summary else None
-    record = _record(state, pairing, folded, cached)
+    if memo is None:
+        work = WorkIndex.of(state)
+    elif memo.work is None:
+        work = memo.work = WorkIndex.of(state)
+    else:
+        work = memo.work
+    record = _record(state, pairing, folded, work, cached)
     state.summary = record.model_dump(mode="json")
     if memo is not None:
         memo.summary, memo.record = state.summary, record
@@ -300,7 +307,7 @@ def _trim(items: list[Sourced]) -> list[Sourced]:
     return kept[:KEEP_FIRST] + kept[KEEP_FIRST + rest:] if rest else kept
 
 
-def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry],
+def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry], work: WorkIndex,
             cached: HandoffRecord | None = None) -> HandoffRecord:  # fmt: skip
     previous = cached or _previous(state)
     # ``previous`` is the last fold's own record or was just validated from the state's
@@ -333,13 +340,13 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
             name = e.tool_name or tool_names.get(e.unit) or "tool"
             if e.kind == "tool_result" and e.status == "ok" and f"call {e.unit} ({name})" in was_pending:
                 done.add(f"call {e.unit} ({name}) finished ok", e.event_id, "call")
-    _finished_work(state, {e.event_id for e in folded if e.kind in ("plan", "task")}, done)
+    _finished_work(state, work, {e.event_id for e in folded if e.kind in ("plan", "task")}, done)
     unknowns = list(previous.unknowns) if previous else []
     for f in state.failures:
         note = f"result of {f.tool_name or 'tool'} call {f.call_id} unknown (no result)"
         if f.status == "missing" and note not in unknowns:
             unknowns.append(note)
-    step = _next_step(list(state.plan.values()))
+    step = work.next_step(state)
     pending = [f"call {c.call_id} ({c.tool_name})" for c in state.pending_calls.values()]
     pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in state.tasks.values()
                 if t.status in ("pending", "running")]  # fmt: skip
@@ -358,37 +365,18 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
     )
 
 
-def _finished_work(state: WorkingState, folded_ids: set[str], done: _Items) -> None:
+def _finished_work(state: WorkingState, work: WorkIndex, folded_ids: set[str], done: _Items) -> None:
     """Plan steps and tasks whose ``done`` came with a folded event (a terminal status is
-    final, so each is added once: when the event that finished it is folded)."""
+    final, so each is added once: when the event that finished it is folded). Looked up in
+    the index: a long thread's plan holds thousands of steps and a fold finds a few."""
     if not folded_ids:
         return
-    for s in _changed_by(state.plan.values(), folded_ids):
+    for s in work.plan.changed_by(state.plan, folded_ids):
         if s.status == "done":
             done.add(f"step {s.step_id}" + (f": {s.text}" if s.text else ""), s.event_id, "step")
-    for t in _changed_by(state.tasks.values(), folded_ids):
+    for t in work.tasks.changed_by(state.tasks, folded_ids):
         if t.status == "done":
             done.add(f"task {t.task_id}" + (f": {t.text}" if t.text else ""), t.event_id, "task")
-
-
-_EVENT_ID = attrgetter("event_id")
-_STATUS = attrgetter("status")
-
-
-def _changed_by(items: Iterable[_Item], event_ids: set[str]) -> Iterator[_Item]:
-    """The items (in order) whose last change came with one of ``event_ids``: looked for
-    in C, as a long thread's plan holds thousands of steps and a fold finds a few."""
-    items = list(items)
-    return compress(items, map(event_ids.__contains__, map(_EVENT_ID, items)))
-
-
-def _next_step(plan: list[StepItem]) -> StepItem | None:
-    """The first running step, else the first pending one (statuses compared in C)."""
-    statuses = list(map(_STATUS, plan))
-    for status in ("running", "pending"):
-        if status in statuses:
-            return plan[statuses.index(status)]
-    return None
 
 
 __all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "Memo", "digest", "drop_through", "entry_of", "fold_if_needed", "guesses", "is_stale", "track"]
