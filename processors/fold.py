@@ -19,7 +19,7 @@ from agentlog.processors.redaction import redact
 from agentlog.processors.truncation import clip_at_word
 from agentlog.processors.work_index import WorkIndex
 from agentlog.schemas.events import Envelope
-from agentlog.schemas.handoff import HandoffRecord, Sourced
+from agentlog.schemas.handoff import HandoffRecord
 from agentlog.schemas.snapshot import PairingState, RawWindow, WindowEntry
 from agentlog.schemas.state import WorkingState
 
@@ -174,15 +174,16 @@ def is_stale(window: RawWindow, state: WorkingState, covers_through: str) -> boo
 
 @dataclass(slots=True)
 class Memo:
-    """The record the last fold built, with the dict it was dumped to: while
-    ``state.summary`` is that very dict, the next fold starts from the record instead of
-    validating the dict again (a cache only: the result is the same either way).
+    """What the last fold built, for the next one (a cache only: the result is the same
+    without it).
 
-    ``work`` indexes the thread's plan and tasks for the fold; built from the state at the
-    first fold, then kept up to date by its owner (``WorkIndex.applied`` after each event)."""
+    ``summary`` is the record the last fold set, in the canonical form of a dumped
+    ``HandoffRecord``: while ``state.summary`` is that very dict, the next fold starts from
+    it instead of validating it again. ``work`` indexes the thread's plan and tasks; built
+    from the state at the first fold, then kept up to date by its owner
+    (``WorkIndex.applied`` after each event)."""
 
     summary: dict[str, Any] | None = None
-    record: HandoffRecord | None = None
     work: WorkIndex | None = None
 
 
@@ -205,17 +206,16 @@ def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState
     folded = window.entries[:cut]
     del window.entries[:cut]
     window.tokens -= sum(e.tokens for e in folded)
-    cached = memo.record if memo is not None and memo.summary is state.summary and state.summary else None
+    cached = memo.summary if memo is not None and memo.summary is state.summary and state.summary else None
     if memo is None:
         work = WorkIndex.of(state)
     elif memo.work is None:
         work = memo.work = WorkIndex.of(state)
     else:
         work = memo.work
-    record = _record(state, pairing, folded, work, cached)
-    state.summary = record.model_dump(mode="json")
+    state.summary = _record(state, pairing, folded, work, cached or _previous(state))
     if memo is not None:
-        memo.summary, memo.record = state.summary, record
+        memo.summary = state.summary
     state.summary_covers_through = folded[-1].event_id
     state.summary_event_id = None
     return cut
@@ -247,37 +247,55 @@ def _cut(entries: list[WindowEntry], tokens: int, state: WorkingState, pairing: 
     return cut
 
 
-def _previous(state: WorkingState) -> HandoffRecord | None:
+Entry = dict[str, Any]
+"""An entry of a record's list (``Sourced``) as dumped: text, source_event_id, count,
+source_event_ids, kind, in that order (a summary's JSON is compared byte for byte)."""
+
+
+def _previous(state: WorkingState) -> dict[str, Any] | None:
+    """The state's record in canonical form (fresh dicts), or ``None`` to start a new one."""
     if not state.summary:
         return None
     try:
-        return HandoffRecord.model_validate(state.summary)
+        return HandoffRecord.model_validate(state.summary).model_dump(mode="json")
     except ValidationError:  # a user's record of another shape: start a fresh one
         return None
 
 
 class _Items:
-    """A record's list, with its entries by text: an identical one is found at once."""
+    """A record's list, with its entries by text: an identical one is found at once.
 
-    __slots__ = ("items", "by_text")
+    The entries are shared with the record they came from (the summary a user may be
+    reading): an entry that changes is replaced by a changed copy, never edited. So a fold
+    builds only the entries it adds or counts, and an unchanged one is the same object in
+    the next summary."""
 
-    def __init__(self, items: list[Sourced]) -> None:
+    __slots__ = ("items", "by_text", "mine")
+
+    def __init__(self, items: list[Entry]) -> None:
         self.items = list(items)
-        self.by_text: dict[str, Sourced] = {}
-        for item in self.items:
-            self.by_text.setdefault(item.text, item)
+        self.by_text: dict[str, int] = {}
+        for i, item in enumerate(self.items):
+            self.by_text.setdefault(item["text"], i)
+        self.mine: set[int] = set()
+        """The places of the entries built by this fold (changed in place from then on)."""
 
     def add(self, text: str, event_id: str, kind: str) -> None:
         """Append an entry, or count it on an identical one already there."""
-        item = self.by_text.get(text)
-        if item is not None:
-            item.count += 1
-            if len(item.source_event_ids) < MAX_IDS:
-                item.source_event_ids.append(event_id)
+        i = self.by_text.get(text)
+        if i is None:
+            self.by_text[text] = i = len(self.items)
+            self.mine.add(i)
+            self.items.append({"text": text, "source_event_id": event_id, "count": 1,
+                               "source_event_ids": [event_id], "kind": kind})  # fmt: skip
             return
-        item = Sourced(text=text, source_event_id=event_id, source_event_ids=[event_id], kind=kind)
-        self.items.append(item)
-        self.by_text[text] = item
+        item = self.items[i]
+        if i not in self.mine:
+            self.mine.add(i)
+            item = self.items[i] = {**item, "source_event_ids": list(item["source_event_ids"])}
+        item["count"] += 1
+        if len(item["source_event_ids"]) < MAX_IDS:
+            item["source_event_ids"].append(event_id)
 
 
 def _observation(e: WindowEntry, tool_names: dict[str, str]) -> tuple[str, str] | None:
@@ -294,13 +312,13 @@ def _observation(e: WindowEntry, tool_names: dict[str, str]) -> tuple[str, str] 
     return None
 
 
-def _trim(items: list[Sourced]) -> list[Sourced]:
+def _trim(items: list[Entry]) -> list[Entry]:
     """At most ``MAX_OBSERVATIONS``: the oldest plain ones go first, then the oldest
     protected ones after the first ``KEEP_FIRST``."""
     excess = len(items) - MAX_OBSERVATIONS
     if excess <= 0:
         return items
-    plain = [i for i, o in enumerate(items) if o.kind not in _PROTECTED][:excess]
+    plain = [i for i, o in enumerate(items) if o["kind"] not in _PROTECTED][:excess]
     gone = set(plain)
     kept = [o for i, o in enumerate(items) if i not in gone]
     rest = excess - len(plain)
@@ -308,14 +326,14 @@ def _trim(items: list[Sourced]) -> list[Sourced]:
 
 
 def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry], work: WorkIndex,
-            cached: HandoffRecord | None = None) -> HandoffRecord:  # fmt: skip
-    previous = cached or _previous(state)
-    # ``previous`` is the last fold's own record or was just validated from the state's
-    # dict (never shared with the state): its entries are ours to change.
-    observations = _Items(previous.observations if previous else [])
-    hypotheses = _Items(previous.hypotheses if previous else [])
-    done = _Items(previous.done if previous else [])
-    was_pending = set(previous.pending_jobs) if previous else set()
+            previous: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """The new record, as ``HandoffRecord(...).model_dump(mode="json")`` gives it (every
+    value is already a plain ``str``, ``int`` or list of them: nothing to validate); its
+    unchanged entries are ``previous``'s own objects."""
+    observations = _Items(previous["observations"] if previous else [])
+    hypotheses = _Items(previous["hypotheses"] if previous else [])
+    done = _Items(previous["done"] if previous else [])
+    was_pending = set(previous["pending_jobs"]) if previous else set()
     tool_names = {e.unit: e.tool_name for e in folded if e.kind == "tool_call" and e.tool_name}
     for e in folded:
         if e.kind == "tool_result" and e.event_id in pairing.orphans:
@@ -341,7 +359,7 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
             if e.kind == "tool_result" and e.status == "ok" and f"call {e.unit} ({name})" in was_pending:
                 done.add(f"call {e.unit} ({name}) finished ok", e.event_id, "call")
     _finished_work(state, work, {e.event_id for e in folded if e.kind in ("plan", "task")}, done)
-    unknowns = list(previous.unknowns) if previous else []
+    unknowns = list(previous["unknowns"]) if previous else []
     for f in state.failures:
         note = f"result of {f.tool_name or 'tool'} call {f.call_id} unknown (no result)"
         if f.status == "missing" and note not in unknowns:
@@ -352,17 +370,17 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
                 if t.status in ("pending", "running")]  # fmt: skip
     pending += [f"approval {a.approval_id}: {a.action}" for a in state.approvals.values()
                 if a.decision is None and a.action is not None]  # fmt: skip
-    return HandoffRecord(
-        goal=None if state.goal is None else state.goal.text,
-        constraints=[c.text for c in state.constraints.values()],
-        observations=_trim(observations.items),
-        hypotheses=hypotheses.items[-MAX_HYPOTHESES:],
-        done=done.items[-MAX_DONE:],
-        pending_jobs=pending,
-        next_action=None if step is None else (step.text or step.step_id),
-        unknowns=unknowns[-MAX_OBSERVATIONS:],
-        modified_files=[f.path for f in state.files.values() if f.confirmed],
-    )
+    return {  # HandoffRecord's fields, in its order
+        "goal": None if state.goal is None else state.goal.text,
+        "constraints": [c.text for c in state.constraints.values()],
+        "observations": _trim(observations.items),
+        "hypotheses": hypotheses.items[-MAX_HYPOTHESES:],
+        "done": done.items[-MAX_DONE:],
+        "pending_jobs": pending,
+        "next_action": None if step is None else (step.text or step.step_id),
+        "unknowns": unknowns[-MAX_OBSERVATIONS:],
+        "modified_files": [f.path for f in state.files.values() if f.confirmed],
+    }
 
 
 def _finished_work(state: WorkingState, work: WorkIndex, folded_ids: set[str], done: _Items) -> None:
