@@ -39,8 +39,10 @@ class SectionIndex(Generic[_Item]):
         self._keys: list[str] = []
         self._seen: dict[str, _Item] = {}
         """Each key's item when the index last looked (items are replaced when they change)."""
-        self._by_event: dict[str, set[str]] = {}
-        """Event id -> the keys whose current item it changed last: the exact inverse of the items' ``event_id``."""
+        self._by_event: dict[str, list[str]] = {}
+        """Event id -> the keys whose current item it changed last: the exact inverse of the
+        items' ``event_id`` (lists, not sets: most hold one or two keys, and a thread's
+        index lives as long as the thread)."""
         self._waiting: dict[str, tuple[list[int], set[int]]] = {s: ([], set()) for s in WATCHED}
         """Per watched status, a heap of places holding every item in that status (and, until
         it is looked at, some that left it), with the places it holds."""
@@ -64,12 +66,13 @@ class SectionIndex(Generic[_Item]):
             if place is None:
                 place = self._place[key] = len(self._keys)
                 self._keys.append(key)
-            if old is not None:
+            if old is not None:  # it leaves the keys of the event that changed it before
                 others = self._by_event[old.event_id]
-                others.discard(key)
+                others.remove(key)
                 if not others:
                     del self._by_event[old.event_id]
-            self._by_event.setdefault(item.event_id, set()).add(key)
+            # Never listed twice: a key is taken in once per change, after leaving its last list.
+            self._by_event.setdefault(item.event_id, []).append(key)
             self._seen[key] = item
             waiting = self._waiting.get(item.status)
             if waiting is not None and place not in waiting[1]:
