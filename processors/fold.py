@@ -366,8 +366,7 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
             unknowns.append(note)
     step = work.next_step(state)
     pending = [f"call {c.call_id} ({c.tool_name})" for c in state.pending_calls.values()]
-    pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in state.tasks.values()
-                if t.status in ("pending", "running")]  # fmt: skip
+    pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in work.tasks.open_items(state.tasks)]
     pending += [f"approval {a.approval_id}: {a.action}" for a in state.approvals.values()
                 if a.decision is None and a.action is not None]  # fmt: skip
     return {  # HandoffRecord's fields, in its order

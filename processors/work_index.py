@@ -31,7 +31,7 @@ class SectionIndex(Generic[_Item]):
     """One section (the plan, or the tasks): each key's place, the keys each event last
     changed, and the places of the items that were seen in a watched status."""
 
-    __slots__ = ("_place", "_keys", "_seen", "_by_event", "_waiting")
+    __slots__ = ("_place", "_keys", "_seen", "_by_event", "_waiting", "_open")
 
     def __init__(self) -> None:
         self._place: dict[str, int] = {}
@@ -46,6 +46,8 @@ class SectionIndex(Generic[_Item]):
         self._waiting: dict[str, tuple[list[int], set[int]]] = {s: ([], set()) for s in WATCHED}
         """Per watched status, a heap of places holding every item in that status (and, until
         it is looked at, some that left it), with the places it holds."""
+        self._open: set[int] = set()
+        """The places of the items in a watched status now (exact)."""
 
     @classmethod
     def of(cls, items: dict[str, _Item]) -> SectionIndex[_Item]:
@@ -75,7 +77,11 @@ class SectionIndex(Generic[_Item]):
             self._by_event.setdefault(item.event_id, []).append(key)
             self._seen[key] = item
             waiting = self._waiting.get(item.status)
-            if waiting is not None and place not in waiting[1]:
+            if waiting is None:
+                self._open.discard(place)
+                continue
+            self._open.add(place)
+            if place not in waiting[1]:
                 heappush(waiting[0], place)
                 waiting[1].add(place)
 
@@ -83,6 +89,10 @@ class SectionIndex(Generic[_Item]):
         """The items, in section order, whose last change came with one of ``event_ids``."""
         places = sorted(self._place[key] for e in event_ids for key in self._by_event.get(e, ()))
         return [items[self._keys[p]] for p in places]
+
+    def open_items(self, items: dict[str, _Item]) -> list[_Item]:
+        """The items in a watched status (pending or running), in section order."""
+        return [items[self._keys[p]] for p in sorted(self._open)]
 
     def first(self, items: dict[str, _Item], status: str) -> _Item | None:
         """The first item in section order whose status is ``status`` (one of ``WATCHED``)."""

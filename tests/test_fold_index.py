@@ -89,6 +89,9 @@ class Scans:
     def changed_by(self, items: dict[str, Any], event_ids: Iterable[str]) -> list[Any]:
         return scanned(items.values(), set(event_ids))
 
+    def open_items(self, items: dict[str, Any]) -> list[Any]:
+        return [item for item in items.values() if item.status in ("pending", "running")]
+
     def first(self, items: dict[str, Any], status: str) -> Any:
         return next((item for item in items.values() if item.status == status), None)
 
@@ -98,6 +101,8 @@ def assert_agrees(work: WorkIndex, state: WorkingState, asked: list[set[str]]) -
         assert work.plan.changed_by(state.plan, ids) == scanned(state.plan.values(), ids)
         assert work.tasks.changed_by(state.tasks, ids) == scanned(state.tasks.values(), ids)
     assert work.next_step(state) == scanned_next(state)
+    for section, items in ((work.plan, state.plan), (work.tasks, state.tasks)):
+        assert section.open_items(items) == [item for item in items.values() if item.status in ("pending", "running")]
     assert work.next_step(state) is scanned_next(state)
 
 
@@ -166,29 +171,31 @@ def test_a_step_finished_by_a_folded_event_is_done_in_the_record_and_the_next_st
 
 
 class NoScan(dict[str, Any]):
-    """A plan that refuses to be walked: only lookups by key are allowed."""
+    """A plan (or tasks) that refuses to be walked: only lookups by key are allowed."""
 
     def __iter__(self) -> Any:
-        raise AssertionError("the plan was scanned")
+        raise AssertionError("the section was scanned")
 
     def values(self) -> Any:
-        raise AssertionError("the plan was scanned")
+        raise AssertionError("the section was scanned")
 
     def items(self) -> Any:
-        raise AssertionError("the plan was scanned")
+        raise AssertionError("the section was scanned")
 
     def keys(self) -> Any:
-        raise AssertionError("the plan was scanned")
+        raise AssertionError("the section was scanned")
 
 
 def work_step(i: int) -> list[Envelope]:
-    """Step ``i`` starts, the one before it is done, and a call and its result."""
+    """Step ``i`` starts, the one before it is done, a task starts or is done, and a call
+    and its result."""
     return [ev(f"p{i}", "plan", {"steps": [{"step_id": f"s{i}", "status": "running"},
                                            {"step_id": f"s{i - 1}", "status": "done"}]}, i),
+            ev(f"k{i}", "task", {"task_id": f"t{i // 2}", "status": "running" if i % 2 else "done"}, i + 0.1),
             call(f"c{i}", f"c{i}", i + 0.2), result(f"r{i}", f"c{i}", i + 0.5, output="z " * 80)]  # fmt: skip
 
 
-def test_a_fold_in_a_thread_of_thousands_of_plan_steps_never_walks_the_plan() -> None:
+def test_a_fold_in_a_thread_of_thousands_of_plan_steps_and_tasks_never_walks_them() -> None:
     config = PairingConfig(compact_window_tokens=SMALL)
     tp, scans = ThreadProcessor.new("t1", config), ThreadProcessor.new("t1", config)
     scans.memo.work = WorkIndex(Scans(), Scans())  # type: ignore[arg-type]
@@ -197,13 +204,13 @@ def test_a_fold_in_a_thread_of_thousands_of_plan_steps_never_walks_the_plan() ->
             tp.apply(e)
             scans.apply(e)
     assert tp.memo.work is not None
-    tp.state.plan = NoScan(tp.state.plan)
+    tp.state.plan, tp.state.tasks = NoScan(tp.state.plan), NoScan(tp.state.tasks)
     folded_before = tp.state.summary_covers_through
     for i in range(2000, 2010):
         for e in work_step(i):
             tp.apply(e)
             scans.apply(e)
-    assert tp.state.summary_covers_through != folded_before  # it folded, without walking the plan
+    assert tp.state.summary_covers_through != folded_before  # it folded, without walking plan or tasks
     summary = tp.state.summary
     assert summary is not None and summary["next_action"] in ("s2008", "s2009")  # the one running: its id
     assert summary == scans.state.summary
