@@ -9,21 +9,19 @@ estimated from lengths), so a replay or ``rebuild`` lands on the same summary.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import compress
-from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
 
 from agentlog.processors.redaction import redact
 from agentlog.processors.truncation import clip_at_word
+from agentlog.processors.work_index import WorkIndex
 from agentlog.schemas.events import Envelope
-from agentlog.schemas.handoff import HandoffRecord, Sourced
+from agentlog.schemas.handoff import HandoffRecord
 from agentlog.schemas.snapshot import PairingState, RawWindow, WindowEntry
-from agentlog.schemas.state import StepItem, TaskItem, WorkingState
+from agentlog.schemas.state import WorkingState
 
 DEFAULT_WINDOW_TOKENS = 6000
 MAX_ENTRIES = 300
@@ -66,7 +64,6 @@ MAX_DONE = 60
 SCAN_CHARS = 65536
 """How much of an output the digest scans for error lines (its last line is always kept)."""
 _PROTECTED = frozenset({"user", "failure", "error"})
-_Item = TypeVar("_Item", StepItem, TaskItem)
 
 
 def _tokens(chars: int) -> int:
@@ -177,12 +174,17 @@ def is_stale(window: RawWindow, state: WorkingState, covers_through: str) -> boo
 
 @dataclass(slots=True)
 class Memo:
-    """The record the last fold built, with the dict it was dumped to: while
-    ``state.summary`` is that very dict, the next fold starts from the record instead of
-    validating the dict again (a cache only: the result is the same either way)."""
+    """What the last fold built, for the next one (a cache only: the result is the same
+    without it).
+
+    ``summary`` is the record the last fold set, in the canonical form of a dumped
+    ``HandoffRecord``: while ``state.summary`` is that very dict, the next fold starts from
+    it instead of validating it again. ``work`` indexes the thread's plan and tasks; built
+    from the state at the first fold, then kept up to date by its owner
+    (``WorkIndex.applied`` after each event)."""
 
     summary: dict[str, Any] | None = None
-    record: HandoffRecord | None = None
+    work: WorkIndex | None = None
 
 
 def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState, budget: int,
@@ -204,11 +206,16 @@ def fold_if_needed(window: RawWindow, state: WorkingState, pairing: PairingState
     folded = window.entries[:cut]
     del window.entries[:cut]
     window.tokens -= sum(e.tokens for e in folded)
-    cached = memo.record if memo is not None and memo.summary is state.summary and state.summary else None
-    record = _record(state, pairing, folded, cached)
-    state.summary = record.model_dump(mode="json")
+    cached = memo.summary if memo is not None and memo.summary is state.summary and state.summary else None
+    if memo is None:
+        work = WorkIndex.of(state)
+    elif memo.work is None:
+        work = memo.work = WorkIndex.of(state)
+    else:
+        work = memo.work
+    state.summary = _record(state, pairing, folded, work, cached or _previous(state))
     if memo is not None:
-        memo.summary, memo.record = state.summary, record
+        memo.summary = state.summary
     state.summary_covers_through = folded[-1].event_id
     state.summary_event_id = None
     return cut
@@ -240,37 +247,55 @@ def _cut(entries: list[WindowEntry], tokens: int, state: WorkingState, pairing: 
     return cut
 
 
-def _previous(state: WorkingState) -> HandoffRecord | None:
+Entry = dict[str, Any]
+"""An entry of a record's list (``Sourced``) as dumped: text, source_event_id, count,
+source_event_ids, kind, in that order (a summary's JSON is compared byte for byte)."""
+
+
+def _previous(state: WorkingState) -> dict[str, Any] | None:
+    """The state's record in canonical form (fresh dicts), or ``None`` to start a new one."""
     if not state.summary:
         return None
     try:
-        return HandoffRecord.model_validate(state.summary)
+        return HandoffRecord.model_validate(state.summary).model_dump(mode="json")
     except ValidationError:  # a user's record of another shape: start a fresh one
         return None
 
 
 class _Items:
-    """A record's list, with its entries by text: an identical one is found at once."""
+    """A record's list, with its entries by text: an identical one is found at once.
 
-    __slots__ = ("items", "by_text")
+    The entries are shared with the record they came from (the summary a user may be
+    reading): an entry that changes is replaced by a changed copy, never edited. So a fold
+    builds only the entries it adds or counts, and an unchanged one is the same object in
+    the next summary."""
 
-    def __init__(self, items: list[Sourced]) -> None:
+    __slots__ = ("items", "by_text", "mine")
+
+    def __init__(self, items: list[Entry]) -> None:
         self.items = list(items)
-        self.by_text: dict[str, Sourced] = {}
-        for item in self.items:
-            self.by_text.setdefault(item.text, item)
+        self.by_text: dict[str, int] = {}
+        for i, item in enumerate(self.items):
+            self.by_text.setdefault(item["text"], i)
+        self.mine: set[int] = set()
+        """The places of the entries built by this fold (changed in place from then on)."""
 
     def add(self, text: str, event_id: str, kind: str) -> None:
         """Append an entry, or count it on an identical one already there."""
-        item = self.by_text.get(text)
-        if item is not None:
-            item.count += 1
-            if len(item.source_event_ids) < MAX_IDS:
-                item.source_event_ids.append(event_id)
+        i = self.by_text.get(text)
+        if i is None:
+            self.by_text[text] = i = len(self.items)
+            self.mine.add(i)
+            self.items.append({"text": text, "source_event_id": event_id, "count": 1,
+                               "source_event_ids": [event_id], "kind": kind})  # fmt: skip
             return
-        item = Sourced(text=text, source_event_id=event_id, source_event_ids=[event_id], kind=kind)
-        self.items.append(item)
-        self.by_text[text] = item
+        item = self.items[i]
+        if i not in self.mine:
+            self.mine.add(i)
+            item = self.items[i] = {**item, "source_event_ids": list(item["source_event_ids"])}
+        item["count"] += 1
+        if len(item["source_event_ids"]) < MAX_IDS:
+            item["source_event_ids"].append(event_id)
 
 
 def _observation(e: WindowEntry, tool_names: dict[str, str]) -> tuple[str, str] | None:
@@ -287,28 +312,28 @@ def _observation(e: WindowEntry, tool_names: dict[str, str]) -> tuple[str, str] 
     return None
 
 
-def _trim(items: list[Sourced]) -> list[Sourced]:
+def _trim(items: list[Entry]) -> list[Entry]:
     """At most ``MAX_OBSERVATIONS``: the oldest plain ones go first, then the oldest
     protected ones after the first ``KEEP_FIRST``."""
     excess = len(items) - MAX_OBSERVATIONS
     if excess <= 0:
         return items
-    plain = [i for i, o in enumerate(items) if o.kind not in _PROTECTED][:excess]
+    plain = [i for i, o in enumerate(items) if o["kind"] not in _PROTECTED][:excess]
     gone = set(plain)
     kept = [o for i, o in enumerate(items) if i not in gone]
     rest = excess - len(plain)
     return kept[:KEEP_FIRST] + kept[KEEP_FIRST + rest:] if rest else kept
 
 
-def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry],
-            cached: HandoffRecord | None = None) -> HandoffRecord:  # fmt: skip
-    previous = cached or _previous(state)
-    # ``previous`` is the last fold's own record or was just validated from the state's
-    # dict (never shared with the state): its entries are ours to change.
-    observations = _Items(previous.observations if previous else [])
-    hypotheses = _Items(previous.hypotheses if previous else [])
-    done = _Items(previous.done if previous else [])
-    was_pending = set(previous.pending_jobs) if previous else set()
+def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry], work: WorkIndex,
+            previous: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """The new record, as ``HandoffRecord(...).model_dump(mode="json")`` gives it (every
+    value is already a plain ``str``, ``int`` or list of them: nothing to validate); its
+    unchanged entries are ``previous``'s own objects."""
+    observations = _Items(previous["observations"] if previous else [])
+    hypotheses = _Items(previous["hypotheses"] if previous else [])
+    done = _Items(previous["done"] if previous else [])
+    was_pending = set(previous["pending_jobs"]) if previous else set()
     tool_names = {e.unit: e.tool_name for e in folded if e.kind == "tool_call" and e.tool_name}
     for e in folded:
         if e.kind == "tool_result" and e.event_id in pairing.orphans:
@@ -333,62 +358,42 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
             name = e.tool_name or tool_names.get(e.unit) or "tool"
             if e.kind == "tool_result" and e.status == "ok" and f"call {e.unit} ({name})" in was_pending:
                 done.add(f"call {e.unit} ({name}) finished ok", e.event_id, "call")
-    _finished_work(state, {e.event_id for e in folded if e.kind in ("plan", "task")}, done)
-    unknowns = list(previous.unknowns) if previous else []
+    _finished_work(state, work, {e.event_id for e in folded if e.kind in ("plan", "task")}, done)
+    unknowns = list(previous["unknowns"]) if previous else []
     for f in state.failures:
         note = f"result of {f.tool_name or 'tool'} call {f.call_id} unknown (no result)"
         if f.status == "missing" and note not in unknowns:
             unknowns.append(note)
-    step = _next_step(list(state.plan.values()))
+    step = work.next_step(state)
     pending = [f"call {c.call_id} ({c.tool_name})" for c in state.pending_calls.values()]
-    pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in state.tasks.values()
-                if t.status in ("pending", "running")]  # fmt: skip
+    pending += [f"task {t.task_id}: {t.text or ''}".strip() for t in work.tasks.open_items(state.tasks)]
     pending += [f"approval {a.approval_id}: {a.action}" for a in state.approvals.values()
                 if a.decision is None and a.action is not None]  # fmt: skip
-    return HandoffRecord(
-        goal=None if state.goal is None else state.goal.text,
-        constraints=[c.text for c in state.constraints.values()],
-        observations=_trim(observations.items),
-        hypotheses=hypotheses.items[-MAX_HYPOTHESES:],
-        done=done.items[-MAX_DONE:],
-        pending_jobs=pending,
-        next_action=None if step is None else (step.text or step.step_id),
-        unknowns=unknowns[-MAX_OBSERVATIONS:],
-        modified_files=[f.path for f in state.files.values() if f.confirmed],
-    )
+    return {  # HandoffRecord's fields, in its order
+        "goal": None if state.goal is None else state.goal.text,
+        "constraints": [c.text for c in state.constraints.values()],
+        "observations": _trim(observations.items),
+        "hypotheses": hypotheses.items[-MAX_HYPOTHESES:],
+        "done": done.items[-MAX_DONE:],
+        "pending_jobs": pending,
+        "next_action": None if step is None else (step.text or step.step_id),
+        "unknowns": unknowns[-MAX_OBSERVATIONS:],
+        "modified_files": [f.path for f in state.files.values() if f.confirmed],
+    }
 
 
-def _finished_work(state: WorkingState, folded_ids: set[str], done: _Items) -> None:
+def _finished_work(state: WorkingState, work: WorkIndex, folded_ids: set[str], done: _Items) -> None:
     """Plan steps and tasks whose ``done`` came with a folded event (a terminal status is
-    final, so each is added once: when the event that finished it is folded)."""
+    final, so each is added once: when the event that finished it is folded). Looked up in
+    the index: a long thread's plan holds thousands of steps and a fold finds a few."""
     if not folded_ids:
         return
-    for s in _changed_by(state.plan.values(), folded_ids):
+    for s in work.plan.changed_by(state.plan, folded_ids):
         if s.status == "done":
             done.add(f"step {s.step_id}" + (f": {s.text}" if s.text else ""), s.event_id, "step")
-    for t in _changed_by(state.tasks.values(), folded_ids):
+    for t in work.tasks.changed_by(state.tasks, folded_ids):
         if t.status == "done":
             done.add(f"task {t.task_id}" + (f": {t.text}" if t.text else ""), t.event_id, "task")
-
-
-_EVENT_ID = attrgetter("event_id")
-_STATUS = attrgetter("status")
-
-
-def _changed_by(items: Iterable[_Item], event_ids: set[str]) -> Iterator[_Item]:
-    """The items (in order) whose last change came with one of ``event_ids``: looked for
-    in C, as a long thread's plan holds thousands of steps and a fold finds a few."""
-    items = list(items)
-    return compress(items, map(event_ids.__contains__, map(_EVENT_ID, items)))
-
-
-def _next_step(plan: list[StepItem]) -> StepItem | None:
-    """The first running step, else the first pending one (statuses compared in C)."""
-    statuses = list(map(_STATUS, plan))
-    for status in ("running", "pending"):
-        if status in statuses:
-            return plan[statuses.index(status)]
-    return None
 
 
 __all__ = ["DEFAULT_WINDOW_TOKENS", "MAX_ENTRIES", "Memo", "digest", "drop_through", "entry_of", "fold_if_needed", "guesses", "is_stale", "track"]

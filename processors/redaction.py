@@ -275,6 +275,8 @@ def _hides(key: Any, in_secret_pair: bool) -> bool:
 
 def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
+        if len(value) <= _FEW_KEYS and not _may_hide(tuple(value)):  # most dicts: keys seen before, none hides
+            return {k: leaf(v) if type(v) in _SCALARS else _walk(v, leaf) for k, v in value.items()}
         pair = ("value" in value or "Value" in value) and _names_secret(value)
         return {k: (_masked(v) if _hides(k, pair) else _walk(v, leaf)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -282,6 +284,18 @@ def _walk(value: Any, leaf: Callable[[Any], Any]) -> Any:
             return list(map(_redact_short, value))  # ids, names: each text is one cache hit, in C
         return [_walk(v, leaf) for v in value]
     return leaf(value)
+
+
+_FEW_KEYS = 16
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Types ``_walk`` hands straight to its leaf (what it does with them anyway)."""
+
+
+@lru_cache(maxsize=4096)
+def _may_hide(keys: tuple[Any, ...]) -> bool:
+    """Whether a dict with these keys may have a value to mask: a key names a secret, or it
+    may be a secret-named pair (``_names_secret`` decides that from its values)."""
+    return "value" in keys or "Value" in keys or any(isinstance(k, str) and is_secret_name(k) for k in keys)
 
 
 def _short_texts(values: list[Any] | tuple[Any, ...]) -> bool:

@@ -71,6 +71,8 @@ class ThreadProcessor:
         opened = event.kind == "tool_call" and self._is_open(event)
         kept = self._stale_summary(event)
         reduce(state, event, pairs, opened)
+        if self.memo.work is not None:  # built at the first fold, then kept with each event
+            self.memo.work.applied(state, event)
         if kept is not None:  # a compaction the fold already went past: the summary stays
             state.summary, state.summary_covers_through, state.summary_event_id = kept
         self._fold(event, tool_name)
