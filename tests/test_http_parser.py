@@ -123,7 +123,8 @@ def test_a_malformed_request_pipelined_behind_a_good_one_leaves_its_answer_in_pl
 
 
 def test_an_oversized_head_pipelined_behind_a_good_request_is_answered_after_it(served: Served) -> None:
-    huge = b"GET /healthz HTTP/1.1\r\n" + HOST + b"X-A: " + b"a" * (2 * MAX_HEAD_BYTES)
+    # Past the read it begins in (up to 256 KiB, which is not counted: it completed a request) and the bound.
+    huge = b"GET /healthz HTTP/1.1\r\n" + HOST + b"X-A: " + b"a" * (256 * 1024 + 2 * MAX_HEAD_BYTES)
     statuses, answer, closed = exchange(served.port, HEALTH + huge)
     assert statuses == [200, 431] and closed, answer[:500]
 
@@ -136,6 +137,31 @@ def test_a_request_pipelined_after_a_large_body_is_never_refused_with_431(served
     for first in (post, chunked):
         statuses, answer, _ = exchange(served.port, first + HEALTH, wait=5)
         assert len(statuses) == 2 and statuses[1] == 200 and 431 not in statuses, answer[:500]
+
+
+def test_a_head_under_the_bound_is_answered_however_it_is_split_and_one_over_it_refused(served: Served) -> None:
+    def head(size: int) -> list[bytes]:
+        request = b"GET /healthz HTTP/1.1\r\n" + HOST + b"X-A: " + b"a" * size + b"\r\nConnection: close\r\n\r\n"
+        return [request[i : i + 1024] for i in range(0, len(request), 1024)]
+
+    assert exchange(served.port, *head(MAX_HEAD_BYTES - 1024), pause=0.001)[0] == [200]
+    assert exchange(served.port, *head(MAX_HEAD_BYTES + 1024), pause=0.001)[0] == [431]
+
+
+def test_many_connections_each_sending_a_megabyte_head_leave_the_server_no_bigger(served: Served) -> None:
+    before, sockets = _rss_mib(served.proc.pid), []
+    for _ in range(40):  # at a 1 MiB bound each connection kept its megabyte: +40 MiB
+        sock = socket.create_connection(("127.0.0.1", served.port), timeout=5)
+        sockets.append(sock)
+        try:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n" + HOST + b"X-A: " + b"a" * 1_000_000)
+        except OSError:
+            pass  # refused and closed while it was still being sent
+    time.sleep(1)
+    grown = _rss_mib(served.proc.pid) - before
+    for sock in sockets:
+        sock.close()
+    assert grown < 16, grown
 
 
 def test_a_head_sent_byte_by_byte_is_answered(served: Served) -> None:
