@@ -117,6 +117,13 @@ def test_a_bodiless_request_asking_for_an_upgrade_is_answered_and_its_connection
     assert b"connection: close" in answer.lower()
 
 
+def test_a_trailer_never_becomes_a_header_of_the_request(served: Served) -> None:
+    otlp = (b"POST /v1/traces HTTP/1.1\r\n" + HOST + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: close\r\n\r\n2\r\n{}\r\n0\r\nContent-Encoding: gzip\r\n\r\n")  # fmt: skip
+    statuses, answer, _ = exchange(served.port, otlp)
+    assert statuses == [200], answer[-300:]  # httptools: 400, the body "does not decompress as gzip"
+
+
 def test_a_malformed_request_pipelined_behind_a_good_one_leaves_its_answer_in_place(served: Served) -> None:
     statuses, answer, closed = exchange(served.port, HEALTH + b"garbage\r\n\r\n")
     assert statuses == [200, 400] and closed, answer[:500]  # httptools: only the 400, the 200 lost

@@ -13,13 +13,16 @@ chunk in which the parser progresses is not counted, so it never exceeds the hea
 bytes (a head begun in such a chunk is undercounted by at most that chunk): a request
 pipelined behind a large body is never refused for the body's bytes.
 
-Three more differences from httptools as uvicorn runs it, each one h11 did not have:
-- A head holds at most ``MAX_HEADERS`` fields (trailers included): 1 MiB of ``a:`` lines
-  made 250,000 Python header pairs (+27 MiB) where h11 held about 16 KiB of them.
+Four more differences from httptools as uvicorn runs it, each one h11 did not have:
+- A head holds at most ``MAX_HEADERS`` fields: 1 MiB of ``a:`` lines made 250,000 Python
+  header pairs (+27 MiB) where h11 held about 16 KiB of them.
 - llhttp skips the body of a request that asks for an upgrade (``Connection: upgrade``) and
   reads what follows as the next request: a POST's body became a second request. A request
   with a body asking for an upgrade other than a WebSocket is refused (400); one without a
   body is answered and its connection closed (what followed it in the same read is lost).
+- A chunked body's trailers are dropped, as uvicorn does with h11: httptools' uvicorn added
+  them to the request's headers after the guard had checked them (a ``Content-Encoding``
+  trailer changed how ``/v1/traces`` read its body).
 - A refusal of a request pipelined behind one still being answered is sent after that
   answer, not in its place (uvicorn wrote its 400 at once and closed: the earlier request's
   answer was lost).
@@ -58,12 +61,19 @@ class _Refused(Exception):
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """``HttpToolsProtocol`` with the bounds and fixes above."""
 
+    _in_body = False  # the request's headers are complete (what follows is body, or trailers)
     _progressed = False  # the parser completed a head, body bytes or a request in this read
     _stalled = 0  # bytes read since the parser last progressed (by whole chunks)
     _refusal: tuple[int, bytes] | None = None  # the status and body a callback refused with
     _held: bytes | None = None  # a refusal waiting for the answers to requests before it
 
+    def on_message_begin(self) -> None:
+        self._in_body = False
+        super().on_message_begin()
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._in_body:  # a chunked body's trailer: uvicorn added it to the request's headers
+            return
         if len(self.headers) >= MAX_HEADERS:
             self._refusal = (431, _TOO_MANY)
             raise _Refused
@@ -76,6 +86,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refusal = (400, _UPGRADE)
             raise _Refused
         super().on_headers_complete()
+        self._in_body = True
         if upgrade:  # the parser stops here; the rest of this read is dropped
             self.cycle.keep_alive = False
 
