@@ -179,6 +179,6 @@ def test_a_head_sent_byte_by_byte_is_answered(served: Served) -> None:
 def test_after_the_odd_requests_the_server_still_answers_and_logged_no_failure_but_hang_ups(served: Served) -> None:
     assert served.proc.poll() is None and healthy(served)
     # A request refused while its body was read (the trailer, the chunk extension) leaves its
-    # handler reading a closed connection: logged as a client disconnect, as with h11.
+    # handler reading a closed connection: a client that left, not a server failure.
     log = Path(served.stderr).read_text()
-    assert log.count("Traceback") == log.count("starlette.requests.ClientDisconnect"), log
+    assert "Traceback" not in log, log

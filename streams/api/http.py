@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from agentlog.processors.context import BudgetTooSmall
@@ -68,6 +69,9 @@ def failure(request: Request, error: Exception) -> OrjsonResponse:
         return OrjsonResponse(body, status_code=400)
     if isinstance(error, (ValueError, StoreError)):
         return _error(400, str(error))
+    if isinstance(error, ClientDisconnect):  # not the server's failure: no traceback in its log
+        log.info("%s %s: the client left before its body was read", request.method, request.url.path)
+        return _error(400, "the connection closed before the whole body arrived; send it again")
     log.error("%s %s failed", request.method, request.url.path, exc_info=error)
     return _error(500, f"{request.method} {request.url.path} failed unexpectedly; the server logged why. "
                        "Other requests are unaffected; retry, or report the log line")  # fmt: skip
