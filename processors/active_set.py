@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from agentlog.processors.records import Match, Prepared, best_of, matches_of, prepare, prepared_doc, tool_of
-from agentlog.processors.textsearch import EXACT_BOOST, filters_match, final_score, hit_of, term_weight
+from agentlog.processors.textsearch import EXACT_BOOST, document_filter, final_score, hit_of, term_weight
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.search import Hit, SearchFilters
 
@@ -158,20 +158,20 @@ class ActiveSet:
         for term in set(terms):
             held = self._postings.get(term)
             if held:
-                weights = self._weights[term]
-                for i in range(bisect_left(held, start), len(held)):
-                    position = held[i]
-                    totals[position] = totals.get(position, 0.0) + weights[i]
+                first = bisect_left(held, start)
+                for position, weight in zip(held[first:], self._weights[term][first:]):
+                    totals[position] = totals.get(position, 0.0) + weight
         boosts: dict[int, int] = {}
         for term in frozenset(exact):
             held = self._exact.get(term)
             if held:
                 for position in held[bisect_left(held, start):]:
                     boosts[position] = boosts.get(position, 0) + 1
+        passes = document_filter(filters)
         matches: list[Match] = []
         for position in sorted(totals.keys() | boosts.keys()):
             doc = self._prepared[position][0]
-            if not filters_match(doc, filters):
+            if not passes(doc):
                 continue
             total = totals.get(position)
             score = final_score(total) if total is not None else 0.0

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from agentlog.processors.active_set import ActiveSet
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.records import active_hits
-from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.processors.textsearch import document_filter, filters_match, identifiers, tokenize
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.search import SearchFilters
@@ -84,3 +84,16 @@ def test_a_kept_active_set_answers_every_search_as_a_full_scan_of_the_thread_doe
             want = active_hits(tail, tokenize(query), filters, window, set(), closed, identifiers(query),
                                keep=2 * limit)  # fmt: skip
             assert _hits(active.hits(tokenize(query), filters, identifiers(query), 2 * limit)) == _hits(want)
+
+
+VALUES = st.sampled_from(["t1", "t2", "w0", "w1", "message", "tool_call", "bash", "p", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=st.fixed_dictionaries({"thread_id": VALUES, "window_id": VALUES, "kind": VALUES, "tool_name": VALUES,
+                                  "project": VALUES, "ts_ms": st.integers(0, 10)}),
+       filters=st.builds(SearchFilters, st.one_of(st.none(), VALUES), st.one_of(st.none(), VALUES),
+                         st.one_of(st.none(), VALUES), st.one_of(st.none(), VALUES), st.one_of(st.none(), VALUES),
+                         st.one_of(st.none(), st.integers(0, 10)), st.one_of(st.none(), st.integers(0, 10))))  # fmt: skip
+def test_a_filter_made_once_for_many_documents_passes_exactly_the_documents_the_filters_match(doc, filters) -> None:
+    assert document_filter(filters)(doc) == filters_match(doc, filters)
