@@ -78,6 +78,7 @@ class _TantivySearching:
         self._answers: OrderedDict[tuple[str, SearchFilters, int], list[Hit]] = OrderedDict()
         self._generation = 0  # reloads of the reader so far
         self._beside: ThreadPoolExecutor | None = None  # ``search_later``'s threads, made on first use
+        self._scoring = 0  # searches given to those threads and not finished
 
     def _open(self) -> Any:
         index = tantivy.Index(self._schema, path=self.path, reuse=True)
@@ -168,19 +169,26 @@ class _TantivySearching:
         started = threading.Event()
 
         def score() -> Any:
-            started.set()
-            return searcher.search(q, limit)
+            try:
+                started.set()
+                return searcher.search(q, limit)
+            finally:
+                self._scored()
 
+        scoring: Future[Any] | None = None
         with self._memo_lock:
-            if self._beside is None:
-                self._beside = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="index-search")
-            scoring: Future[Any] | None = self._beside.submit(score)
+            if self._scoring < SEARCH_THREADS:  # else every search thread is taken: it runs here
+                self._scoring += 1
+                if self._beside is None:
+                    self._beside = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="index-search")
+                scoring = self._beside.submit(score)
         # Until that thread runs, this one yields the interpreter lock: without the wait it
         # would keep the lock (up to the switch interval) and the search would not start.
         # A thread that never comes (a pool left unusable by a fork) costs a bounded wait,
         # and the search runs here.
-        if not started.wait(START_WAIT_S) and scoring is not None and scoring.cancel():
+        if scoring is not None and not started.wait(START_WAIT_S) and scoring.cancel():
             scoring = None
+            self._scored()
 
         def answer() -> list[Hit]:
             result = searcher.search(q, limit) if scoring is None else scoring.result()
@@ -204,6 +212,10 @@ class _TantivySearching:
                 self._answers[key] = hits
                 if len(self._answers) > ANSWERS_KEPT:
                     self._answers.popitem(last=False)
+
+    def _scored(self) -> None:
+        with self._memo_lock:
+            self._scoring -= 1
 
     def _stop_searching(self) -> None:
         with self._memo_lock:

@@ -101,3 +101,30 @@ def test_a_search_whose_thread_never_comes_runs_in_the_caller_after_a_bounded_wa
     finally:
         release.set()
     index.close()
+
+
+def test_a_search_started_while_every_search_thread_is_taken_runs_in_the_caller_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentlog.sinks import tantivy_index
+
+    monkeypatch.setattr(tantivy_index, "SEARCH_THREADS", 1)
+    index = TantivySearchIndex(str(tmp_path))
+    index.add(docs(1, 15))
+    index.refresh()
+    want = _as_dicts(index.search("marmot 3", SearchFilters(), 5))
+    index._answers.clear()
+    busy, release = ThreadPoolExecutor(1), threading.Event()
+    busy.submit(release.wait)  # the one search thread taken by a search that takes its time
+    index._beside, index._scoring = busy, 1
+    try:
+        t0 = time.monotonic()
+        answer = index.search_later("marmot 3", SearchFilters(), 5)
+        assert time.monotonic() - t0 < tantivy_index.START_WAIT_S  # not queued behind it
+        assert _as_dicts(answer()) == want
+    finally:
+        release.set()
+    index.close()
