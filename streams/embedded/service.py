@@ -462,10 +462,13 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         # What the index shows first, its search after: what a refresh shows in between is
         # then in the index's hits instead of slipping past both. The index searches beside
         # (its engine on the other core) while the active hits are scored here.
-        shown = self.index.visible_offsets().get(0, 0)
-        later = getattr(self.index, "search_later", None)
-        answer = later(query, filters, limit) if later is not None and own_thread is not None else None
-        active = self._active_hits(query, own_thread, filters, limit, shown) if own_thread is not None else []
+        answer: Callable[[], list[Hit]] | None = None
+        active: list[Hit | Pending] = []
+        if own_thread is not None:
+            shown = self.index.visible_offsets().get(0, 0)
+            later = getattr(self.index, "search_later", None)
+            answer = later(query, filters, limit) if later is not None else None
+            active = self._active_hits(query, own_thread, filters, limit, shown)
         hits = answer() if answer is not None else self.index.search(query, filters, limit)
         known = {h.event_id for h in hits}
         ranked = sorted([*hits, *(h for h in active if h.event_id not in known)],
