@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.records import search_docs
 from agentlog.schemas.search import SearchFilters
+from agentlog.sinks import tantivy_index
 from agentlog.sinks.tantivy_index import TantivySearchIndex
 from tests.helpers import raw
 
@@ -80,51 +85,41 @@ def test_a_search_started_before_a_refresh_answers_for_the_reader_it_started_on_
     index.close()
 
 
-def test_a_search_whose_thread_never_comes_runs_in_the_caller_after_a_bounded_wait(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from agentlog.sinks import tantivy_index
-
-    monkeypatch.setattr(tantivy_index, "START_WAIT_S", 0.05)
+@contextmanager
+def _pool_taken(tmp_path: Path, counted: bool) -> Iterator[tuple[TantivySearchIndex, list[dict]]]:
+    """An index whose one search thread is taken by a search that takes its time (``counted``:
+    as the index counts its own searches; else a pool it cannot know is stuck), and the answer
+    to "marmot 3" (limit 5) a search gives, not remembered."""
     index = TantivySearchIndex(str(tmp_path))
     index.add(docs(1, 15))
     index.refresh()
     want = _as_dicts(index.search("marmot 3", SearchFilters(), 5))
     index._answers.clear()  # asked again, not remembered
     busy, release = ThreadPoolExecutor(1), threading.Event()
-    busy.submit(release.wait)  # its one thread taken: what is queued behind never starts
+    busy.submit(release.wait)
     index._beside = busy
+    index._scoring = 1 if counted else 0
     try:
-        assert _as_dicts(index.search_later("marmot 3", SearchFilters(), 5)()) == want
+        yield index, want
     finally:
         release.set()
-    index.close()
+        index.close()
+
+
+def test_a_search_whose_thread_never_comes_runs_in_the_caller_after_a_bounded_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tantivy_index, "START_WAIT_S", 0.05)
+    with _pool_taken(tmp_path, counted=False) as (index, want):
+        assert _as_dicts(index.search_later("marmot 3", SearchFilters(), 5)()) == want
 
 
 def test_a_search_started_while_every_search_thread_is_taken_runs_in_the_caller_without_waiting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from agentlog.sinks import tantivy_index
-
     monkeypatch.setattr(tantivy_index, "SEARCH_THREADS", 1)
-    index = TantivySearchIndex(str(tmp_path))
-    index.add(docs(1, 15))
-    index.refresh()
-    want = _as_dicts(index.search("marmot 3", SearchFilters(), 5))
-    index._answers.clear()
-    busy, release = ThreadPoolExecutor(1), threading.Event()
-    busy.submit(release.wait)  # the one search thread taken by a search that takes its time
-    index._beside, index._scoring = busy, 1
-    try:
+    with _pool_taken(tmp_path, counted=True) as (index, want):
         t0 = time.monotonic()
         answer = index.search_later("marmot 3", SearchFilters(), 5)
         assert time.monotonic() - t0 < tantivy_index.START_WAIT_S  # not queued behind it
         assert _as_dicts(answer()) == want
-    finally:
-        release.set()
-    index.close()
