@@ -55,7 +55,6 @@ _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 
 
 @lru_cache(maxsize=4096)
-@lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """Whether a key or variable name says it holds a secret: ``DB_PASSWORD``, ``apiKey``,
     ``db.password``, ``x-api-key``, ``client_secret``; not ``max_tokens`` or ``PWD``.
