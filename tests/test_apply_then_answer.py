@@ -150,6 +150,53 @@ def test_the_sink_stage_writes_in_groups_by_time_not_one_write_per_event(setting
         svc.close()
 
 
+class SlowLog:
+    """The real chDB log, each event write taking ``seconds`` longer: a group commit that
+    events keep arriving during, as under an agent's steady traffic."""
+
+    def __init__(self, service: EmbeddedService, seconds: float) -> None:
+        self.seconds = seconds
+        self._append = service.log.append_events
+        service.log.append_events = self.append_events  # type: ignore[method-assign]
+
+    def append_events(self, rows: Sequence[dict[str, Any]]) -> None:
+        time.sleep(self.seconds)
+        self._append(rows)
+
+
+def test_under_steady_traffic_the_sink_stage_still_writes_in_groups_and_makes_them_searchable_on_cadence(
+    settings: Settings,
+) -> None:
+    # Events arrive every 10 ms and each write takes 50 ms more: some always wait when a
+    # write ends. A stage that wrote until the queue was empty wrote ~5 events at a time
+    # back to back (about one write per 50 ms) and never committed the index meanwhile.
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, sink_flush_ms=100.0, refresh_seconds=0.3))
+    SlowLog(svc, 0.05)
+    stop = threading.Event()
+    loops = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
+    loops.start()
+    try:
+        first = time.monotonic()
+        i = 0
+        while time.monotonic() - first < 2.0:
+            i += 1
+            svc.publish(goal(i))
+            assert svc.state("step")["goal"]["text"] == f"walrus step {i}"
+            time.sleep(0.01)
+        seconds = time.monotonic() - first
+        searchable = svc.index.visible_offsets().get(0, 0)  # before the traffic stops
+        groups = svc.sinks.groups_written
+        svc.catch_up()
+        assert svc.sql("SELECT count() FROM events").rows == [(i,)]
+    finally:
+        stop.set()
+        loops.join(60)
+        svc.close()
+    assert searchable > 0, "nothing was made searchable while the traffic lasted"
+    # One group per flush interval and write at most (~13 here), not one per write (~40).
+    assert groups <= seconds / (0.1 + 0.05) * 1.5, (groups, i)
+
+
 def test_a_hand_off_that_fails_is_applied_again_from_the_checkpoint_and_reaches_the_sinks(
     service: EmbeddedService,
 ) -> None:

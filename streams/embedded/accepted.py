@@ -74,11 +74,14 @@ class AcceptedQueue:
         with self._lock:
             self._db.execute("INSERT INTO accepted (events, body) VALUES (?, ?)", (len(result.applied), body))
 
-    def read(self, after: int, max_events: int) -> list[AcceptedBatch]:
-        """Rows after ``after`` in order, up to about ``max_events`` applied records (at least one row)."""
+    def read(self, after: int, max_events: int, through: int | None = None) -> list[AcceptedBatch]:
+        """Rows after ``after`` (and up to ``through``) in order, up to about ``max_events``
+        applied records (at least one row)."""
+        last = (1 << 63) - 1 if through is None else through
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, events, body FROM accepted WHERE seq > ? ORDER BY seq LIMIT 1000", (after,)
+                "SELECT seq, events, body FROM accepted WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT 1000",
+                (after, last),
             ).fetchall()
         out: list[AcceptedBatch] = []
         total = 0

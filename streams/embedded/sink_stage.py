@@ -89,10 +89,17 @@ class SinkStage:
         due = force or events >= self.policy.rows or now - self._waiting_since >= self.policy.seconds
         if not due:
             return 0
+        # This group is what is queued now. Rows that arrive while it is written wait for
+        # a group of their own (by size or time): under steady traffic a loop that read on
+        # until the queue was empty wrote a few events at a time back to back, one core
+        # busy for good, and never reached the index commit below while the traffic lasted.
+        through = self.queue.end()
         written = 0
-        while batches := self.queue.read(self.pos, self.policy.rows):
+        while self.pos < through and (batches := self.queue.read(self.pos, self.policy.rows, through)):
             written += self._write(batches)
             self.pos = batches[-1].seq
+            if time.monotonic() - self._last_refresh >= self.policy.refresh_s:
+                self.commit()  # a long backlog becomes searchable as it is written, on cadence
         self._waiting_since = None
         return written
 
