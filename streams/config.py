@@ -109,8 +109,11 @@ class Settings:
     refresh_seconds: float = 1.0
     checkpoint_seconds: float = 2.0
     # The embedded sink stage's group commit: it writes the log, pairs and index once this
-    # many applied events wait, or the oldest has waited this long.
-    sink_flush_ms: float = 200.0
+    # many applied events wait, or the oldest has waited this long, and before each index
+    # commit (refresh_seconds). Each write has a fixed cost (two chDB inserts, about 15 ms
+    # of CPU on the second core): while an agent's steps trickle in, a write per refresh
+    # leaves that core to the steps (`sql` and a thread's `search` never wait for it).
+    sink_flush_ms: float = 1000.0
     sink_flush_rows: int = 5000
     # `agentlog run`'s sink process lowers its CPU priority by this much (os.nice): when the
     # two cores are contended, the serving process's state and context reads go first.

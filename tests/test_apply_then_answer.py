@@ -197,6 +197,29 @@ def test_under_steady_traffic_the_sink_stage_still_writes_in_groups_and_makes_th
     assert groups <= seconds / (0.1 + 0.05) * 1.5, (groups, i)
 
 
+def test_every_index_commit_writes_what_waits_first_so_an_event_is_searchable_within_a_refresh_interval(
+    settings: Settings,
+) -> None:
+    # The group commit's own cadence is a minute here: only the refresh (0.3 s) can make
+    # the event searchable in time.
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, sink_flush_ms=60_000.0, refresh_seconds=0.3))
+    stop = threading.Event()
+    loops = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
+    loops.start()
+    try:
+        offset = svc.publish(goal(1)).last_offset
+        assert svc.state("step")["goal"]["text"] == "walrus step 1"
+        deadline = time.monotonic() + 10.0
+        while svc.index.visible_offsets().get(0, 0) < offset and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert svc.index.visible_offsets().get(0, 0) >= offset, "a commit left the waiting event unwritten"
+        assert [h["event_id"] for h in svc.search("walrus", drain=False)["hits"]] == ["g1"]
+    finally:
+        stop.set()
+        loops.join(60)
+        svc.close()
+
+
 def test_a_hand_off_that_fails_is_applied_again_from_the_checkpoint_and_reaches_the_sinks(
     service: EmbeddedService,
 ) -> None:

@@ -72,9 +72,12 @@ class SinkStage:
     def step(self, force: bool = False) -> int:
         """Write what is due (everything queued when ``force``), commit when the refresh
         interval has passed; returns the records written."""
-        n = self._write_due(force) + self._write_dead_letters()
+        # A commit writes what waits first: an event waits for at most one refresh interval
+        # to be searchable, whatever the group commit's own cadence.
+        refresh_due = time.monotonic() - self._last_refresh >= self.policy.refresh_s
+        n = self._write_due(force or refresh_due) + self._write_dead_letters()
         if time.monotonic() - self._last_refresh >= self.policy.refresh_s:
-            self.commit()
+            self.commit()  # unless the write committed already
         return n
 
     def _write_due(self, force: bool) -> int:
