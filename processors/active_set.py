@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from agentlog.processors.records import Match, Prepared, best_of, matches_of, prepare, prepared_doc, tool_of
-from agentlog.processors.textsearch import EXACT_BOOST, document_filter, final_score, hit_of, term_weight
+from agentlog.processors.textsearch import EXACT_BOOST, LN2, document_filter, final_score, hit_of, term_weight
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.search import Hit, SearchFilters
 
@@ -138,7 +138,7 @@ class ActiveSet:
         key = (tuple(terms), filters, tuple(exact), keep)
         scored, best, made = self._answers.pop(key, None) or (0, [], {})
         if scored < len(self._prepared):
-            found = self._matches(scored, terms, filters, exact) if terms else \
+            found = self._matches(scored, terms, filters, exact, keep) if terms else \
                 matches_of(self._prepared[scored:], terms, filters, exact)  # fmt: skip
             best = best_of(best + found, keep)
             kept = {doc["event_id"] for _, doc in best}
@@ -149,11 +149,13 @@ class ActiveSet:
         return [Pending(doc["event_id"], score, doc["offset"], partial(_made, made, doc, terms, score))
                 for score, doc in best]  # fmt: skip
 
-    def _matches(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str]) -> list[Match]:
+    def _matches(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str],
+                 keep: int | None = None) -> list[Match]:  # fmt: skip
         """``matches_of`` the documents from position ``start`` on, term at a time: only
         the documents holding a term of the query are visited, once per term they hold.
         Each document's weights are added in the order of the query's term set, as
-        ``score_of`` adds them, so every score is the same float."""
+        ``score_of`` adds them, so every score is the same float. ``keep``: only matches
+        that can be among the best ``keep`` of them are given (``best_of`` answers the same)."""
         totals: dict[int, float] = {}
         for term in set(terms):
             held = self._postings.get(term)
@@ -168,16 +170,34 @@ class ActiveSet:
                 for position in held[bisect_left(held, start):]:
                     boosts[position] = boosts.get(position, 0) + 1
         passes = document_filter(filters)
+        prepared = self._prepared
+        positions = [p for p in sorted(totals.keys() | boosts.keys()) if passes(prepared[p][0])]
+        if keep is not None and len(positions) > keep:
+            positions = _contenders(positions, totals, boosts, keep)
         matches: list[Match] = []
-        for position in sorted(totals.keys() | boosts.keys()):
-            doc = self._prepared[position][0]
-            if not passes(doc):
-                continue
+        for position in positions:
             total = totals.get(position)
             score = final_score(total) if total is not None else 0.0
             score = score + EXACT_BOOST * boosts[position] if position in boosts else score + 0.0
             if score:
-                matches.append((score, doc))
+                matches.append((score, prepared[position][0]))
         return matches
 
-__all__ = ["SEARCHES_KEPT", "ActiveSet", "Pending"]
+
+ROUNDING_MARGIN = 1e-5
+"""More than twice what ``final_score``'s rounding (half of 1e-6) and the float sums can
+move a score: a document whose unrounded score is this far below the ``keep``-th best
+unrounded score cannot be among the best ``keep``."""
+
+
+def _contenders(positions: list[int], totals: Mapping[int, float], boosts: Mapping[int, int], keep: int) -> list[int]:
+    """The ``positions`` (in order) whose score can be among the best ``keep``: rounding
+    every score (``final_score``) and ranking them all costs most of a new query's search,
+    so the scores are first compared unrounded, and only those close enough to the
+    ``keep``-th best are scored exactly and ranked (``best_of``) as before."""
+    rough = [totals.get(p, 0.0) * LN2 + EXACT_BOOST * boosts.get(p, 0) for p in positions]
+    floor = sorted(rough)[-keep] - ROUNDING_MARGIN
+    return [p for p, r in zip(positions, rough) if r >= floor]
+
+
+__all__ = ["ROUNDING_MARGIN", "SEARCHES_KEPT", "ActiveSet", "Pending"]
