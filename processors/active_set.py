@@ -149,6 +149,14 @@ class ActiveSet:
         return [Pending(doc["event_id"], score, doc["offset"], partial(_made, made, doc, terms, score))
                 for score, doc in best]  # fmt: skip
 
+    def holders(self, exact: Sequence[str], filters: SearchFilters) -> list[tuple[str, int]]:
+        """``(event_id, offset)`` of each event that passes ``filters`` and holds one of the
+        ``exact`` terms, in topic order: those a search with these identifiers scores at
+        least ``EXACT_BOOST`` (its text scores less: ``term_weight`` is under 2.2 a term)."""
+        passes = document_filter(filters)
+        positions = sorted({p for term in frozenset(exact) for p in self._exact.get(term, ())})
+        return [(doc["event_id"], doc["offset"]) for doc in (self._prepared[p][0] for p in positions) if passes(doc)]
+
     def _matches(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str],
                  keep: int | None = None) -> list[Match]:  # fmt: skip
         """``matches_of`` the documents from position ``start`` on, term at a time: only

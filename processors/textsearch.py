@@ -110,6 +110,10 @@ def final_score(total: float) -> float:
 
 
 LN2 = math.log(2.0)
+MAX_TERM_SCORE = 2.2 * LN2
+"""What one distinct query term adds to an active score at most (``term_weight`` is under
+2.2): a query of fewer than ``EXACT_BOOST / MAX_TERM_SCORE`` terms cannot reach
+``EXACT_BOOST`` by its text."""
 
 
 def snippet(query_terms: list[str], text: str, width: int = SNIPPET_CHARS) -> str:
@@ -185,4 +189,4 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     return hit_of(doc, terms, s) if s else None
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "term_weight", "tokenize"]
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "term_weight", "tokenize"]

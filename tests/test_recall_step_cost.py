@@ -1,0 +1,114 @@
+"""Issue 15: a new recall query costs less. A tool event's partner is looked up by the
+events holding its ``call:<call_id>`` term, without scoring any text, exactly as the search
+found it; a context is the same either way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from agentlog.processors.textsearch import EXACT_BOOST, pair_term
+from agentlog.streams.api.context import context_for
+from agentlog.streams.api.recall import PARTNER_LIMIT
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.embedded.sink_process import Remote
+from tests.helpers import raw
+
+CALLS = ["c0", "c1", "c2", "many", "late"]
+
+
+def _unit(i: int, call_id: str, t: float, project: str = "p1") -> list[bytes]:
+    return [raw(f"call-{call_id}-{i}", "tool_call", {"call_id": call_id, "tool_name": "grep", "arguments": {"q": call_id}},
+                t, project=project),
+            raw(f"result-{call_id}-{i}", "tool_result", {"call_id": call_id, "output": f"grep found {call_id} here",
+                                                         "status": "ok"}, t + 0.5, project=project)]  # fmt: skip
+
+
+def _thread() -> tuple[list[bytes], list[bytes]]:
+    """What the index shows (written, refreshed) and what it does not show yet."""
+    indexed = [b for i, c in enumerate(CALLS[:3]) for b in _unit(i, c, float(i))]
+    indexed += [b for i in range(3) for b in _unit(10 + i, "many", 10.0 + i)]  # holders: more than a search keeps
+    indexed += _unit(20, "c0", 20.0, project="p2")  # another project's: never found
+    later = [b for i in range(3) for b in _unit(30 + i, "many", 30.0 + i)]
+    later += _unit(40, "late", 40.0) + _unit(41, "c1", 41.0)  # c1's second unit: its holders in both
+    later.append(_unit(0, "c2", 2.0)[1])  # a redelivery: one event, held once
+    return indexed, later
+
+
+@pytest.fixture
+def split(settings: Settings) -> Any:
+    """A service whose index shows part of the thread; the rest only read-your-writes sees."""
+    service = EmbeddedService(settings)
+    indexed, later = _thread()
+    service.publish(b"\n".join(indexed))
+    service.catch_up()
+    service._drain()  # written and refreshed: the index shows these
+    service.publish(b"\n".join(later))
+    service.state("t1")  # applied, not written: as an agent's step reads it
+    yield service
+    service.close()
+
+
+def _searched(service: EmbeddedService, term: str, kind: str, project: str) -> list[tuple[str, int]]:
+    hits = service._answering.search(term, thread_id="t1", kind=kind, project=project, limit=PARTNER_LIMIT)["hits"]
+    return sorted((h["event_id"], h["offset"]) for h in hits if h["score"] >= EXACT_BOOST)
+
+
+def test_a_tool_events_partner_is_found_without_a_search_exactly_as_the_search_finds_it(split: EmbeddedService) -> None:
+    shown = split.index.visible_offsets().get(0, 0)
+    assert 0 < shown < split.driver.events_pos  # the index shows some, read-your-writes the rest
+    for call_id in CALLS:
+        for kind in ("tool_call", "tool_result"):
+            for project in ("p1", "p2"):
+                term = pair_term(call_id)
+                found = split.exact_holders(term, "t1", kind, project, PARTNER_LIMIT)
+                if call_id == "many" and project == "p1":
+                    assert found is None  # six hold it: which four the search keeps takes the scores
+                    continue
+                assert found is not None, (call_id, kind, project)
+                assert sorted(found) == _searched(split, term, kind, project)
+    assert sorted(split.exact_holders(pair_term("c1"), "t1", "tool_result", "p1", PARTNER_LIMIT) or []) == sorted(
+        (f"result-c1-{i}", o) for i, o in _offsets(split, "c1"))  # one indexed, one not: both
+
+
+def _offsets(service: EmbeddedService, call_id: str) -> list[tuple[int, int]]:
+    hits = service._answering.search(pair_term(call_id), thread_id="t1", kind="tool_result", project="p1",
+                                     limit=10)["hits"]  # fmt: skip
+    return [(int(h["event_id"].rsplit("-", 1)[1]), h["offset"]) for h in hits if h["score"] >= EXACT_BOOST]
+
+
+def test_a_long_query_is_left_to_the_search_its_text_could_score_as_an_exact_match(split: EmbeddedService) -> None:
+    long_call = pair_term(" ".join(f"w{i}" for i in range(700)))
+    assert split.exact_holders(long_call, "t1", "tool_result", "p1", PARTNER_LIMIT) is None
+    assert split.exact_holders("plain words only", "t1", "tool_result", "p1", PARTNER_LIMIT) is None
+
+
+class _SearchOnly:
+    """The service as recall saw it before: every partner looked up by a search."""
+
+    def __init__(self, service: EmbeddedService) -> None:
+        self._service = service._answering
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("exact_holders", "cache_owner"):  # its own caches, no lookup apart
+            raise AttributeError(name)
+        return getattr(self._service, name)
+
+
+def test_contexts_with_partners_found_apart_are_the_contexts_a_search_alone_gives(split: EmbeddedService) -> None:
+    asked = 0
+    split.publish(raw("ws", "window_switch", {"new_window_id": "w2"}, 49.0))  # the units are recall's to bring
+    for i, question in enumerate(["what did grep find for c1?", "and c0, c2 or late?", "grep found many"]):
+        split.publish(raw(f"ask{i}", "message", {"role": "user", "text": question}, 50.0 + i))
+        with_lookup = context_for(split._answering, "t1", 4000)
+        assert orjson.dumps(with_lookup) == orjson.dumps(context_for(_SearchOnly(split), "t1", 4000))
+        recall = next((s for s in with_lookup["sections"] if s["name"] == "recall"), {"hits": []})
+        asked += sum(h.startswith("call-") for h in recall["hits"])
+    assert asked  # tool units were recalled: their partners were looked up
+
+
+def test_an_index_searched_in_another_process_is_never_asked_apart_from_its_searches() -> None:
+    assert Remote.exact_holders is None  # a forwarded call would cost more than the search it saves
