@@ -12,7 +12,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -193,7 +192,7 @@ class _TantivySearching:
             searcher = self._index.searcher()
             hits = self._hits(searcher, searcher.search(q, limit), terms)
             self._remember(key, generation, hits)
-        return [replace(h) for h in hits]
+        return [h.copy() for h in hits]
 
     def search_later(self, query: str, filters: SearchFilters, limit: int = 10) -> Callable[[], list[Hit]]:
         """``search``, started now and answered when the returned function is called: the
@@ -203,7 +202,7 @@ class _TantivySearching:
         key = (query, filters, limit)
         generation, remembered = self._remembered(key)
         if remembered is not None:
-            return lambda: [replace(h) for h in remembered]
+            return lambda: [h.copy() for h in remembered]
         q, terms = self._query(query, filters)
         searcher = self._index.searcher()
         started = threading.Event()
@@ -234,7 +233,7 @@ class _TantivySearching:
             result = searcher.search(q, limit) if scoring is None else scoring.result()
             hits = self._hits(searcher, result, terms)
             self._remember(key, generation, hits)
-            return [replace(h) for h in hits]
+            return [h.copy() for h in hits]
 
         return answer
 

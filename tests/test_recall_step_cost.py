@@ -4,12 +4,14 @@ found it; a context is the same either way."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import Any
 
 import orjson
 import pytest
 
 from agentlog.processors.textsearch import EXACT_BOOST, pair_term
+from agentlog.schemas.search import Hit
 from agentlog.streams.api.context import context_for
 from agentlog.streams.api.recall import PARTNER_LIMIT
 from agentlog.streams.config import Settings
@@ -112,3 +114,11 @@ def test_contexts_with_partners_found_apart_are_the_contexts_a_search_alone_give
 
 def test_an_index_searched_in_another_process_is_never_asked_apart_from_its_searches() -> None:
     assert Remote.exact_holders is None  # a forwarded call would cost more than the search it saves
+
+
+def test_a_remembered_hit_is_handed_out_as_a_copy_equal_field_by_field_to_the_one_replace_makes() -> None:
+    values = {f.name: (f"{f.name}-value" if f.type in ("str", str) else 7 if f.type in ("int", int) else 2.5)
+              for f in fields(Hit)}  # fmt: skip
+    hit = Hit(**values)
+    copy = hit.copy()
+    assert copy is not hit and copy == replace(hit) and copy.as_dict() == values  # every field, none left default
