@@ -56,6 +56,10 @@ memory is bounded in entries and in bytes, whatever texts the threads hold), and
 has several lines it is counted line by line (see ``pieces``)."""
 
 
+_ASCII_WORD_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+"""Last characters after which a newline is a token of its own (``TokenCounter.count_lines``)."""
+
+
 def _key(text: str) -> str | bytes:
     if len(text) <= KEY_CHARS:
         return text
@@ -122,6 +126,28 @@ class TokenCounter:
             n = self._tokenized(text)
             self._long.put(key, n)
         return n
+
+    def count_lines(self, text: str) -> int:
+        """``count(text)`` for lines joined that were most likely counted one by one
+        already (recalled evidence: each line is measured before the message is made).
+        A line ending in an ASCII letter or digit counts exactly one token more with its
+        newline: the tokenizer's pre-tokens of the line stay as they are (none of its
+        patterns can reach past that last character to take the newline) and the newline
+        alone is one token. So such a line is not tokenized a second time."""
+        if len(text) <= KEY_CHARS:
+            return self._short(text)
+        key = _key(text)
+        n = self._long.get(key)
+        if n is None:
+            parts = pieces(text) if "\n" in text else [text]
+            n = self._tokenized(text) if len(parts) == 1 else sum(map(self._line, parts))
+            self._long.put(key, n)
+        return n
+
+    def _line(self, part: str) -> int:
+        if len(part) > 1 and part[-1] == "\n" and part[-2] in _ASCII_WORD_END:
+            return self.count(part[:-1]) + 1
+        return self.count(part)
 
     def _tokenized(self, text: str) -> int:
         return len(self._enc.encode(text)) if text else 0
