@@ -9,8 +9,10 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentlog.processors.textsearch import EXACT_BOOST, pair_term
+from agentlog.processors.textsearch import EXACT_BOOST, ONE_PASS_TERMS, SNIPPET_CHARS, pair_term, snippet
 from agentlog.schemas.search import Hit
 from agentlog.streams.api.context import context_for
 from agentlog.streams.api.recall import PARTNER_LIMIT
@@ -122,3 +124,25 @@ def test_a_remembered_hit_is_handed_out_as_a_copy_equal_field_by_field_to_the_on
     hit = Hit(**values)
     copy = hit.copy()
     assert copy is not hit and copy == replace(hit) and copy.as_dict() == values  # every field, none left default
+
+
+def _snippet_term_by_term(query_terms: list[str], text: str, width: int = SNIPPET_CHARS) -> str:
+    """``snippet`` as it was: each term looked for apart, the first found wins."""
+    lowered = text.lower()
+    positions = [lowered.find(t) for t in query_terms if t and lowered.find(t) >= 0]
+    start = max(0, min(positions) - width // 3) if positions else 0
+    end = min(len(text), start + width)
+    piece = " ".join(text[start:end].split())
+    return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
+
+
+PIECES = ["err", "025", "ERR_025", "component", "comp", "onent", " ", "\n", "é", "İ", "日本", "a+b", "(x)", ".*", "|", "\\"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from(PIECES + ["word "] * 4), max_size=120).map("".join),
+       terms=st.lists(st.sampled_from(PIECES + [""]), max_size=8), many=st.booleans())  # fmt: skip
+def test_a_snippet_found_in_one_pass_for_all_terms_is_the_one_found_term_by_term(text: str, terms: list[str],
+                                                                                 many: bool) -> None:  # fmt: skip
+    terms = [t.lower() for t in terms] + ([f"absent{i}" for i in range(ONE_PASS_TERMS)] if many else [])
+    assert snippet(terms, text) == _snippet_term_by_term(terms, text)
