@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from agentlog.schemas.search import Hit, SearchFilters
@@ -119,35 +118,24 @@ MAX_TERM_SCORE = 2.2 * LN2
 
 def snippet(query_terms: list[str], text: str, width: int = SNIPPET_CHARS) -> str:
     """A window of ``text`` around the first query term, ``…`` where it was cut."""
-    first = _first_of(tuple(query_terms), text.lower())
+    first = _first_of(query_terms, text.lower())
     start = max(0, first - width // 3) if first is not None else 0
     end = min(len(text), start + width)
     piece = " ".join(text[start:end].split())
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
 
 
-ONE_PASS_TERMS = 64
-"""Queries of at most this many terms look for all of them in one pass (``_first_of``)."""
-
-
-def _first_of(terms: tuple[str, ...], lowered: str) -> int | None:
+def _first_of(terms: Sequence[str], lowered: str) -> int | None:
     """Where the first of ``terms`` (each anywhere in ``lowered``) begins, ``None``: none is
-    there. The leftmost match of their alternation is the smallest of their first
-    occurrences: one pass over the text instead of one per term (most of a snippet's cost)."""
-    if len(terms) > ONE_PASS_TERMS:
-        positions = [p for t in terms if t and (p := lowered.find(t)) >= 0]
-        return min(positions) if positions else None
-    found = _alternation(terms).search(lowered)
-    return found.start() if found is not None else None
-
-
-@lru_cache(maxsize=256)
-def _alternation(terms: tuple[str, ...]) -> re.Pattern[str]:
-    words = sorted({t for t in terms if t})  # an empty term never matches (as ``find`` is not asked)
-    return re.compile("|".join(map(re.escape, words))) if words else _NOTHING
-
-
-_NOTHING = re.compile(r"(?!)")
+    there. Once one is found, the others are looked for only before it: most of a snippet's
+    cost was scanning the whole text for every term."""
+    best = -1
+    for t in terms:
+        if t:
+            p = lowered.find(t) if best < 0 else lowered.find(t, 0, best - 1 + len(t))  # starting before ``best``
+            if p >= 0:
+                best = p
+    return best if best >= 0 else None
 
 
 def filters_match(doc: dict[str, Any], f: SearchFilters) -> bool:
