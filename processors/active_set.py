@@ -73,6 +73,9 @@ class ActiveSet:
         self._weights: dict[str, list[float]] = {}
         self._exact: dict[str, list[int]] = {}
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
+        # Per filters, whether each prepared document passes them (a document never
+        # changes): a new query's search looks each one up instead of comparing again.
+        self._passing: OrderedDict[SearchFilters, list[bool]] = OrderedDict()
 
     def fits(self, window: str, closed: Mapping[str, str], visible: int) -> bool:
         """Whether this set still stands for the thread: same windows, same index view."""
@@ -149,6 +152,18 @@ class ActiveSet:
         return [Pending(doc["event_id"], score, doc["offset"], partial(_made, made, doc, terms, score))
                 for score, doc in best]  # fmt: skip
 
+    def _passes(self, filters: SearchFilters) -> list[bool]:
+        """Whether each prepared document passes ``filters``, those added since last asked
+        compared now (the filters of the last ``SEARCHES_KEPT`` searches are kept)."""
+        passing = self._passing.pop(filters, None) or []
+        if len(passing) < len(self._prepared):
+            passes = document_filter(filters)
+            passing.extend(passes(doc) for doc, _ in self._prepared[len(passing):])
+        self._passing[filters] = passing
+        if len(self._passing) > SEARCHES_KEPT:
+            self._passing.popitem(last=False)
+        return passing
+
     def holders(self, exact: Sequence[str], filters: SearchFilters) -> list[tuple[str, int]]:
         """``(event_id, offset)`` of each event that passes ``filters`` and holds one of the
         ``exact`` terms, in topic order: those a search with these identifiers scores at
@@ -177,9 +192,8 @@ class ActiveSet:
             if held:
                 for position in held[bisect_left(held, start):]:
                     boosts[position] = boosts.get(position, 0) + 1
-        passes = document_filter(filters)
-        prepared = self._prepared
-        positions = [p for p in sorted(totals.keys() | boosts.keys()) if passes(prepared[p][0])]
+        prepared, passing = self._prepared, self._passes(filters)
+        positions = [p for p in sorted(totals.keys() | boosts.keys()) if passing[p]]
         if keep is not None and len(positions) > keep:
             positions = _contenders(positions, totals, boosts, keep)
         matches: list[Match] = []
