@@ -4,7 +4,11 @@ found it; a context is the same either way."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,7 +22,7 @@ from agentlog.streams.api.context import context_for
 from agentlog.streams.api.recall import PARTNER_LIMIT
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
-from agentlog.streams.embedded.sink_process import Remote
+from agentlog.streams.embedded.sink_process import IndexSearchedHere, Remote
 from tests.helpers import raw
 
 CALLS = ["c0", "c1", "c2", "many", "late"]
@@ -146,3 +150,33 @@ def test_a_snippet_found_looking_before_the_first_term_found_is_the_one_found_te
                                                                                          many: bool) -> None:  # fmt: skip
     terms = [t.lower() for t in terms] + (["absent", "err", "word"] if many else [])
     assert snippet(terms, text) == _snippet_term_by_term(terms, text)
+
+
+def test_a_server_looks_a_partner_up_in_the_sink_process_s_index_itself_even_while_that_process_is_stopped(
+    tmp_path: Path,
+) -> None:
+    served = EmbeddedService(Settings(data_dir=tmp_path / "data"), sinks_apart=True)
+    if served.sink_process is None:
+        served.split_sinks()
+    try:
+        assert isinstance(served.index, IndexSearchedHere)
+        served.publish(b"\n".join(_unit(0, "c0", 0.0)))
+        served.serving = True  # the sink stage writes and commits, as under agentlog run
+        served.catch_up()
+        assert served.sink_process is not None
+        want = _searched(served, pair_term("c0"), "tool_result", "p1")
+        assert [i for i, _ in want] == ["result-c0-0"]
+        sinks = served.sink_process.process.pid
+        os.kill(sinks, signal.SIGSTOP)  # a call to the sink process would wait until it runs again
+        try:
+            found: list[object] = []
+            looking = threading.Thread(target=lambda: found.append(
+                served.exact_holders(pair_term("c0"), "t1", "tool_result", "p1", PARTNER_LIMIT)))  # fmt: skip
+            looking.start()
+            looking.join(5.0)
+            assert not looking.is_alive(), "a partner lookup waited for the stopped sink process"
+            assert found == [want]
+        finally:
+            os.kill(sinks, signal.SIGCONT)
+    finally:
+        served.close()
