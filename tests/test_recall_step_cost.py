@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentlog.processors.textsearch import EXACT_BOOST, SNIPPET_CHARS, pair_term, snippet
+from agentlog.processors.active_set import Pending
 from agentlog.schemas.search import Hit
 from agentlog.streams.api.context import context_for
 from agentlog.streams.api.recall import PARTNER_LIMIT
@@ -180,3 +181,10 @@ def test_a_server_looks_a_partner_up_in_the_sink_process_s_index_itself_even_whi
             os.kill(sinks, signal.SIGCONT)
     finally:
         served.close()
+
+
+def test_the_active_hits_a_search_hands_out_are_made_without_a_frozen_dataclass_s_setattr_per_field() -> None:
+    # Every search of a thread's unindexed events hands out up to 32 of them, on every step.
+    assert not Pending.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    pending = Pending("e1", 1.5, 3, lambda: None)  # type: ignore[arg-type, return-value]
+    assert (pending.event_id, pending.score, pending.offset) == ("e1", 1.5, 3)
