@@ -102,6 +102,9 @@ class TokenCounter:
         # cache, the hot path; a long one is remembered under a digest of it.
         self._short = lru_cache(maxsize=entries)(self._tokenized)
         self._long = _Counts(entries)
+        # "…" after a letter or digit is a pre-token of its own, and takes a newline after
+        # it into that pre-token: what the newline adds is this, whatever came before.
+        self._newline_after_ellipsis = len(self._enc.encode("…\n")) - len(self._enc.encode("…"))
 
     def count(self, text: str) -> int:
         if len(text) <= KEY_CHARS:
@@ -138,14 +141,20 @@ class TokenCounter:
         A line ending in an ASCII letter or digit counts exactly one token more with its
         newline: the tokenizer's pre-tokens of the line stay as they are (none of its
         patterns can reach past that last character to take the newline) and the newline
-        alone is one token. So such a line is not tokenized a second time."""
+        alone is one token. One ending in such a character and ``…`` (a cut snippet) has
+        its last pre-token ``…``, which takes the newline: the two encodings' ``…\n`` is one
+        token, as ``…`` is. So such a line is not tokenized a second time."""
         if len(text) <= KEY_CHARS:
             return self._short(text)
         return self._by_pieces(text, self._line)
 
     def _line(self, part: str) -> int:
-        if len(part) > 1 and part[-1] == "\n" and part[-2] in _ASCII_WORD_END:
-            return self.count(part[:-1]) + 1
+        line = part[:-1]
+        if line and part[-1] == "\n":
+            if line[-1] in _ASCII_WORD_END:
+                return self.count(line) + 1
+            if line[-1] == "…" and len(line) > 1 and line[-2] in _ASCII_WORD_END:  # a cut snippet's end
+                return self.count(line) + self._newline_after_ellipsis
         return self.count(part)
 
     def _tokenized(self, text: str) -> int:

