@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from agentlog.processors.records import Match, Prepared, best_of, matches_of, prepare, prepared_doc, tool_of
-from agentlog.processors.textsearch import EXACT_BOOST, document_filter, final_score, hit_of, term_weight
+from agentlog.processors.textsearch import EXACT_BOOST, LN2, document_filter, final_score, hit_of, term_weight
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.search import Hit, SearchFilters
 
@@ -33,10 +33,12 @@ Answer = tuple[int, list[Match], dict[str, Hit]]
 """How many prepared events a search has scored, its best matches, their hits by id."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pending:
     """An active hit as a search merges it with the index's (by score, then offset);
-    ``hit()`` makes it, snippet and all, for those the search keeps."""
+    ``hit()`` makes it, snippet and all, for those the search keeps. Not frozen: a frozen
+    dataclass sets each field through ``object.__setattr__``, twice the cost of making
+    the 32 that every search of the set hands out."""
 
     event_id: str
     score: float
@@ -73,6 +75,9 @@ class ActiveSet:
         self._weights: dict[str, list[float]] = {}
         self._exact: dict[str, list[int]] = {}
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
+        # Per filters, whether each prepared document passes them (a document never
+        # changes): a new query's search looks each one up instead of comparing again.
+        self._passing: OrderedDict[SearchFilters, list[bool]] = OrderedDict()
 
     def fits(self, window: str, closed: Mapping[str, str], visible: int) -> bool:
         """Whether this set still stands for the thread: same windows, same index view."""
@@ -138,7 +143,7 @@ class ActiveSet:
         key = (tuple(terms), filters, tuple(exact), keep)
         scored, best, made = self._answers.pop(key, None) or (0, [], {})
         if scored < len(self._prepared):
-            found = self._matches(scored, terms, filters, exact) if terms else \
+            found = self._matches(scored, terms, filters, exact, keep) if terms else \
                 matches_of(self._prepared[scored:], terms, filters, exact)  # fmt: skip
             best = best_of(best + found, keep)
             kept = {doc["event_id"] for _, doc in best}
@@ -149,11 +154,33 @@ class ActiveSet:
         return [Pending(doc["event_id"], score, doc["offset"], partial(_made, made, doc, terms, score))
                 for score, doc in best]  # fmt: skip
 
-    def _matches(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str]) -> list[Match]:
+    def _passes(self, filters: SearchFilters) -> list[bool]:
+        """Whether each prepared document passes ``filters``, those added since last asked
+        compared now (the filters of the last ``SEARCHES_KEPT`` searches are kept)."""
+        passing = self._passing.pop(filters, None) or []
+        if len(passing) < len(self._prepared):
+            passes = document_filter(filters)
+            passing.extend(passes(doc) for doc, _ in self._prepared[len(passing):])
+        self._passing[filters] = passing
+        if len(self._passing) > SEARCHES_KEPT:
+            self._passing.popitem(last=False)
+        return passing
+
+    def holders(self, exact: Sequence[str], filters: SearchFilters) -> list[tuple[str, int]]:
+        """``(event_id, offset)`` of each event that passes ``filters`` and holds one of the
+        ``exact`` terms, in topic order: those a search with these identifiers scores at
+        least ``EXACT_BOOST`` (its text scores less: ``term_weight`` is under 2.2 a term)."""
+        passes = document_filter(filters)
+        positions = sorted({p for term in frozenset(exact) for p in self._exact.get(term, ())})
+        return [(doc["event_id"], doc["offset"]) for doc in (self._prepared[p][0] for p in positions) if passes(doc)]
+
+    def _matches(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str],
+                 keep: int | None = None) -> list[Match]:  # fmt: skip
         """``matches_of`` the documents from position ``start`` on, term at a time: only
         the documents holding a term of the query are visited, once per term they hold.
         Each document's weights are added in the order of the query's term set, as
-        ``score_of`` adds them, so every score is the same float."""
+        ``score_of`` adds them, so every score is the same float. ``keep``: only matches
+        that can be among the best ``keep`` of them are given (``best_of`` answers the same)."""
         totals: dict[int, float] = {}
         for term in set(terms):
             held = self._postings.get(term)
@@ -167,17 +194,34 @@ class ActiveSet:
             if held:
                 for position in held[bisect_left(held, start):]:
                     boosts[position] = boosts.get(position, 0) + 1
-        passes = document_filter(filters)
+        prepared, passing = self._prepared, self._passes(filters)
+        positions = [p for p in sorted(totals.keys() | boosts.keys()) if passing[p]]
+        if keep is not None and len(positions) > keep:
+            positions = _contenders(positions, totals, boosts, keep)
         matches: list[Match] = []
-        for position in sorted(totals.keys() | boosts.keys()):
-            doc = self._prepared[position][0]
-            if not passes(doc):
-                continue
+        for position in positions:
             total = totals.get(position)
             score = final_score(total) if total is not None else 0.0
             score = score + EXACT_BOOST * boosts[position] if position in boosts else score + 0.0
             if score:
-                matches.append((score, doc))
+                matches.append((score, prepared[position][0]))
         return matches
 
-__all__ = ["SEARCHES_KEPT", "ActiveSet", "Pending"]
+
+ROUNDING_MARGIN = 1e-5
+"""More than twice what ``final_score``'s rounding (half of 1e-6) and the float sums can
+move a score: a document whose unrounded score is this far below the ``keep``-th best
+unrounded score cannot be among the best ``keep``."""
+
+
+def _contenders(positions: list[int], totals: Mapping[int, float], boosts: Mapping[int, int], keep: int) -> list[int]:
+    """The ``positions`` (in order) whose score can be among the best ``keep``: rounding
+    every score (``final_score``) and ranking them all costs most of a new query's search,
+    so the scores are first compared unrounded, and only those close enough to the
+    ``keep``-th best are scored exactly and ranked (``best_of``) as before."""
+    rough = [totals.get(p, 0.0) * LN2 + EXACT_BOOST * boosts.get(p, 0) for p in positions]
+    floor = sorted(rough)[-keep] - ROUNDING_MARGIN
+    return [p for p, r in zip(positions, rough) if r >= floor]
+
+
+__all__ = ["ROUNDING_MARGIN", "SEARCHES_KEPT", "ActiveSet", "Pending"]

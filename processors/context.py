@@ -793,7 +793,8 @@ def assemble(
         b.drop("recall", [i for i, _ in left], sum(c for _, c in left))
         if lines:
             recall_msg = {"role": "system", "content": "Recalled evidence (read an id for the whole event):\n" + "\n".join(lines)}
-            b.remaining -= measure(recall_msg)
+            # Its lines were counted just above: most are not tokenized again with their newline.
+            b.remaining -= measure.knew(recall_msg, MESSAGE_OVERHEAD + counter.count_lines(recall_msg["content"]))
             dropped_hits = {i for i, _ in left}
             recall_section = {"name": "recall", "tokens": measure(recall_msg),
                               "hits": [h["event_id"] for h in recall if h["event_id"] not in dropped_hits]}  # fmt: skip

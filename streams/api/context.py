@@ -89,5 +89,12 @@ class _CachedReads:
                project: str | None = None, limit: int = 10) -> dict[str, Any]:  # fmt: skip
         return self.service.search(query, thread_id=thread_id, kind=kind, project=project, limit=limit)
 
+    def exact_holders(self, query: str, thread_id: str, kind: str | None = None, project: str | None = None,
+                      limit: int = 10) -> list[tuple[str, int]] | None:  # fmt: skip
+        """The service's ``exact_holders`` (see ``EmbeddedService.exact_holders``); ``None``
+        (ask the search) when it has none."""
+        holders = getattr(self.service, "exact_holders", None)
+        return holders(query, thread_id, kind, project, limit) if holders is not None else None
+
 
 __all__ = ["WINDOW_RECORDS", "ContextSource", "context_for"]

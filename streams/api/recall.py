@@ -16,6 +16,8 @@ SEARCH_LIMIT = 2 * RECALL_LIMIT
 """Hits asked of each search: orphans and what the context holds are skipped after it."""
 RERANK_DEPTH = 16
 """Hits read to be ordered by what they are (facts before guesses): a bounded cost."""
+PARTNER_LIMIT = 4
+"""Hits asked of the search for a tool event's partner."""
 
 
 class RecallSource(Protocol):
@@ -92,14 +94,23 @@ def _unit(service: RecallSource, hit: dict[str, Any], project: str, query: str,
     want = partner_kind(event) if event is not None else None
     if event is None or want is None:
         return None
-    found = service.search(pair_term(str(event.payload.call_id)), thread_id=event.thread_id,  # type: ignore[attr-defined]
-                           kind=want, project=project, limit=4)["hits"]  # fmt: skip
-    # Only a hit holding the term exactly can be the partner: the others are not read.
-    candidates = [(c, h["offset"]) for h in found
-                  if h["score"] >= EXACT_BOOST and (c := service.read_event(h["event_id"])) is not None]  # fmt: skip
+    found = _exact_hits(service, pair_term(str(event.payload.call_id)), event.thread_id, want, project)  # type: ignore[attr-defined]
+    candidates = [(c, offset) for event_id, offset in found if (c := service.read_event(event_id)) is not None]
     partner = first_partner(event, candidates)
     call, result = (event, partner) if event.kind == "tool_call" else (partner, event)
     return unit_entry(hit, call, result, query)
 
 
-__all__ = ["RERANK_DEPTH", "SEARCH_LIMIT", "RecallSource", "recall_for"]
+def _exact_hits(service: RecallSource, term: str, thread_id: str, kind: str, project: str) -> list[tuple[str, int]]:
+    """``(event_id, offset)`` of the best ``PARTNER_LIMIT`` hits of a search for ``term``
+    that hold it exactly (only those can be the partner: the others are not read); the
+    source finds them without the search when it can (``exact_holders``)."""
+    holders = getattr(service, "exact_holders", None)
+    found = holders(term, thread_id, kind, project, PARTNER_LIMIT) if holders is not None else None
+    if found is not None:
+        return found
+    hits = service.search(term, thread_id=thread_id, kind=kind, project=project, limit=PARTNER_LIMIT)["hits"]
+    return [(h["event_id"], h["offset"]) for h in hits if h["score"] >= EXACT_BOOST]
+
+
+__all__ = ["PARTNER_LIMIT", "RERANK_DEPTH", "SEARCH_LIMIT", "RecallSource", "recall_for"]

@@ -23,7 +23,7 @@ from agentlog.processors.active_set import ActiveSet, Pending
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
-from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.processors.textsearch import EXACT_BOOST, MAX_TERM_SCORE, identifiers, tokenize
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
@@ -484,6 +484,39 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
             "stale": bool(self.failing) or visible < self.driver.events_pos,
             "warnings": self.warnings(),
         }
+
+    def exact_holders(self, query: str, thread_id: str, kind: str | None = None, project: str | None = None,
+                      limit: int = 10) -> list[tuple[str, int]] | None:  # fmt: skip
+        """``(event_id, offset)`` of the hits of ``search(query, thread_id=..., kind=...,
+        project=..., limit=limit)`` that score at least ``EXACT_BOOST`` (they hold an
+        identifier of the query exactly), in no order, found without scoring any text (a
+        tool event's partner is looked up so on every new recall); ``None`` when only that
+        search can tell (more than ``limit`` of them, a long query, an index that cannot)."""
+        check_search_limit(limit)
+        holders = getattr(self.index, "exact_holders", None)
+        if holders is None or len(set(tokenize(query))) * MAX_TERM_SCORE >= EXACT_BOOST:
+            return None
+        if not self.serving and self._unindexed() > ACTIVE_SCAN_LIMIT:
+            return None  # the search writes the index first
+        filters = SearchFilters(thread_id, None, kind, None, project, None, None)
+        shown = self.index.visible_offsets().get(0, 0)  # as ``search``: what the index shows first
+        indexed = holders(query, filters, limit)
+        if indexed is None:
+            return None
+        with self.lock:
+            tp = self.driver.pipeline.threads.get(thread_id)
+            window = tp.state.window_id if tp is not None else DEFAULT_WINDOW
+            closed = dict(tp.state.closed_windows) if tp is not None else {}
+        cache = cache_for(self)
+        with cache.active.lock:
+            active = self._active_set(thread_id, shown, window, closed)
+            pending = active.holders(identifiers(query), filters) if active is not None else None
+        if pending is None:
+            return None
+        found = dict(indexed)  # the index's copy first, as a search merges them
+        for event_id, offset in pending:
+            found.setdefault(event_id, offset)
+        return list(found.items()) if len(found) <= limit else None
 
     def _unindexed(self) -> int:
         return self.driver.events_pos - self.index.visible_offsets().get(0, 0)

@@ -335,6 +335,8 @@ class Remote:
 
     search_later = None
     """Not a search started beside the caller: a forwarded call is I/O, asked in order."""
+    exact_holders = None
+    """Not looked up apart from a search: a forwarded call costs more than it saves."""
 
     def close(self) -> None:
         """The sink process closes its own stores."""
@@ -364,6 +366,9 @@ class IndexSearchedHere(Remote):
 
     def visible_ids(self, event_ids: Any) -> set[str]:
         return set(self._reader.visible_ids(event_ids))
+
+    def exact_holders(self, query: str, filters: Any, most: int) -> Any:
+        return self._reader.exact_holders(query, filters, most)
 
     def doc_count(self) -> int:
         return int(self._reader.doc_count())
