@@ -35,6 +35,10 @@ from agentlog.streams.sink_guard import StoreUnavailable, write_isolating
 log = logging.getLogger("agentlog.sinks")
 
 
+CATCH_UP_REFRESH_S = 15.0
+"""How often the index is committed while a backlog of more than a group waits."""
+
+
 @dataclass(frozen=True, slots=True)
 class FlushPolicy:
     """When the sink stage writes (group commit) and commits the index."""
@@ -74,11 +78,20 @@ class SinkStage:
         interval has passed; returns the records written."""
         # A commit writes what waits first: an event waits for at most one refresh interval
         # to be searchable, whatever the group commit's own cadence.
-        refresh_due = time.monotonic() - self._last_refresh >= self.policy.refresh_s
+        refresh_due = self._refresh_due()
         n = self._write_due(force or refresh_due) + self._write_dead_letters()
-        if time.monotonic() - self._last_refresh >= self.policy.refresh_s:
+        if self._refresh_due():
             self.commit()  # unless the write committed already
         return n
+
+    def _refresh_due(self) -> bool:
+        """Whether the index is due a commit: every refresh interval, or every
+        ``CATCH_UP_REFRESH_S`` while a backlog of more than a group waits (each commit
+        makes a segment that tantivy merges later: one a second cost a million-event catch-up
+        12% of its throughput, side by side)."""
+        catching_up = self.backlog >= self.policy.rows
+        every = max(self.policy.refresh_s, CATCH_UP_REFRESH_S) if catching_up else self.policy.refresh_s
+        return time.monotonic() - self._last_refresh >= every
 
     def _write_due(self, force: bool) -> int:
         rows, events = self.queue.backlog(self.pos)
@@ -101,7 +114,7 @@ class SinkStage:
         while self.pos < through and (batches := self.queue.read(self.pos, self.policy.rows, through)):
             written += self._write(batches)
             self.pos = batches[-1].seq
-            if time.monotonic() - self._last_refresh >= self.policy.refresh_s:
+            if self._refresh_due():
                 self.commit()  # a long backlog becomes searchable as it is written, on cadence
         self._waiting_since = None
         return written
@@ -229,4 +242,4 @@ def _raw_of(applied: Applied) -> bytes:
     return applied.record.value
 
 
-__all__ = ["FlushPolicy", "SinkStage"]
+__all__ = ["CATCH_UP_REFRESH_S", "FlushPolicy", "SinkStage"]
