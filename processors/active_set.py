@@ -170,9 +170,9 @@ class ActiveSet:
         """``(event_id, offset)`` of each event that passes ``filters`` and holds one of the
         ``exact`` terms, in topic order: those a search with these identifiers scores at
         least ``EXACT_BOOST`` (its text scores less: ``term_weight`` is under 2.2 a term)."""
-        passes = document_filter(filters)
+        passing = self._passes(filters)
         positions = sorted({p for term in frozenset(exact) for p in self._exact.get(term, ())})
-        return [(doc["event_id"], doc["offset"]) for doc in (self._prepared[p][0] for p in positions) if passes(doc)]
+        return [(doc["event_id"], doc["offset"]) for doc in (self._prepared[p][0] for p in positions if passing[p])]
 
     def _matches(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str],
                  keep: int | None = None) -> list[Match]:  # fmt: skip
