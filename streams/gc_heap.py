@@ -47,21 +47,37 @@ def thaw() -> None:
             gc.unfreeze()
 
 
+_pausing = 0
+"""Blocks inside ``paused`` now, in any thread: the last one out enables the collector."""
+_paused_it = False
+"""Whether ``paused`` disabled the collector (one disabled by the caller stays disabled)."""
+
+
 @contextmanager
 def paused() -> Iterator[None]:
     """No collection while the block builds a large answer (a long thread's state: about
     ten thousand lists and dicts): started in the middle, collections would move those
     young objects, still being built, into the older generations, and a full pass of the
     caller's whole heap would follow every few hundred steps. After the block the
-    collector counts them as any other new objects."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    collector counts them as any other new objects.
+
+    Blocks of several threads overlap: the collector is enabled again when the last one
+    ends (not when the first does, in the middle of another's answer), and only if a
+    block disabled it: a caller's own ``gc.disable()`` before the first stays in force."""
+    global _pausing, _paused_it
+    with _lock:
+        if _pausing == 0:
+            _paused_it = gc.isenabled()
+            gc.disable()
+        _pausing += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _lock:
+            _pausing -= 1
+            if _pausing == 0 and _paused_it:
+                _paused_it = False
+                gc.enable()
 
 
 __all__ = ["freeze", "paused", "settle", "thaw"]

@@ -103,3 +103,24 @@ def test_agentlog_run_s_loop_freezes_what_the_events_it_applied_built_once_it_is
         stop.set()
         loop.join(30)
         svc.close()
+
+
+def test_overlapping_pauses_of_two_threads_keep_the_collector_off_until_the_last_one_ends() -> None:
+    assert gc.isenabled()
+    first, second = gc_heap.paused(), gc_heap.paused()
+    first.__enter__()
+    second.__enter__()  # another thread's answer, begun while the first is built
+    first.__exit__(None, None, None)
+    assert not gc.isenabled(), "the first block to end enabled the collector in the middle of the other's"
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_pause_leaves_a_collector_the_caller_disabled_disabled() -> None:
+    gc.disable()
+    try:
+        with gc_heap.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
