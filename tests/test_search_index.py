@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.processors.records import search_docs
@@ -123,3 +125,64 @@ def test_a_search_started_while_every_search_thread_is_taken_runs_in_the_caller_
         answer = index.search_later("marmot 3", SearchFilters(), 5)
         assert time.monotonic() - t0 < tantivy_index.START_WAIT_S  # not queued behind it
         assert _as_dicts(answer()) == want
+
+
+# -- a filter every document passes ------------------------------------------------------
+
+
+def _doc(event_id: str, offset: int, thread: str, project: str, text: str) -> dict:
+    record = Record(0, offset, raw(event_id, "message", {"role": "user", "text": text}, offset, thread, project=project))
+    return search_docs(Pipeline().process([record]).applied)[0]
+
+
+def test_a_filter_every_document_passes_is_left_out_of_the_query_and_one_some_fail_is_kept(tmp_path: Path) -> None:
+    index = TantivySearchIndex(str(tmp_path))
+    index.add([_doc(f"e{n}", n, "t1", "p", f"marmot {n}") for n in range(5)])
+    index.refresh()
+    searcher = index._index.searcher()
+    both = SearchFilters(thread_id="t1", project="p")
+    assert index._filter_clauses(both, searcher) == []  # one thread, one project: both select everything
+    assert len(index._filter_clauses(both)) == 2  # without a searcher to ask: as given
+    index.add([_doc("e9", 9, "t2", "p", "marmot 9")])
+    index.refresh()
+    assert len(index._filter_clauses(both, index._index.searcher())) == 1  # the thread's now selects
+    assert [h.event_id for h in index.search("marmot", SearchFilters(thread_id="t2"), limit=10)] == ["e9"]
+    index.close()
+
+
+def test_a_thread_filter_is_kept_while_a_deleted_document_still_names_the_thread(tmp_path: Path) -> None:
+    """Every live document but one holds t1, and a deleted one does too: t1's count then
+    equals the live documents' and only the field's terms tell that one is t2's."""
+    index = TantivySearchIndex(str(tmp_path))
+    index.add([_doc("moved", 0, "t1", "p", "otter"), _doc("stays", 1, "t1", "p", "marmot")])
+    index.refresh()
+    index.add([_doc("moved", 0, "t2", "p", "otter")])  # the same event upserted: its t1 copy deleted
+    index.refresh()
+    assert index._index.searcher().doc_freq("thread_id", "t1") == index._index.searcher().num_docs == 2
+    assert index.search("otter", SearchFilters(thread_id="t1"), limit=10) == []
+    assert [h.event_id for h in index.search("otter", SearchFilters(thread_id="t2"), limit=10)] == ["moved"]
+    index.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["t1", "t2"]), st.sampled_from(["", "p"]),
+                          st.sampled_from(["marmot", "marmot otter", "otter"])), min_size=1, max_size=12),  # fmt: skip
+       st.sampled_from([None, "t1", "t2"]), st.sampled_from([None, "", "p", "q"]), st.booleans())
+def test_a_filtered_search_answers_what_a_scan_of_the_live_documents_answers(
+    tmp_path_factory: pytest.TempPathFactory, writes: list, thread: str | None, project: str | None, refresh_each: bool
+) -> None:
+    """Events upserted across threads and projects (a later write of an event replaces
+    it, its old copy deleted): whichever filters the index leaves out, its hits are the
+    live documents that pass them."""
+    index = TantivySearchIndex(str(tmp_path_factory.mktemp("ix")))
+    live: dict[str, tuple[str, str, str]] = {}
+    for n, (event, thread_id, project_id, text) in enumerate(writes):
+        index.add([_doc(f"e{event}", event, thread_id, project_id, text)])
+        live[f"e{event}"] = (thread_id, project_id, text)
+        if refresh_each or n == len(writes) - 1:
+            index.refresh()
+    found = index.search("marmot", SearchFilters(thread_id=thread, project=project), limit=20)
+    expected = {e for e, (t, p, text) in live.items()
+                if "marmot" in text and thread in (None, t) and project in (None, p)}  # fmt: skip
+    assert {h.event_id for h in found} == expected
+    index.close()
