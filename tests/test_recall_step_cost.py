@@ -188,3 +188,49 @@ def test_the_active_hits_a_search_hands_out_are_made_without_a_frozen_dataclass_
     assert not Pending.__dataclass_params__.frozen  # type: ignore[attr-defined]
     pending = Pending("e1", 1.5, 3, lambda: None)  # type: ignore[arg-type, return-value]
     assert (pending.event_id, pending.score, pending.offset) == ("e1", 1.5, 3)
+
+
+class _Logged:
+    """The service as a context reads it, each call logged (``hide``: what it lacks)."""
+
+    def __init__(self, service: EmbeddedService, hide: tuple[str, ...] = ()) -> None:
+        self._service, self.calls, self._hide = service._answering, [], hide
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._hide or name == "cache_owner":  # caches of its own: nothing remembered from the other
+            raise AttributeError(name)
+        found = getattr(self._service, name)
+        if not callable(found):
+            return found
+
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args[:1], tuple(sorted(kwargs.items()))))
+            return found(*args, **kwargs)
+
+        return logged
+
+
+QUESTIONS = ["what did grep find for c1?", "why did late fail with an error?", "grep found many"]
+
+
+def test_a_contexts_recall_searches_begin_before_its_window_is_read_and_answer_recall(split: EmbeddedService) -> None:
+    split.publish(raw("ws", "window_switch", {"new_window_id": "w2"}, 49.0))
+    for i, question in enumerate(QUESTIONS):
+        split.publish(raw(f"ask{i}", "message", {"role": "user", "text": question}, 50.0 + i))
+        service = _Logged(split)
+        context_for(service, "t1", 4000)
+        names = [name for name, _, _ in service.calls]
+        begun = [call for call in service.calls if call[0] == "search_begun"]
+        assert begun and names.index("search_begun") < names.index("window"), names
+        first = {args for _, args, _ in begun}
+        assert len(first) == 1  # the most telling query's searches, in each thread and kind
+        assert not [args for name, args, _ in service.calls if name == "search" and args in first], "asked again"
+
+
+def test_contexts_whose_searches_began_early_are_the_contexts_of_searches_asked_in_turn(split: EmbeddedService) -> None:
+    split.publish(raw("ws", "window_switch", {"new_window_id": "w2"}, 49.0))
+    for i, question in enumerate(QUESTIONS):
+        split.publish(raw(f"ask{i}", "message", {"role": "user", "text": question}, 50.0 + i))
+        early = context_for(_Logged(split), "t1", 4000)
+        assert orjson.dumps(early) == orjson.dumps(context_for(_Logged(split, hide=("search_begun",)), "t1", 4000))
+        assert any(s["name"] == "recall" for s in early["sections"]), question  # recall had hits to compare

@@ -5,7 +5,7 @@ so a context request never changes what a later one sees."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from agentlog.processors.context import assemble
@@ -13,8 +13,9 @@ from agentlog.processors.formats.render import render_context
 from agentlog.processors.tokens import counter, encoding_for
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import check_budget, check_format
+from agentlog.schemas.search import SearchFilters
 from agentlog.streams.api.context_cache import ContextCache, cache_for
-from agentlog.streams.api.recall import recall_for
+from agentlog.streams.api.recall import begin_recall, recall_for
 from agentlog.streams.config import Settings
 
 WINDOW_RECORDS = 400
@@ -49,16 +50,17 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     cache = cache_for(service)  # what earlier requests worked out: the answer stays the same
     reads = _CachedReads(service, cache)
     state = service.state(thread_id)
+    # The question is known now: its searches begin before the window and the rest are read.
+    latest_id = state.get("latest_user_message_id")
+    asked = reads.read_event(latest_id) if latest_id else None
+    begin_recall(reads, state, getattr(asked.payload, "text", None) if asked is not None else None, query)
     orphans = service.orphans(thread_id)
     # The raw window starts after the window switch and after what the summary covers:
     # only those records are read (at most WINDOW_RECORDS), however long the thread is.
     markers = [m for m in (state.get("window_started_by"), state.get("summary_covers_through")) if m]
     window = service.window(thread_id, markers, WINDOW_RECORDS)
     tokens = counter(encoding_for(model))
-    latest = None
-    latest_id = state.get("latest_user_message_id")
-    if latest_id and all(e.event_id != latest_id for e in window):
-        latest = reads.read_event(latest_id)
+    latest = asked if asked is not None and all(e.event_id != latest_id for e in window) else None
     # Recall runs on every request: the query, else the latest user message and the goal.
     recall = recall_for(reads, state, window, latest, orphans, query) or None
     facts = service.memory_facts(state["project"])
@@ -74,10 +76,21 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
 
 
 class _CachedReads:
-    """The service as recall sees it: its searches as they are, its reads remembered."""
+    """The service as recall sees it: its searches as they are (or as begun for this
+    context), its reads remembered."""
 
     def __init__(self, service: ContextSource, cache: ContextCache) -> None:
         self.service, self.cache = service, cache
+        self._begun: dict[tuple[str, str | None, str | None, str | None, int], Callable[[], dict[str, Any]]] = {}
+
+    def begin_searches(self, searches: list[tuple[str, str | None, str | None, str | None, int]]) -> None:
+        """Begin each ``(query, thread_id, kind, project, limit)`` search now when the
+        service can (``search_begun``); ``search`` with the same arguments answers it."""
+        begin = getattr(self.service, "search_begun", None)
+        if begin is not None:
+            for q, thread_id, kind, project, limit in searches:
+                filters = SearchFilters(thread_id, None, kind, None, project, None, None)
+                self._begun[(q, thread_id, kind, project, limit)] = begin(q, filters, limit)
 
     def read_event(self, event_id: str) -> Envelope | None:
         return self.cache.read_event(self.service, event_id)
@@ -87,6 +100,9 @@ class _CachedReads:
 
     def search(self, query: str, thread_id: str | None = None, kind: str | None = None,
                project: str | None = None, limit: int = 10) -> dict[str, Any]:  # fmt: skip
+        begun = self._begun.pop((query, thread_id, kind, project, limit), None)
+        if begun is not None:
+            return begun()
         return self.service.search(query, thread_id=thread_id, kind=kind, project=project, limit=limit)
 
     def exact_holders(self, query: str, thread_id: str, kind: str | None = None, project: str | None = None,

@@ -26,6 +26,20 @@ class RecallSource(Protocol):
                project: str | None = None, limit: int = 10) -> dict[str, Any]: ...  # fmt: skip
 
 
+def begin_recall(service: Any, state: dict[str, Any], latest_text: str | None, query: str | None) -> None:
+    """Begin the searches ``recall_for`` asks first (the most telling query's, in the thread
+    and its children) when the service can begin one before it is asked
+    (``begin_searches``): the index scores them on its own thread while the context's
+    other parts are read, and ``recall_for``'s same searches take their answers."""
+    begin = getattr(service, "begin_searches", None)
+    searches = recall_searches(state, latest_text, query)
+    if begin is None or not searches:
+        return
+    first = searches[0][0]
+    kinds = [kind for q, kind in searches if q == first]
+    begin([(first, t, kind, state["project"], SEARCH_LIMIT) for t in family_threads(state) for kind in kinds])
+
+
 def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[Envelope],
                latest: Envelope | None, orphans: set[str], query: str | None) -> list[dict[str, Any]]:  # fmt: skip
     """The recalled entries for a context: ``query``, else the latest user message and the
@@ -113,4 +127,4 @@ def _exact_hits(service: RecallSource, term: str, thread_id: str, kind: str, pro
     return [(h["event_id"], h["offset"]) for h in hits if h["score"] >= EXACT_BOOST]
 
 
-__all__ = ["PARTNER_LIMIT", "RERANK_DEPTH", "SEARCH_LIMIT", "RecallSource", "recall_for"]
+__all__ = ["PARTNER_LIMIT", "RERANK_DEPTH", "SEARCH_LIMIT", "RecallSource", "begin_recall", "recall_for"]

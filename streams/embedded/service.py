@@ -448,28 +448,42 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         """``drain``: without a server, write what is pending into the index first (the
         active fallback covers a thread's own events either way; a search across threads
         needs the index)."""
-        check_search_limit(limit)  # the index allocates for limit up front
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
+        return self.search_begun(query, filters, limit, after, drain)()
+
+    def search_begun(self, query: str, filters: SearchFilters, limit: int = 10, after: str | None = None,
+                     drain: bool = True) -> Callable[[], dict[str, Any]]:  # fmt: skip
+        """``search``, begun now: a thread's search starts on the index's engine (on the
+        other core) and the returned function answers it, with the thread's events the
+        index did not show when it began (read-your-writes) scored then. A caller that
+        knows its query early (a context's recall) begins it before its other work."""
+        check_search_limit(limit)  # the index allocates for limit up front
         if not self.serving and (drain or self._unindexed() > ACTIVE_SCAN_LIMIT):
             self._drain()
-        own_thread = thread_id
+        own_thread = filters.thread_id
         if after is not None:
             named = self.bus.find(after)
             if named is not None:
                 event = validate(named.value)
                 if isinstance(event, Envelope):
                     own_thread = own_thread or event.thread_id
+        if own_thread is None:
+            return lambda: self._answer(query, self.index.search(query, filters, limit), [], limit)
         # What the index shows first, its search after: what a refresh shows in between is
-        # then in the index's hits instead of slipping past both. The index searches beside
-        # (its engine on the other core) while the active hits are scored here.
-        answer: Callable[[], list[Hit]] | None = None
-        active: list[Hit | Pending] = []
-        if own_thread is not None:
-            shown = self.index.visible_offsets().get(0, 0)
-            later = getattr(self.index, "search_later", None)
-            answer = later(query, filters, limit) if later is not None else None
-            active = self._active_hits(query, own_thread, filters, limit, shown)
-        hits = answer() if answer is not None else self.index.search(query, filters, limit)
+        # then in the index's hits instead of slipping past both.
+        shown = self.index.visible_offsets().get(0, 0)
+        later = getattr(self.index, "search_later", None)
+        begun = later(query, filters, limit) if later is not None else None
+
+        def answer() -> dict[str, Any]:
+            active = self._active_hits(query, own_thread, filters, limit, shown)  # while the engine scores
+            hits = begun() if begun is not None else self.index.search(query, filters, limit)
+            return self._answer(query, hits, active, limit)
+
+        return answer
+
+    def _answer(self, query: str, hits: list[Hit], active: list[Hit | Pending], limit: int) -> dict[str, Any]:
+        """The index's hits and the active ones merged, best first."""
         known = {h.event_id for h in hits}
         ranked = sorted([*hits, *(h for h in active if h.event_id not in known)],
                         key=lambda h: (-h.score, -h.offset))[:limit]  # fmt: skip
@@ -704,6 +718,9 @@ class _Answering:
 
     def search(self, query: str, **kwargs: Any) -> dict[str, Any]:
         return self._service.search(query, drain=False, **kwargs)
+
+    def search_begun(self, query: str, filters: SearchFilters, limit: int) -> Callable[[], dict[str, Any]]:
+        return self._service.search_begun(query, filters, limit, drain=False)
 
     def state(self, thread_id: str) -> dict[str, Any]:
         return self._service._state(thread_id, copy=False)  # assembly reads it, never changes it
