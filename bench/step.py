@@ -5,7 +5,7 @@ the next model call). One step = publish one event, then ``state``; or publish o
 then ``context`` at 8,000 tokens (recall on: the latest user message drives it). Measured
 on threads pre-filled with generated agent traffic, in-process (``EmbeddedService``) and
 over HTTP against a real ``agentlog run`` on a free port with its own data directory,
-through the public API only. In the same run, the same step with LangGraph (``graph.invoke``
+through the public API only, by an agent process of its own (``http_length``). In the same run, the same step with LangGraph (``graph.invoke``
 appending one message to a StateGraph that holds the thread's messages, then
 ``graph.get_state``) with ``InMemorySaver`` and with ``SqliteSaver``, pre-filled to the same
 length: LangGraph is an optional extra (``pip install 'agentlog[bench]'``).
@@ -18,6 +18,7 @@ import random
 import socket
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -160,6 +161,35 @@ def agentlog_length(service: Service, n: int, steps: int, budget: int, tick: Tic
         _prefill(service, traffic, n)
         out[kind] = _agentlog_series(service, traffic, read, steps, tick).figures()
     return out
+
+
+AGENT_PROCESS = "--agent-process"
+
+
+def http_length(url: str, n: int, steps: int, budget: int, tick: Tick) -> dict[str, Any]:
+    """``agentlog_length`` over HTTP against ``url``, run by an agent process of its own: a
+    fresh interpreter holding the client alone, as an agent's would. In this process the
+    client's full collections also walked what an agent does not carry (the in-process
+    deployment's threads, LangGraph's checkpoints), and its steps shared the interpreter
+    lock with them. The figures carry the agent process's id (``agent_pid``)."""
+    argv = [sys.executable, "-m", "agentlog.bench.step", AGENT_PROCESS, url, str(n), str(steps), str(budget)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the agent process measuring over HTTP failed: {done.stderr[-2000:]}")
+    for _ in range(2 * steps):  # both step kinds, ticked once the process reports
+        tick()
+    return dict(orjson.loads(done.stdout.splitlines()[-1]))
+
+
+def _agent_process(url: str, n: str, steps: str, budget: str) -> int:
+    """The agent side of ``http_length``: both series' figures (and the process's id) as one JSON line."""
+    client = RemoteService(url)
+    try:
+        figures = agentlog_length(client, int(n), int(steps), int(budget), lambda: None)
+        print(orjson.dumps({**figures, "agent_pid": os.getpid()}).decode(), flush=True)
+    finally:
+        client.close()
+    return 0
 
 
 @contextmanager
@@ -313,7 +343,7 @@ def bench_step(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS, budget: i
     start = on_length or (lambda _n, _total: lambda: None)
     langgraph = langgraph_available() and not in_process_only
     result: dict[str, Any] = {"lengths": list(lengths), "steps": steps, "budget": budget,
-                              "in_process": {}, "http": None if in_process_only else {},
+                              "in_process": {}, "http": None if in_process_only else {}, "http_agent_pids": {},
                               "langgraph": {} if langgraph else None}  # fmt: skip
     with in_process() as local, (nullcontext(None) if in_process_only else served()) as remote, \
             tempfile.TemporaryDirectory(prefix="agentlog-bench-step-langgraph-") as tmp:  # fmt: skip
@@ -322,7 +352,8 @@ def bench_step(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS, budget: i
             tick = start(n, _series(in_process_only, langgraph) * steps)
             result["in_process"][n] = agentlog_length(local, n, steps, budget, tick)
             if remote is not None:
-                result["http"][n] = agentlog_length(remote, n, steps, budget, tick)
+                result["http"][n] = http_length(remote.url, n, steps, budget, tick)
+                result["http_agent_pids"][n] = result["http"][n].pop("agent_pid")
             if langgraph:
                 result["langgraph"][n] = langgraph_length(n, steps, langgraph_seconds, Path(tmp), tick)
     return result
@@ -393,5 +424,8 @@ def run(lengths: tuple[int, ...] = LENGTHS, steps: int = STEPS, in_process_only:
     return 0
 
 
-__all__ = ["Traffic", "agentlog_length", "bench_step", "in_process", "langgraph_available", "langgraph_length",
+__all__ = ["Traffic", "agentlog_length", "bench_step", "http_length", "in_process", "langgraph_available", "langgraph_length",
            "report", "run", "served", "to_message"]
+
+if __name__ == "__main__" and sys.argv[1:2] == [AGENT_PROCESS]:
+    sys.exit(_agent_process(*sys.argv[2:6]))

@@ -4,6 +4,7 @@ a unit test's."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -40,6 +41,12 @@ def test_every_length_has_both_steps_in_process_and_over_http_with_sane_percenti
             for figures in result[where][n].values():
                 _check(figures)
                 assert figures["steps"] == STEPS
+
+
+def test_the_http_series_are_measured_by_an_agent_process_of_its_own(result) -> None:
+    """Not by this process, whose heap holds the in-process deployment and LangGraph's."""
+    pids = {result["http_agent_pids"][n] for n in LENGTHS}
+    assert os.getpid() not in pids and len(pids) == len(LENGTHS)
 
 
 def test_the_benchmark_leaves_no_agentlog_run_serving(result) -> None:
