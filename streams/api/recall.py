@@ -35,9 +35,15 @@ def begin_recall(service: Any, state: dict[str, Any], latest_text: str | None, q
     searches = recall_searches(state, latest_text, query)
     if begin is None or not searches:
         return
-    first = searches[0][0]
-    kinds = [kind for q, kind in searches if q == first]
-    begin([(first, t, kind, state["project"], SEARCH_LIMIT) for t in family_threads(state) for kind in kinds])
+    begin(_searches_of(searches[0][0], searches, family_threads(state), state["project"]))
+
+
+def _searches_of(q: str, searches: list[tuple[str, str | None]], threads: list[str],
+                 project: str) -> list[tuple[str, str, str | None, str, int]]:  # fmt: skip
+    """``(query, thread_id, kind, project, limit)`` of each search recall runs for ``q``:
+    in each thread, for each kind ``q`` is asked with."""
+    kinds = [kind for query, kind in searches if query == q]
+    return [(q, t, kind, project, SEARCH_LIMIT) for t in threads for kind in kinds]
 
 
 def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[Envelope],
@@ -58,9 +64,8 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     for q in queries:
         if len(queries) > 1 and q == queries[-1] and len(candidates) >= RECALL_LIMIT:
             break  # the goal's search (the last) is a fallback: the question's hits are enough
-        kinds = [kind for query, kind in searches if query == q]
-        for h in rank(service.search(q, thread_id=t, kind=kind, project=project, limit=SEARCH_LIMIT)["hits"]
-                      for t in threads for kind in kinds):  # fmt: skip
+        for h in rank(service.search(one, thread_id=t, kind=kind, project=p, limit=limit)["hits"]
+                      for one, t, kind, p, limit in _searches_of(q, searches, threads, project)):  # fmt: skip
             if h["event_id"] not in held and h["event_id"] not in orphans:
                 candidates.setdefault(h["event_id"], h)
     if query:  # the caller's own query: its ranking as the engine gives it
