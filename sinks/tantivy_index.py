@@ -68,19 +68,25 @@ def _check_schema(path: str) -> None:
 
 
 _ONE_TERM_EACH = frozenset({"thread_id", "project"})
-"""Filter fields every document holds exactly one term of: the event's own (an empty
-project too: the raw tokenizer indexes it as the empty term)."""
+"""Filter fields a document holds at most one term of: the event's own (an empty
+project too: the raw tokenizer indexes it as the empty term; none when it is too long)."""
 
 
 def _everyone_holds(searcher: Any, field: str, value: str) -> bool:
-    """Whether every document ``searcher`` sees holds ``value`` in ``field``: the field's
-    terms are that one alone (deleted documents' terms count: they stay in the dictionary
-    until a merge). Its filter would then select every document and only cost: a postings
-    list as long as the index, intersected with the query's (in an index of one project,
-    or of one long thread, 40% of a search's time)."""
-    if field not in _ONE_TERM_EACH or searcher.doc_freq(field, value) < searcher.num_docs:
+    """Whether every document ``searcher`` sees holds ``value`` in ``field``: as many hold
+    it as the segments hold documents, deleted ones included (their terms count in
+    ``doc_freq`` until a merge, so the live count alone cannot tell; and a document can
+    hold no term of the field at all: tantivy drops a token over 65,530 bytes, and an
+    event's project may be that long). Every document holds exactly one ``kind`` term (a
+    literal), so the kinds' counts are the documents. Its filter would then select every
+    document and only cost: a postings list as long as the index, intersected with the
+    query's (in an index of one project, or of one long thread, 40% of a search's time)."""
+    if field not in _ONE_TERM_EACH:
+        return False
+    holding = searcher.doc_freq(field, value)
+    if holding < searcher.num_docs:
         return False  # the common case, one lookup: other documents hold other values
-    return [term for term, _count in searcher.terms_with_prefix(field, "", limit=2)] == [value]
+    return holding >= sum(count for _kind, count in searcher.terms_with_prefix("kind", ""))
 
 
 class _TantivySearching:
