@@ -160,15 +160,20 @@ class _TantivySearching:
         return tantivy.Query.boolean_query(clauses + self._filter_clauses(filters, searcher)), terms
 
     def _filter_clauses(self, filters: SearchFilters, searcher: Any = None) -> list[tuple[Any, Any]]:
-        """The filters as required term clauses; with ``searcher``, without those every one
-        of its documents passes (see ``_everyone_holds``)."""
+        """The filters as required term clauses that do not score; with ``searcher``,
+        without those every one of its documents passes (see ``_everyone_holds``)."""
         clauses: list[tuple[Any, Any]] = []
         for field, value in (
             ("thread_id", filters.thread_id), ("window_id", filters.window_id),
             ("kind", filters.kind), ("tool_name", filters.tool_name), ("project", filters.project),
         ):  # fmt: skip
             if value is not None and not (searcher is not None and _everyone_holds(searcher, field, value)):
-                clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self._schema, field, value)))
+                # A filter selects and does not score (OpenSearch's ``filter`` context): a
+                # scoring one added BM25 of a term every hit holds (about 1/N each, most of
+                # a hit's score in a small index), so leaving it out would move the index's
+                # hits against the unindexed events' they are merged with.
+                clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(
+                    tantivy.Query.term_query(self._schema, field, value), 0.0)))  # fmt: skip
         if filters.since_ms is not None or filters.until_ms is not None:
             clauses.append((tantivy.Occur.Must, tantivy.Query.range_query(
                 self._schema, "ts_ms", tantivy.FieldType.Integer,
