@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+import hypothesis
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from agentlog.processors.pipeline import Pipeline, Record
@@ -18,6 +20,8 @@ from agentlog.processors.records import search_docs
 from agentlog.schemas.search import SearchFilters
 from agentlog.sinks import tantivy_index
 from agentlog.sinks.tantivy_index import TantivySearchIndex
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
 
 
@@ -152,7 +156,8 @@ def test_a_filter_every_document_passes_is_left_out_of_the_query_and_one_some_fa
 
 def test_a_thread_filter_is_kept_while_a_deleted_document_still_names_the_thread(tmp_path: Path) -> None:
     """Every live document but one holds t1, and a deleted one does too: t1's count then
-    equals the live documents' and only the field's terms tell that one is t2's."""
+    equals the live documents', and only a count of every document, deleted ones
+    included, tells that one is t2's."""
     index = TantivySearchIndex(str(tmp_path))
     index.add([_doc("moved", 0, "t1", "p", "otter"), _doc("stays", 1, "t1", "p", "marmot")])
     index.refresh()
@@ -164,7 +169,7 @@ def test_a_thread_filter_is_kept_while_a_deleted_document_still_names_the_thread
     index.close()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis.settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["t1", "t2"]), st.sampled_from(["", "p"]),
                           st.sampled_from(["marmot", "marmot otter", "otter"])), min_size=1, max_size=12),  # fmt: skip
        st.sampled_from([None, "t1", "t2"]), st.sampled_from([None, "", "p", "q"]), st.booleans())
@@ -186,3 +191,64 @@ def test_a_filtered_search_answers_what_a_scan_of_the_live_documents_answers(
                 if "marmot" in text and thread in (None, t) and project in (None, p)}  # fmt: skip
     assert {h.event_id for h in found} == expected
     index.close()
+
+
+def test_a_project_filter_is_kept_when_a_live_document_holds_no_project_term(tmp_path: Path) -> None:
+    long_project = "x" * 70_000  # a valid event's project (events may be 1 MiB); tantivy indexes no term for it
+    index = TantivySearchIndex(str(tmp_path))
+    index.add([_doc("mine", 0, "t1", "p", "marmot"), _doc("theirs", 1, "t1", long_project, "marmot")])
+    index.refresh()
+    index.add([_doc("mine", 0, "t1", "p", "marmot")])  # a replay: the first copy deleted, its term counted
+    index.refresh()
+    found = index.search("marmot", SearchFilters(thread_id="t1", project="p"), limit=10)
+    assert [h.event_id for h in found] == ["mine"]
+    index.close()
+
+
+# -- a search begun before it is answered ----------------------------------------------------
+
+
+def _ids(answer: dict[str, Any]) -> set[str]:
+    return {h["event_id"] for h in answer["hits"]}
+
+
+def test_a_search_begun_before_a_refresh_holds_what_the_refresh_showed(settings: Settings) -> None:
+    service = EmbeddedService(settings)
+    try:
+        service.publish(b"\n".join(raw(f"a{i}", "message", {"role": "user", "text": f"marmot {i}"}, float(i), "t1")
+                                   for i in range(4)))  # fmt: skip
+        service.catch_up()
+        service._drain()
+        begun = service._answering.search_begun("marmot", SearchFilters(thread_id="t1", project="default"), 20)
+        service.publish(b"\n".join(raw(f"b{i}", "message", {"role": "user", "text": f"marmot late {i}"}, 10.0 + i, "t1")
+                                   for i in range(3)))  # fmt: skip
+        service.state("t1")
+        service._drain()  # indexed and refreshed between the begin and the answer
+        service.publish(raw("c0", "message", {"role": "user", "text": "marmot newest"}, 20.0, "t1"))
+        service.state("t1")  # applied, not indexed
+        now = service._answering.search("marmot", thread_id="t1", project="default", limit=20)
+        answered = begun()
+        assert _ids(answered) == _ids(now) == {*(f"a{i}" for i in range(4)), "b0", "b1", "b2", "c0"}
+    finally:
+        service.close()
+
+
+def test_leaving_out_the_filters_every_document_passes_keeps_the_answer_s_order(settings: Settings, monkeypatch: Any) -> None:
+    """The filters' term clauses score (BM25 of a term every document holds: about 1/N
+    each), so leaving them out lowers every index hit by that much, while the unindexed
+    events' scores stay: in a small index, where it is most of a hit's score, an index
+    hit and an unindexed one change places."""
+    service = EmbeddedService(settings)
+    try:
+        service.publish(raw("old", "message", {"role": "user", "text": "marmot"}, 1.0, "t1"))
+        service.catch_up()
+        service._drain()
+        service.publish(raw("new", "message", {"role": "user", "text": "marmot seen in the hills"}, 2.0, "t1"))
+        service.state("t1")
+        left_out = [h["event_id"] for h in service._answering.search("marmot", thread_id="t1", project="default")["hits"]]
+        service.index._reload()  # forget the remembered answer
+        monkeypatch.setattr(tantivy_index, "_everyone_holds", lambda *_: False)
+        kept = [h["event_id"] for h in service._answering.search("marmot", thread_id="t1", project="default")["hits"]]
+        assert left_out == kept
+    finally:
+        service.close()
