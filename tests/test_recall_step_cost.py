@@ -234,3 +234,12 @@ def test_contexts_whose_searches_began_early_are_the_contexts_of_searches_asked_
         early = context_for(_Logged(split), "t1", 4000)
         assert orjson.dumps(early) == orjson.dumps(context_for(_Logged(split, hide=("search_begun",)), "t1", 4000))
         assert any(s["name"] == "recall" for s in early["sections"]), question  # recall had hits to compare
+
+
+def test_a_service_that_cannot_begin_a_search_reads_nothing_before_its_window(split: EmbeddedService) -> None:
+    """The Kafka worker's service: the question is read where recall reads it, as before."""
+    split.publish(raw("ask", "message", {"role": "user", "text": "what did grep find for c1?"}, 50.0))
+    service = _Logged(split, hide=("search_begun",))
+    context_for(service, "t1", 4000)
+    names = [name for name, _, _ in service.calls]
+    assert names[: names.index("window")] == ["state", "orphans"], names

@@ -50,17 +50,17 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     cache = cache_for(service)  # what earlier requests worked out: the answer stays the same
     reads = _CachedReads(service, cache)
     state = service.state(thread_id)
-    # The question is known now: its searches begin before the window and the rest are read.
-    latest_id = state.get("latest_user_message_id")
-    asked = reads.read_event(latest_id) if latest_id else None
-    begin_recall(reads, state, getattr(asked.payload, "text", None) if asked is not None else None, query)
+    begin_recall(reads, state, query)  # the question is known: its searches begin before the rest is read
     orphans = service.orphans(thread_id)
     # The raw window starts after the window switch and after what the summary covers:
     # only those records are read (at most WINDOW_RECORDS), however long the thread is.
     markers = [m for m in (state.get("window_started_by"), state.get("summary_covers_through")) if m]
     window = service.window(thread_id, markers, WINDOW_RECORDS)
     tokens = counter(encoding_for(model))
-    latest = asked if asked is not None and all(e.event_id != latest_id for e in window) else None
+    latest = None
+    latest_id = state.get("latest_user_message_id")
+    if latest_id and all(e.event_id != latest_id for e in window):
+        latest = reads.read_event(latest_id)  # remembered: recall's beginning may have read it
     # Recall runs on every request: the query, else the latest user message and the goal.
     recall = recall_for(reads, state, window, latest, orphans, query) or None
     facts = service.memory_facts(state["project"])
@@ -81,16 +81,15 @@ class _CachedReads:
 
     def __init__(self, service: ContextSource, cache: ContextCache) -> None:
         self.service, self.cache = service, cache
+        self.begins = hasattr(service, "search_begun")  # a search can be begun before it is asked
         self._begun: dict[tuple[str, str | None, str | None, str | None, int], Callable[[], dict[str, Any]]] = {}
 
     def begin_searches(self, searches: list[tuple[str, str | None, str | None, str | None, int]]) -> None:
-        """Begin each ``(query, thread_id, kind, project, limit)`` search now when the
-        service can (``search_begun``); ``search`` with the same arguments answers it."""
-        begin = getattr(self.service, "search_begun", None)
-        if begin is not None:
-            for q, thread_id, kind, project, limit in searches:
-                filters = SearchFilters(thread_id, None, kind, None, project, None, None)
-                self._begun[(q, thread_id, kind, project, limit)] = begin(q, filters, limit)
+        """Begin each ``(query, thread_id, kind, project, limit)`` search now (only when
+        ``begins``); ``search`` with the same arguments answers it."""
+        for q, thread_id, kind, project, limit in searches:
+            filters = SearchFilters(thread_id, None, kind, None, project, None, None)
+            self._begun[(q, thread_id, kind, project, limit)] = self.service.search_begun(q, filters, limit)  # type: ignore[attr-defined]
 
     def read_event(self, event_id: str) -> Envelope | None:
         return self.cache.read_event(self.service, event_id)

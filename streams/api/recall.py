@@ -26,16 +26,18 @@ class RecallSource(Protocol):
                project: str | None = None, limit: int = 10) -> dict[str, Any]: ...  # fmt: skip
 
 
-def begin_recall(service: Any, state: dict[str, Any], latest_text: str | None, query: str | None) -> None:
+def begin_recall(service: Any, state: dict[str, Any], query: str | None) -> None:
     """Begin the searches ``recall_for`` asks first (the most telling query's, in the thread
-    and its children) when the service can begin one before it is asked
-    (``begin_searches``): the index scores them on its own thread while the context's
-    other parts are read, and ``recall_for``'s same searches take their answers."""
-    begin = getattr(service, "begin_searches", None)
-    searches = recall_searches(state, latest_text, query)
-    if begin is None or not searches:
+    and its children) when the service can begin one before it is asked (``begins``): the
+    index scores them on its own thread while the context's other parts are read, and
+    ``recall_for``'s same searches take their answers. Nothing is read otherwise."""
+    if not getattr(service, "begins", False):
         return
-    begin(_searches_of(searches[0][0], searches, family_threads(state), state["project"]))
+    latest_id = state.get("latest_user_message_id")
+    asked = service.read_event(latest_id) if latest_id and not query else None  # a query replaces it
+    searches = recall_searches(state, getattr(asked.payload, "text", None) if asked is not None else None, query)
+    if searches:
+        service.begin_searches(_searches_of(searches[0][0], searches, family_threads(state), state["project"]))
 
 
 def _searches_of(q: str, searches: list[tuple[str, str | None]], threads: list[str],
