@@ -347,3 +347,44 @@ def test_idle_triggered_on_a_kafka_worker_the_committed_view_holds_the_facts_wit
         assert ok is not None and float(ok.group(1)) >= 1, metrics
     finally:
         stop_worker(worker)
+
+
+def _copied(settings: Settings) -> int:
+    job = Memory(settings)
+    try:
+        return job.bus.end_offsets()[0]
+    finally:
+        job.close()
+
+
+def test_on_kafka_the_memory_copy_stops_after_a_batch_while_the_processor_is_busy_and_goes_on_from_there_later(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    settings = _kafka(tmp_path, "copy", kafka_bootstrap, f"t{uuid.uuid4().hex[:8]}")
+    _publish_kafka(settings, *(fact(f"c{i}", f"key.{i}", "v", "tool_observed", i, thread=f"th{i % 7}")
+                               for i in range(12_000)))  # fmt: skip
+    job = Memory(settings)
+    try:
+        first = job.pull(busy=lambda: True)
+        assert 0 < first < 12_000, first  # one batch, then it yields
+        assert job.pull() == 12_000 - first  # the next pass goes on from the committed offsets
+    finally:
+        job.close()
+    assert _copied(settings) == 12_000  # nothing copied twice, nothing skipped
+
+
+def test_on_kafka_a_memory_pass_while_the_processor_is_busy_extracts_nothing_even_for_an_idle_thread(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    settings = _kafka(tmp_path, "busy", kafka_bootstrap, f"t{uuid.uuid4().hex[:8]}", memory_idle_seconds=1.0)
+    _publish_kafka(settings, fact("b1", "java.version", "17", "user_confirmed", 0, thread="quiet"))
+    clock = FakeClock()
+    busy = [True]
+    runner = MemoryRunner(settings, clock=clock, busy=lambda: busy[0])
+    assert runner.run_once() == {}
+    clock.now += 5  # idle by now, but the processor still has a backlog
+    assert runner.run_once() == {}
+    busy[0] = False
+    assert runner.run_once() == {}  # the thread is seen for the first time: its idle time starts
+    clock.now += 5
+    assert runner.run_once()["extracted"] == ["quiet"]

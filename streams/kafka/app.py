@@ -138,8 +138,9 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
                                         "proxy_headers": False, "http": BoundedHttpToolsProtocol})  # fmt: skip
     worker = faust.Worker(app, http, loglevel=loglevel, quiet=True)
     # Memory runs on its own beside the worker (threads idle for AGENTLOG_MEMORY_IDLE_SECONDS),
-    # in a daemon thread off faust's loop; its view is fenced by the broker.
-    memory_runner.start(settings, threading.Event())
+    # in a daemon thread off faust's loop, yielding while the processor has a backlog; its
+    # view is fenced by the broker.
+    memory_runner.start(settings, threading.Event(), busy=app.conf.agentlog_worker.busy)
     worker.execute_from_commandline()
     return 0
 

@@ -84,6 +84,23 @@ class EventFeed:
             return [], {}
         return [Record(tp.partition, m.offset, m.value) for tp, messages in data.items() for m in messages], positions
 
+    def behind(self, applied: Mapping[int, int]) -> int:
+        """Records of the followed partitions past ``applied`` (partition -> next offset
+        applied), by the high watermarks of the last fetches: a look from another thread
+        that asks the broker nothing (0 before the first fetch)."""
+        consumer = self.consumer
+        if consumer is None:
+            return 0
+        total = 0
+        for tp in list(consumer.assignment()):
+            try:
+                high = consumer.highwater(tp)
+            except IllegalStateError:  # unassigned meanwhile
+                continue
+            if high is not None:
+                total += max(0, high - applied.get(tp.partition, 0))
+        return total
+
     async def end_offsets(self, partitions: list[int]) -> dict[int, int]:
         await self.start()
         assert self.consumer is not None

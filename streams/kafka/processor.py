@@ -72,6 +72,8 @@ from agentlog.streams.wiring import open_log_store, open_search_index
 
 log = logging.getLogger("agentlog.faust")
 T = TypeVar("T")
+BATCH_RECORDS = 4000
+"""Records the processor takes from its feed at a time; more than this waiting is a backlog."""
 RESTORING = "this worker is restoring its state tables (after a start or a rebalance); try again in a few seconds"
 BEHIND = "this worker has not applied every published event yet; try again in a few seconds"
 
@@ -177,7 +179,7 @@ class KafkaProcessor:
         return {"status": status, "failing": failing, "deployment": "kafka",
                 "role": "all" if self.sinks_here else "processor", "written": counts,
                 "partitions": assigned or [], "dedup_ids": len(self.seen),
-                "unlogged": len(self.unlogged.events)}  # fmt: skip
+                "unlogged": len(self.unlogged.events), "behind": self.event_feed.behind(dict(self.processed))}  # fmt: skip
 
     def run(self, work: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         """``work`` on the worker's event loop, from a request's thread (never the loop's own)."""
@@ -189,6 +191,11 @@ class KafkaProcessor:
             work.close()
             raise RuntimeError("a WorkerService query blocks: call it from a thread (run_in_threadpool)")
         return asyncio.run_coroutine_threadsafe(work, self.app.loop).result(timeout)
+
+    def busy(self) -> bool:
+        """More than a batch of events waits for this processor: background work (the
+        memory runner's copy of the topic) yields the CPU until it has caught up."""
+        return self.event_feed.behind(dict(self.processed)) > BATCH_RECORDS
 
     async def owned_snapshots(self) -> list[bytes]:
         return list(self.states.data.values())  # this worker's partitions of the table, as applied
@@ -267,7 +274,7 @@ class KafkaProcessor:
             while True:
                 await self.ready.wait()
                 fetched_in = self.generation
-                records, positions = await self.event_feed.take(4000, timeout_ms=200)
+                records, positions = await self.event_feed.take(BATCH_RECORDS, timeout_ms=200)
                 if not records:
                     continue
                 async with self.applying:

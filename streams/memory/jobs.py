@@ -301,14 +301,15 @@ class Memory:
 
     # -- reads and admin ----------------------------------------------------------------
 
-    def pull(self) -> int:
+    def pull(self, busy: Callable[[], bool] = lambda: False, rest: float = 0.0) -> int:
         """On the Kafka deployment, copy new events from the topic first (a no-op when
-        embedded, where publishing writes the topic file itself)."""
+        embedded, where publishing writes the topic file itself); stops early while
+        ``busy``, paced by ``rest`` (``agentlog.streams.memory.kafka_feed.pull_events``)."""
         if not self.settings.distributed:
             return 0
         from agentlog.streams.memory.kafka_feed import pull_events  # noqa: PLC0415 - Kafka deployment only
 
-        return pull_events(self.settings, self.bus)
+        return pull_events(self.settings, self.bus, busy, rest)
 
     def show(self, project: str | None = None, key: str | None = None) -> dict[str, Any]:
         version, facts = self._newest()

@@ -28,6 +28,10 @@ log = logging.getLogger("agentlog.memory")
 
 Clock = Callable[[], float]
 
+BACKGROUND_REST = 3.0
+"""On Kafka, the runner's copy of the topic rests three times as long as each batch took:
+at most a quarter of a core, so a large catch-up (a backlog just drained) never takes the
+processor's CPU in one burst."""
 GAUGES_EVERY_S = 30.0
 """How often an idle runner refreshes the memory gauges (at once after a run)."""
 
@@ -99,7 +103,9 @@ class MemoryRunner:
     def _work(self, job: Memory, outcome: dict[str, Any]) -> dict[str, Any]:
         lease_s = self.settings.memory_lease_seconds
         if self.settings.distributed:
-            job.pull()
+            job.pull(self.busy, BACKGROUND_REST)
+            if self.busy():  # the copy stopped early: no thread is judged idle on part of it
+                return outcome
         due = self.due(job)
         # A scrape during a run (an LLM extractor may take minutes) sees it under way: the
         # full refresh from the store comes after the run.
