@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
+
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.snapshot import ThreadSnapshot
 
@@ -41,7 +43,8 @@ class LoggedEvent:
 class LogWriter(Protocol):
     """What the sinks write to the immutable log (ClickHouse or chDB)."""
 
-    def append_events(self, rows: Sequence[dict[str, Any]]) -> None: ...
+    def append_events(self, rows: Sequence[dict[str, Any] | orjson.Fragment]) -> None:
+        """``events`` rows, as dicts or as JSON already encoded (the Kafka sinks')."""
     def upsert_pairs(self, rows: Sequence[dict[str, Any]]) -> None: ...
     def append_rejected(self, rows: Sequence[dict[str, Any]]) -> None: ...
     def high_water(self, table: str) -> dict[int, int]:
@@ -85,6 +88,12 @@ class SearchIndex(Protocol):
 
     def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:
         """Upsert by ``event_id``; ``new``: none of them is in the index (skip the delete)."""
+
+    def add_encoded(self, docs: Sequence[tuple[str, bytes]]) -> None:
+        """Upsert documents that arrive as JSON, each with its ``event_id`` (the Kafka
+        sinks get them so): an engine that takes JSON as it is overrides this to skip
+        parsing them."""
+        self.add([orjson.loads(doc) for _, doc in docs])
 
     def tick(self) -> None:
         """Called every refresh interval; an engine with its own refresh does nothing."""

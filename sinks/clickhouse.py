@@ -232,7 +232,7 @@ class ClickHouseLogStore(LogStore):
             finally:
                 tempfile.tempdir = previous
 
-    def _insert_json(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+    def _insert_json(self, table: str, rows: Sequence[dict[str, Any] | orjson.Fragment]) -> None:
         if not rows:
             return
         body = b"\n".join(orjson.dumps(r) for r in rows)
@@ -240,7 +240,7 @@ class ClickHouseLogStore(LogStore):
         with self._writing():
             self._client.raw_insert(table, None, body, settings=settings, fmt="JSONEachRow")
 
-    def append_events(self, rows: Sequence[dict[str, Any]]) -> None:
+    def append_events(self, rows: Sequence[dict[str, Any] | orjson.Fragment]) -> None:
         self._insert_json("events", rows)
 
     def upsert_pairs(self, rows: Sequence[dict[str, Any]]) -> None:

@@ -8,6 +8,7 @@ its bytes) or accepted and stored as sent.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -481,12 +482,18 @@ def test_isolation_writes_every_record_but_the_refused_one_and_raises_on_an_outa
     assert raised.value.store == "index"
 
 
-def accepted_items(n: int) -> list[dict[str, Any]]:
+def accepted_items(n: int) -> list[Any]:
     from agentlog.processors.pipeline import Pipeline, Record  # noqa: PLC0415
     from agentlog.streams.kafka.accepted import sink_item  # noqa: PLC0415
 
     records = [Record(0, i + 1, raw(f"k{i}", "goal", {"text": f"kafka zebra {i}"}, i, thread="kf")) for i in range(4)]
     return [sink_item(a) for a in Pipeline().process(records).applied]
+
+
+def with_changed(item: Any, part: str, **fields: object) -> Any:
+    """An accepted item whose row or document has ``fields`` changed (encoded again)."""
+    changed = {**orjson.loads(getattr(item, part)), **fields}
+    return dataclasses.replace(item, **{part: orjson.dumps(changed)})
 
 
 def test_the_kafka_log_sink_dead_letters_a_row_the_log_refuses_and_writes_the_rest(settings: Settings) -> None:
@@ -496,10 +503,11 @@ def test_the_kafka_log_sink_dead_letters_a_row_the_log_refuses_and_writes_the_re
     store = ClickHouseLogStore.open(path=str(settings.path("log")))
     try:
         items = accepted_items(4)
-        items[2]["row"]["ts"] = "not a time at all"  # a row real ClickHouse refuses to parse
+        items[2] = with_changed(items[2], "row", ts="not a time at all")  # a row real ClickHouse refuses to parse
         count, letters = write_log_guarded(store, items, [])
         assert count == 3
-        assert [raw_ for raw_, _ in letters] == [items[2]["row"]["raw"].encode()]
+        assert [raw_ for raw_, _ in letters] == [orjson.loads(items[2].row)["raw"].encode()]
+        assert orjson.loads(letters[0][0])["event_id"] == "k2"  # the event as published
         assert letters[0][1].startswith("sink_refused:log: ")
         assert sorted(r[0] for r in store.query("SELECT event_id FROM events").rows) == ["k0", "k1", "k3"]
     finally:
@@ -512,9 +520,9 @@ def test_the_kafka_index_sink_dead_letters_a_document_the_index_refuses(tmp_path
     index = RefusingIndex(str(tmp_path / "index"))
     try:
         items = accepted_items(4)
-        items[1]["doc"]["text"] = "poisonpill"
+        items[1] = with_changed(items[1], "doc", text="poisonpill")
         letters = index_guarded(index, items)
-        assert [raw_ for raw_, _ in letters] == [items[1]["row"]["raw"].encode()]
+        assert [raw_ for raw_, _ in letters] == [orjson.loads(items[1].row)["raw"].encode()]
         index.refresh()
         from agentlog.schemas.search import SearchFilters  # noqa: PLC0415
 

@@ -42,7 +42,6 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import faust
-import orjson
 from faust.exceptions import ConsumerNotStarted
 from faust.streams import _current_event
 from kafka.partitioner.default import murmur2
@@ -56,7 +55,7 @@ from agentlog.sinks.base import LoggedEvent, StoreError
 from agentlog.schemas.tables import rejected_row
 from agentlog.streams.api.service import Unavailable
 from agentlog.streams.config import Settings
-from agentlog.streams.kafka.accepted import by_partition, chunks
+from agentlog.streams.kafka.accepted import by_partition, chunks, encode_message
 from agentlog.streams.kafka.batch_producer import BatchProducer
 from agentlog.streams.kafka.batch_seen import BatchSeen
 from agentlog.streams.kafka.event_feed import EventFeed
@@ -353,9 +352,9 @@ class KafkaProcessor:
         carried = []  # the event ids of each accepted record, in the order sent
         for p, group in groups.items():
             for i, chunk in enumerate(chunks(group["items"])):
-                body = {"items": chunk, "pairs": group["pairs"] if i == 0 else []}
-                sends.append(self.accepted.send(value=orjson.dumps(body), partition=p))
-                carried.append([item["event_id"] for item in chunk])
+                body = encode_message(chunk, group["pairs"] if i == 0 else [])
+                sends.append(self.accepted.send(value=body, partition=p))
+                carried.append([item.event_id for item in chunk])
         # Unlogged before they are sent: the sink may log them while the sends are awaited,
         # and an id marked logged before it was added would stay "unlogged" for good.
         self.unlogged.add(LoggedEvent(a.event.event_id, a.event.thread_id, a.record.value, a.record.partition,

@@ -29,7 +29,7 @@ class SinkWriters:
         items, pairs = await asyncio.to_thread(read_messages, batch)
         count, refused = await asyncio.to_thread(write_log_guarded, self.log_store, items, pairs)
         await self.dead_letter(refused)
-        self.logged(item["event_id"] for item in items)
+        self.logged(item.event_id for item in items)
         self.written["events"] += count
 
     async def index(self, batch: list[bytes]) -> None:
