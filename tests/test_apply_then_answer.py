@@ -516,3 +516,25 @@ def test_a_served_read_never_takes_the_checkpoint_the_processor_s_loop_takes_it(
     finally:
         svc.serving = False
         svc.close()
+
+
+def test_a_state_read_after_an_agent_step_reads_the_topic_once_and_a_backlog_of_many_batches_is_applied_whole(
+    service: EmbeddedService,
+) -> None:  # fmt: skip
+    reads: list[int] = []
+    bus_read = service.driver.bus.read
+
+    def counted(after: int, limit: int) -> Any:
+        records = bus_read(after, limit)
+        reads.append(len(records))
+        return records
+
+    service.driver.bus.read = counted  # type: ignore[method-assign]
+    service.publish(goal(1))
+    assert service.state("step")["goal"]["text"] == "walrus step 1"
+    assert reads == [1]  # fewer than a batch: the read saw the whole topic, no second look
+    service.driver.batch_size = 3
+    reads.clear()
+    service.publish(b"\n".join(goal(i) for i in range(2, 9)))  # seven: two full batches and one
+    assert service.state("step")["event_count"] == 8
+    assert reads == [3, 3, 1]

@@ -4,6 +4,7 @@ handoff record, deterministically; a context request writes nothing and changes 
 from __future__ import annotations
 
 import random
+import re
 import tempfile
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.processors.context import BudgetTooSmall
-from agentlog.processors.fold import HARD_ENTRIES, digest
+from agentlog.processors.fold import (
+    DIGEST_CHARS, DIGEST_MIDDLE_LINES, HARD_ENTRIES, LINE_CHARS, SCAN_CHARS, clip_at_word, digest,
+)  # fmt: skip
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.thread import PairingConfig, ThreadProcessor
 from agentlog.schemas.snapshot import ThreadSnapshot
@@ -372,3 +375,48 @@ def test_a_compaction_for_a_cover_the_fold_has_since_passed_is_not_applied_so_no
     # The same record for the cover the fold holds now (what the summary job sends) is applied as is.
     fresh = processed([*records, raw("cy", "compaction", {"summary": llm, "covers_through": cover}, 9)], window_tokens=100)
     assert fresh.state.summary == llm and fresh.state.summary_event_id == "cy"
+
+
+_ONE_PATTERN_HINT = re.compile(  # the digest's first rule, one case-insensitive pattern: the reference
+    r"(?i:error|fail|exception|traceback|fatal|denied|refused|timed? ?out|not found|panic|abort|warning"
+    r"|exit (?:code|status))|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b[A-Z]{1,4}[0-9]{3,}\b"
+)
+
+
+def _one_pattern_digest(text: str) -> str:
+    body = text.strip()
+    if not body:
+        return ""
+    if "\n" not in body:
+        return clip_at_word(clip_at_word(body, LINE_CHARS), DIGEST_CHARS)
+    first, last = body.split("\n", 1)[0].strip(), body.rsplit("\n", 1)[-1].strip()
+    picked, pos, scan, tries = [first], 0, body[:SCAN_CHARS], 4 * DIGEST_MIDDLE_LINES
+    while len(picked) <= DIGEST_MIDDLE_LINES and tries and (m := _ONE_PATTERN_HINT.search(scan, pos)):
+        tries -= 1
+        start = scan.rfind("\n", 0, m.start()) + 1
+        end = scan.find("\n", m.end())
+        end = len(scan) if end < 0 else end
+        line, pos = scan[start:end].strip(), end + 1
+        if line not in picked and line != last:
+            picked.append(line)
+    if last not in picked:
+        picked.append(last)
+    return clip_at_word(" | ".join(clip_at_word(ln, LINE_CHARS) for ln in picked), DIGEST_CHARS)
+
+
+_HINTY = st.sampled_from(["error", "ERROR", "Failed", "eXcEpTiOn", "Traceback", "timed out", "TimeOut", "time out",
+                          "Not Found", "exit code", "EXIT STATUS", "ERR_CACHE_MISS", "E1234", "ABCD12345",
+                          "xERR_X", "éERR_X", "_E123", "E12", "Éerror", "ßFAIL", "faİl", "refuſed", "ok", "step", "done", "é", " ",
+                          "-", "_", "1", "İ", "straße"])  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.one_of(_HINTY, st.text(max_size=6)), max_size=8).map(" ".join), min_size=1, max_size=40))
+def test_an_outputs_digest_picks_the_same_lines_as_one_case_insensitive_pattern_did(lines: list[str]) -> None:
+    # Letters whose Unicode case folding meets an ASCII letter of a hint word ("ſ", the
+    # Kelvin sign, the Turkish dotted and dotless i) no longer count as it: the words are
+    # matched in ASCII case only.
+    text = "\n".join(lines)
+    for letter, ascii_letter in (("ſ", "s"), ("\u212a", "k"), ("İ", "i"), ("ı", "i")):
+        text = text.replace(letter, ascii_letter)
+    assert digest(text) == _one_pattern_digest(text)

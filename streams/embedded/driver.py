@@ -129,9 +129,13 @@ class EmbeddedDriver:
         written here, so this costs the processing alone); ``checkpoint=False``: leave a
         checkpoint that falls due to the loop that takes them (``agentlog run``'s)."""
         applied = 0
-        while n := (self.step() if checkpoint else self.apply_at_most(self.batch_size)):
+        while True:
+            n = self.step() if checkpoint else self.apply_at_most(self.batch_size)
             applied += n
-        return applied
+            # Fewer than a batch: the read saw the whole topic (what it holds now), and a
+            # second read, one more query on every agent step, would find nothing.
+            if n < self.batch_size:
+                return applied
 
     def _conflicts(self, duplicates: Sequence[tuple[Record, Envelope]]) -> list[tuple[bytes, str]]:
         """Duplicates whose content differs from the first copy (publishers racing past
