@@ -9,6 +9,7 @@ estimated from lengths), so a replay or ``rebuild`` lands on the same summary.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +80,14 @@ def _tokens(chars: int) -> int:
     return 4 + (chars + 3) // 4  # about 4 characters a token, plus the message's overhead
 
 
-def digest(text: str) -> str:
-    """An output's first and last lines and the lines between that look like errors."""
+HintFinder = Callable[[str, str, int], "tuple[int, int] | None"]
+"""(text, its ASCII-lowered copy, position) -> (start, end) of the next error hint, or None."""
+
+
+def digest(text: str, next_hint: HintFinder | None = None) -> str:
+    """An output's first and last lines and the lines between that look like errors
+    (found by ``next_hint``, ``_next_hint`` unless given)."""
+    next_hint = next_hint or _next_hint
     body = text.strip()
     if not body:
         return ""
@@ -89,7 +96,7 @@ def digest(text: str) -> str:
     first, last = body.split("\n", 1)[0].strip(), body.rsplit("\n", 1)[-1].strip()
     picked, pos, scan, tries = [first], 0, body[:SCAN_CHARS], 4 * DIGEST_MIDDLE_LINES
     lowered = scan.lower() if scan.isascii() else scan.translate(_ASCII_LOWER)
-    while len(picked) <= DIGEST_MIDDLE_LINES and tries and (hint := _next_hint(scan, lowered, pos)):
+    while len(picked) <= DIGEST_MIDDLE_LINES and tries and (hint := next_hint(scan, lowered, pos)):
         tries -= 1  # repeated lines cost a look each: bounded
         start = scan.rfind("\n", 0, hint[0]) + 1
         end = scan.find("\n", hint[1])

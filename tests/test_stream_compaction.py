@@ -13,9 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.processors.context import BudgetTooSmall
-from agentlog.processors.fold import (
-    DIGEST_CHARS, DIGEST_MIDDLE_LINES, HARD_ENTRIES, LINE_CHARS, SCAN_CHARS, clip_at_word, digest,
-)  # fmt: skip
+from agentlog.processors.fold import HARD_ENTRIES, digest
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.thread import PairingConfig, ThreadProcessor
 from agentlog.schemas.snapshot import ThreadSnapshot
@@ -383,25 +381,9 @@ _ONE_PATTERN_HINT = re.compile(  # the digest's first rule, one case-insensitive
 )
 
 
-def _one_pattern_digest(text: str) -> str:
-    body = text.strip()
-    if not body:
-        return ""
-    if "\n" not in body:
-        return clip_at_word(clip_at_word(body, LINE_CHARS), DIGEST_CHARS)
-    first, last = body.split("\n", 1)[0].strip(), body.rsplit("\n", 1)[-1].strip()
-    picked, pos, scan, tries = [first], 0, body[:SCAN_CHARS], 4 * DIGEST_MIDDLE_LINES
-    while len(picked) <= DIGEST_MIDDLE_LINES and tries and (m := _ONE_PATTERN_HINT.search(scan, pos)):
-        tries -= 1
-        start = scan.rfind("\n", 0, m.start()) + 1
-        end = scan.find("\n", m.end())
-        end = len(scan) if end < 0 else end
-        line, pos = scan[start:end].strip(), end + 1
-        if line not in picked and line != last:
-            picked.append(line)
-    if last not in picked:
-        picked.append(last)
-    return clip_at_word(" | ".join(clip_at_word(ln, LINE_CHARS) for ln in picked), DIGEST_CHARS)
+def _one_pattern_hint(scan: str, _lowered: str, pos: int) -> tuple[int, int] | None:
+    found = _ONE_PATTERN_HINT.search(scan, pos)
+    return None if found is None else found.span()
 
 
 _HINTY = st.sampled_from(["error", "ERROR", "Failed", "eXcEpTiOn", "Traceback", "timed out", "TimeOut", "time out",
@@ -419,4 +401,4 @@ def test_an_outputs_digest_picks_the_same_lines_as_one_case_insensitive_pattern_
     text = "\n".join(lines)
     for letter, ascii_letter in (("ſ", "s"), ("\u212a", "k"), ("İ", "i"), ("ı", "i")):
         text = text.replace(letter, ascii_letter)
-    assert digest(text) == _one_pattern_digest(text)
+    assert digest(text) == digest(text, _one_pattern_hint)
