@@ -4,13 +4,17 @@ asking the broker: the memory runner's copy yields the CPU while it is."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from pathlib import Path
+
+from aiokafka import TopicPartition
 
 from agentlog.streams.config import Settings
 from agentlog.streams.kafka.event_feed import EventFeed
 from agentlog.streams.kafka.publisher import KafkaPublisher
 from agentlog.streams.kafka.topics import EVENTS, processor_group, topic
+from agentlog.streams.memory.runner import MemoryRunner
 from tests.helpers import raw
 
 
@@ -38,3 +42,40 @@ def test_the_feed_counts_the_records_waiting_past_what_was_applied_by_the_last_f
             await feed.stop()
 
     assert asyncio.run(look()) == (0, 50, 40, 0)
+
+
+class _Reassigned:
+    """A consumer whose assignment moved on between listing a partition and reading its
+    high watermark (a rebalance on the worker's loop, seen from the memory runner's thread)."""
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset({TopicPartition("t", 0), TopicPartition("t", 1)})
+
+    def highwater(self, tp: TopicPartition) -> int:
+        if tp.partition == 0:
+            raise AssertionError("Partition is not assigned")  # what aiokafka raises
+        return 30
+
+
+def test_a_partition_unassigned_under_the_look_counts_nothing_instead_of_failing_the_caller() -> None:
+    feed = EventFeed("127.0.0.1:1", "t", "g")
+    feed.consumer = _Reassigned()  # type: ignore[assignment]
+    assert feed.behind({1: 10}) == 20
+
+
+def test_a_memory_runner_whose_busy_look_fails_keeps_running(tmp_path: Path) -> None:
+    looks: list[int] = []
+    stop = threading.Event()
+
+    def busy() -> bool:
+        looks.append(1)
+        if len(looks) == 1:
+            raise AssertionError("Partition is not assigned")
+        stop.set()
+        return True
+
+    runner = MemoryRunner(Settings(data_dir=tmp_path, memory_idle_seconds=0.8), busy=busy)
+    worker = threading.Thread(target=runner.run, args=(stop,), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and len(looks) == 2  # looked again after the failure, then stopped

@@ -134,7 +134,7 @@ class EmbeddedDriver:
             applied += n
             # Fewer than a batch: the read saw the whole topic (what it holds now), and a
             # second read, one more query on every agent step, would find nothing.
-            if n < self.batch_size:
+            if n == 0 or n < self.batch_size:
                 return applied
 
     def _conflicts(self, duplicates: Sequence[tuple[Record, Envelope]]) -> list[tuple[bytes, str]]:

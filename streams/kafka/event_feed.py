@@ -95,7 +95,7 @@ class EventFeed:
         for tp in list(consumer.assignment()):
             try:
                 high = consumer.highwater(tp)
-            except IllegalStateError:  # unassigned meanwhile
+            except (IllegalStateError, AssertionError, AttributeError):  # unassigned meanwhile (aiokafka asserts)
                 continue
             if high is not None:
                 total += max(0, high - applied.get(tp.partition, 0))

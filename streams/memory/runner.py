@@ -134,9 +134,9 @@ class MemoryRunner:
     def run(self, stop: threading.Event) -> None:
         period = every_s(self.settings.memory_idle_seconds)
         while not stop.wait(period):
-            if self.busy():
-                continue
             try:
+                if self.busy():
+                    continue
                 self.run_once()
             except Exception:  # noqa: BLE001 - the runner must not die: the next pass retries
                 log.exception("a memory pass failed; retrying in %.1f s", period)
