@@ -90,10 +90,8 @@ class SearchIndex(Protocol):
         """Upsert by ``event_id``; ``new``: none of them is in the index (skip the delete)."""
 
     def add_encoded(self, docs: Sequence[tuple[str, bytes]]) -> None:
-        """Upsert documents that arrive as JSON, each with its ``event_id`` (the Kafka
-        sinks get them so): an engine that takes JSON as it is overrides this to skip
-        parsing them."""
-        self.add([orjson.loads(doc) for _, doc in docs])
+        """``add`` for documents that arrive as JSON, each with its ``event_id`` (the Kafka
+        sinks get them so): an engine that takes JSON as it is does not parse them."""
 
     def tick(self) -> None:
         """Called every refresh interval; an engine with its own refresh does nothing."""

@@ -336,6 +336,10 @@ class TantivySearchIndex(_TantivySearching, SearchIndex):
         # Every document added so far, committed or not, has an offset at or below this.
         self._high = max(self._visible.values(), default=-1)
 
+    def add_encoded(self, docs: Sequence[tuple[str, bytes]]) -> None:
+        """Tantivy takes documents as dicts: parsed here."""
+        self.add([orjson.loads(doc) for _, doc in docs])
+
     def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:
         """Upsert ``docs``; ``new``: the caller knows none is in the index yet (a replay
         after ``clear``, which goes thread by thread, not in offset order), so no delete
