@@ -720,7 +720,7 @@ def assemble(
     if needed > budget:
         raise BudgetTooSmall(needed, budget)
     b = Budget(counter, budget - needed, measure=measure, derived=derived)
-    # Copies: ``state`` may hold the items later state reads answer (``PublicView``, copy=False).
+    # Copies: the caller's to change; ``state``'s items may be read-only, shared with later state reads.
     goal = state.get("goal")
     sections: list[dict[str, Any]] = [{"name": "pinned", "tokens": measure(pinned),
                                        "goal": None if goal is None else dict(goal),

@@ -4,20 +4,23 @@ A long thread's state holds thousands of plan steps, files and failures. Dumping
 redacting all of them on every read made the agent's step (publish, then read the state)
 cost more the longer the thread. The reducer replaces an item that changes instead of
 editing it (the items are frozen), so an item that is the same object as at the last read
-renders the same: a read dumps and redacts only the items that are new since then.
+renders the same: a read dumps and redacts only the items that are new since then. A view
+that its thread processor tells which sections each event touched (``touched``) does not
+even look at the others: a read costs what changed since the last one, not the plan's length.
 
 Same value as ``redact_if(redact, state.public())``, key order included (a property test
-checks it after every event of generated threads). Every read returns fresh dicts and
-lists: a caller may change what it gets without touching the next read's.
+checks it after every event of generated threads). A read shares its sections, their items
+and the summary with the next reads, read-only (``agentlog.processors.read_only``): a
+caller that tries to change one gets a ``TypeError``; its copies are plain and changeable.
 
 ``render_json`` is the same state for a caller that only sends it on (the HTTP route): each
 section's JSON is kept as bytes beside its items and spliced in (``orjson.Fragment``), so
-an unchanged section costs neither a copy nor a second serialisation.
+an unchanged section costs no second serialisation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import fields
 from itertools import compress
 from operator import is_, is_not
@@ -26,7 +29,8 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter
 
-from agentlog.processors.redaction import redact_value, redacted_json
+from agentlog.processors.read_only import ReadOnlyDict, ReadOnlyList, read_only
+from agentlog.processors.redaction import redact_reusing, redact_value
 from agentlog.schemas.state import (
     AgentItem,
     ApprovalItem,
@@ -57,11 +61,11 @@ _APPROVAL_QUEUE_HIDES = ("decision", "decided_by")
 _QUEUES = ("pending_approvals", "decided_approvals")
 
 
-class Rendering(list):  # type: ignore[type-arg]
+class Rendering(ReadOnlyList):
     """A section's items as ``PublicView`` rendered them, never changed once made: a
     section that changes renders into a new one. So the very same ``Rendering`` holds the
-    very same items, and a reader of ``render(copy=False)`` may remember what it derived
-    from one by its identity alone (``agentlog.processors.context``)."""
+    very same items, and a reader may remember what it derived from one by its identity
+    alone (``agentlog.processors.context``)."""
 
     __slots__ = ()
 
@@ -69,77 +73,72 @@ class Rendering(list):  # type: ignore[type-arg]
 class PublicView:
     """One thread's rendered sections, each with the items it rendered.
 
-    A section that did not change since the last read costs a comparison by identity (in C)
-    and a copy of its dicts; one that did renders its new and replaced items only.
+    ``told``: the view's owner calls ``touched`` with the sections each event may have
+    changed (``ThreadProcessor`` does, with what ``reduce`` returns), so a section not
+    touched since its last rendering is answered as it is. Otherwise (a view over a state
+    changed by others) each read compares a section's items with those it rendered, by
+    identity (in C). Either way a section that changed renders its new and replaced items only.
     """
 
-    __slots__ = ("_sections", "_summary", "_summary_memo", "_redact", "_json", "_shared_summary")
+    __slots__ = ("_sections", "_summary", "_summary_entries", "_redact", "_json", "_told", "_fresh")
 
-    def __init__(self) -> None:
-        self._sections: dict[str, tuple[tuple[object, ...], list[dict[str, Any]], Any]] = {}
+    def __init__(self, told: bool = False) -> None:
+        self._sections: dict[str, tuple[tuple[object, ...], Rendering, Any]] = {}
         """Per section: the items as last read (held, so no other object takes their ids),
         their renderings, and what the section derived from them (the approval queues)."""
-        self._summary: tuple[object, bytes | None] = (None, None)
-        self._summary_memo: dict[bytes, bytes] = {}
-        """The summary's lists and list items as last redacted (their JSON -> the
-        redaction's): a fold changes a few entries of a record of hundreds."""
+        self._summary: tuple[object, Any, bytes | None] = (_UNREAD, None, None)
+        """The summary as last read, what it was shown as (read-only, redacted) and that's JSON."""
+        self._summary_entries: dict[int, tuple[Any, Any]] = {}
+        """The entries of the summary's lists as last shown (id -> (entry, shown)): a fold
+        keeps the unchanged ones of a record of hundreds as the same objects."""
         self._redact: bool | None = None
         self._json: dict[str, tuple[object, orjson.Fragment]] = {}
         """Per shown section: the rendering it was serialised from (held: compared by
         identity, as a section that changed renders into a new list) and its JSON."""
-        self._shared_summary: tuple[bytes | None, Any] = (None, None)
-        """The summary's JSON as ``render(copy=False)`` last loaded it, and what it loaded."""
+        self._told = told
+        self._fresh: set[str] = set()
+        """The sections rendered and not touched since (consulted only when ``told``)."""
 
-    def render(self, state: WorkingState, redact: bool, copy: bool = True) -> dict[str, Any]:
-        """The public state. ``copy=False`` shares the sections' lists, their item dicts and
-        the summary with the next reads: for a caller that only reads them (context
-        assembly), never for one that hands them out or changes them. A section's rendering
-        is never changed once made (a changed section renders into a new list), so what
-        such a reader holds stays what it read."""
-        if copy:
-            return self._render(state, redact, lambda _name, rendered: _copies(rendered), orjson.loads)
-        return self._render(state, redact, lambda _name, rendered: rendered, self._loaded_summary)
+    def touched(self, sections: Iterable[str]) -> None:
+        """An event may have changed these sections (the names of ``WorkingState``'s fields)."""
+        self._fresh.difference_update(sections)
 
-    def _loaded_summary(self, rendered: bytes) -> Any:
-        """``orjson.loads(rendered)``, loaded again only when the summary's JSON is not the
-        very bytes loaded last (``_rendered_summary`` keeps them while the summary is the same)."""
-        held, loaded = self._shared_summary
-        if held is not rendered:
-            loaded = orjson.loads(rendered)
-            self._shared_summary = (rendered, loaded)
-        return loaded
+    def render(self, state: WorkingState, redact: bool) -> dict[str, Any]:
+        """The public state: a fresh top-level dict whose sections, items and summary are
+        read-only and shared with the next reads while they do not change."""
+        return self._render(state, redact, lambda _name, rendered: rendered, self._shown_summary)
 
     def render_json(self, state: WorkingState, redact: bool) -> dict[str, Any]:
         """The public state with its sections as JSON fragments: ``orjson.dumps`` of it is
         ``orjson.dumps(self.render(state, redact))``, byte for byte. Only for serialising."""
-        return self._render(state, redact, self._fragment, orjson.Fragment)
+        return self._render(state, redact, self._fragment, self._summary_fragment)
 
-    def _render(self, state: WorkingState, redact: bool, shown: Callable[[str, list[dict[str, Any]]], Any],
-                summary: Callable[[bytes], Any]) -> dict[str, Any]:  # fmt: skip
+    def _render(self, state: WorkingState, redact: bool, shown: Callable[[str, Rendering], Any],
+                summary: Callable[[dict[str, Any] | None], Any]) -> dict[str, Any]:  # fmt: skip
         """``shown(name, rendered)`` is what a section's renderings become in the answer,
-        ``summary(json)`` what the summary's JSON does."""
+        ``summary(state.summary)`` what the summary does."""
         if redact is not self._redact:  # rendered under the other setting: start over
-            self._sections, self._summary, self._redact, self._json = {}, (None, None), redact, {}
-            self._summary_memo, self._shared_summary = {}, (None, None)
+            self._sections, self._summary, self._redact, self._json = {}, (_UNREAD, None, None), redact, {}
+            self._summary_entries, self._fresh = {}, set()
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(state, name)
             if name in KEYED_SECTIONS:
                 out[name] = shown(name, self._section(name, value.values())[0])
             elif name == "failures":
-                out[name] = shown(name, self._section(name, tuple(value))[0])
+                out[name] = shown(name, self._section(name, value)[0])
             elif name == "approvals":
                 queues = self._section(name, value.values(), _approval_queues)[1]
             elif name == "goal":
                 out[name] = None if value is None else shown(name, self._section(name, (value,))[0])[0]
             elif name == "summary":
-                out[name] = summary(self._rendered_summary(value))
-            else:  # scalars and the small map of closed windows
+                out[name] = summary(value)
+            else:  # scalars and the small map of closed windows (a fresh dict: the caller's)
                 out[name] = self._plain(dict(value) if isinstance(value, dict) else value)
         out["pending_approvals"], out["decided_approvals"] = (shown(n, q) for n, q in zip(_QUEUES, queues))
         return out
 
-    def _fragment(self, name: str, rendered: list[dict[str, Any]]) -> Any:
+    def _fragment(self, name: str, rendered: Rendering) -> Any:
         """The section's JSON, serialised again only when its renderings changed. The goal,
         a section of one item shown as that item, is shown as a list of its one fragment."""
         held, fragment = self._json.get(name, (None, None))
@@ -149,66 +148,81 @@ class PublicView:
         return [fragment] if name == "goal" else fragment
 
     def _section(self, name: str, values: Collection[object],
-                 derive: Callable[[list[dict[str, Any]]], Any] = lambda _: None) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+                 derive: Callable[[Rendering], Any] = lambda _: None) -> tuple[Rendering, Any]:  # fmt: skip
         """``values``: the section's items (a dict's values are compared as they are: a
         tuple of them is made only when something changed)."""
-        held, rendered, derived = self._sections.get(name, ((), [], None))
+        held, rendered, derived = self._sections.get(name, ((), _NOTHING, None))
+        if self._told and name in self._fresh:
+            return rendered, derived  # not touched since its last rendering: not even looked at
         kept = len(held)
         if len(values) == kept and derived is not None and all(map(is_, values, held)):
-            return rendered, derived  # the common read: nothing in it changed
+            self._fresh.add(name)
+            return rendered, derived  # nothing in it changed
         items = values if isinstance(values, tuple) else tuple(values)
         if len(items) >= kept:  # the reducer adds at the end and replaces in place
             changed = list(compress(range(kept), map(is_not, items, held)))
             if len(changed) <= _FEW:
-                rendered = Rendering(rendered)
+                renderings = list(rendered)
                 for i in changed:
-                    rendered[i] = self._item(items[i])
-                rendered.extend(self._item(item) for item in items[kept:])
-                return self._keep(name, items, rendered, derive)
+                    renderings[i] = self._item(items[i])
+                renderings.extend(self._item(item) for item in items[kept:])
+                return self._keep(name, items, Rendering(renderings), derive)
         # Items removed (a closed call, a removed constraint, old failures) or many replaced.
         by_id = dict(zip(map(id, held), rendered))
         return self._keep(name, items, Rendering(by_id.get(id(item)) or self._item(item) for item in items), derive)
 
     def _keep(self, name: str, items: tuple[object, ...], rendered: Rendering,
-              derive: Callable[[list[dict[str, Any]]], Any]) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+              derive: Callable[[Rendering], Any]) -> tuple[Rendering, Any]:  # fmt: skip
         derived = derive(rendered)
         self._sections[name] = (items, rendered, True if derived is None else derived)
+        self._fresh.add(name)
         return rendered, derived
 
-    def _item(self, item: object) -> dict[str, Any]:
-        return self._plain(_ITEM_ADAPTERS[type(item)].dump_python(item, mode="json"))
+    def _item(self, item: object) -> ReadOnlyDict:
+        return ReadOnlyDict(self._plain(_ITEM_ADAPTERS[type(item)].dump_python(item, mode="json")))
 
-    def _rendered_summary(self, summary: dict[str, Any] | None) -> bytes:
-        """The summary's JSON (``render`` loads it: a fresh deep copy for each read)."""
-        # The fold replaces the summary dict whenever it changes (never edits it in place).
-        held, rendered = self._summary
-        if held is not summary or rendered is None:
-            try:  # plain JSON already (the fold's dump, an event's payload): the adapter's dump is itself
-                rendered = orjson.dumps(summary, option=_PLAIN_ONLY)
-                dumped = summary
+    def _shown_summary(self, summary: dict[str, Any] | None) -> Any:
+        """The summary as shown (read-only, redacted), made again only when the fold (or a
+        compaction event) replaced it, from the entries it shares with the last one."""
+        held, shown, _ = self._summary
+        if held is summary:
+            return shown
+        if summary is not None:
+            try:  # plain JSON already (the fold's record, an event's payload): shown as it is
+                orjson.dumps(summary, option=_PLAIN_ONLY)
+                plain = summary
             except TypeError:
-                dumped = _SUMMARY_ADAPTER.dump_python(summary, mode="json")
-                rendered = orjson.dumps(dumped)
-            if self._redact:  # its lists' entries as last redacted, new ones redacted now
-                rendered, self._summary_memo = redacted_json(dumped, self._summary_memo)
-            self._summary = (summary, rendered)
-        return rendered
+                plain = _SUMMARY_ADAPTER.dump_python(summary, mode="json")
+            kept: dict[int, tuple[Any, Any]] = {}
+            shown = redact_reusing(plain, bool(self._redact), self._summary_entries, kept, read_only)
+            self._summary_entries = kept
+        else:
+            shown = None
+        self._summary = (summary, shown, None)
+        return shown
+
+    def _summary_fragment(self, summary: dict[str, Any] | None) -> orjson.Fragment:
+        """The shown summary's JSON, serialised once for each new summary."""
+        shown = self._shown_summary(summary)
+        held, _, json = self._summary
+        if json is None:
+            json = orjson.dumps(shown)
+            self._summary = (held, shown, json)
+        return orjson.Fragment(json)
 
     def _plain(self, value: Any) -> Any:
         return redact_value(value) if self._redact else value
 
 
+_NOTHING = Rendering()
+_UNREAD = object()
+"""What ``_summary`` holds before the first read (``None`` is a summary: there is none)."""
 _FEW = 16
 """Past this many replaced items in one section, match them by identity instead."""
 
 
-def _copies(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fresh dicts for the caller (items hold scalars only: a shallow copy is a whole one)."""
-    return list(map(dict.copy, rendered))
-
-
 def _approval_queues(approvals: list[dict[str, Any]]) -> tuple[Rendering, Rendering]:
-    pending = Rendering({k: v for k, v in a.items() if k not in _APPROVAL_QUEUE_HIDES}
+    pending = Rendering(ReadOnlyDict({k: v for k, v in a.items() if k not in _APPROVAL_QUEUE_HIDES})
                         for a in approvals if a["decision"] is None and a["action"] is not None)  # fmt: skip
     return pending, Rendering(a for a in approvals if a["decision"] is not None)
 

@@ -28,9 +28,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, MutableMapping
-from functools import lru_cache, partial
-from itertools import compress
-from operator import is_
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -376,44 +374,29 @@ def redact_fields(record: dict[str, Any], keys: Collection[str]) -> dict[str, An
             for k, v in record.items() if k in keys}  # fmt: skip
 
 
-_is_none = partial(is_, None)
-
-
-def redacted_json(value: Any, last: Mapping[bytes, bytes]) -> tuple[bytes, dict[bytes, bytes]]:
-    """``orjson.dumps(redact_value(value))``, byte for byte, and the memo of its entries.
-
-    Each dict in a list is looked up in ``last`` (its JSON -> its redaction's JSON: the
-    memo this returned for the last value) and spliced in as it is, never parsed again: a
-    long list that changed in a few entries costs the redaction of the new ones only. The
-    memo returned holds this value's entries alone, so it stays as small as the value."""
-    kept: dict[bytes, bytes] = {}
-    return orjson.dumps(_spliced(value, last, kept)), kept
-
-
-def _spliced(value: Any, last: Mapping[bytes, bytes], kept: dict[bytes, bytes]) -> Any:
+def redact_reusing(value: Any, redact: bool, last: Mapping[int, tuple[Any, Any]], kept: dict[int, tuple[Any, Any]],
+                   finish: Callable[[Any], Any]) -> Any:  # fmt: skip
+    """``finish(redact_if(redact, value))``, ``finish`` applied to every dict and list
+    (``read_only``). A dict entry of a list that is the very object (``is``) of one in
+    ``last`` (id -> (entry, what this made of it): the memo ``kept`` got the last time)
+    is taken as it was made: a rolling summary keeps its unchanged entries as the same
+    objects from fold to fold, so a new one costs its new entries only."""
     if isinstance(value, dict):
-        pair = ("value" in value or "Value" in value) and _names_secret(value)
-        return {k: (_masked(v) if _hides(k, pair) else _spliced(v, last, kept)) for k, v in value.items()}
+        pair = redact and ("value" in value or "Value" in value) and _names_secret(value)
+        return finish({k: (finish(_masked(v)) if redact and _hides(k, pair) else
+                           redact_reusing(v, redact, last, kept, finish)) for k, v in value.items()})  # fmt: skip
     if isinstance(value, (list, tuple)):
         if value and set(map(type, value)) == {dict}:
-            return _spliced_items(value, last, kept)
-        return [_spliced(v, last, kept) for v in value]
-    return _redact_leaf(value)
-
-
-def _spliced_items(items: list[Any] | tuple[Any, ...], last: Mapping[bytes, bytes],
-                   kept: dict[bytes, bytes]) -> list[Any]:  # fmt: skip
-    """A list of dicts, each redacted on its own (nothing outside an item changes what it
-    hides): the lookups are made in C, the new items alone redacted in Python."""
-    try:
-        keys = list(map(orjson.dumps, items))
-    except TypeError:  # not plain JSON: nothing to remember it by
-        return [_walk(v, _redact_leaf) for v in items]
-    done = list(map(last.get, keys))
-    for i in compress(range(len(done)), map(_is_none, done)):
-        done[i] = orjson.dumps(_walk(items[i], _redact_leaf))
-    kept.update(zip(keys, done))
-    return list(map(orjson.Fragment, done))
+            out = []
+            for item in value:
+                held = last.get(id(item))
+                made = held[1] if held is not None and held[0] is item else finish(
+                    _walk(item, _redact_leaf) if redact else item)
+                kept[id(item)] = (item, made)
+                out.append(made)
+            return finish(out)
+        return finish([redact_reusing(v, redact, last, kept, finish) for v in value])
+    return _redact_leaf(value) if redact else value
 
 
 def redact_if(enabled: bool, value: Any, memo: MutableMapping[bytes, bytes] | None = None) -> Any:
@@ -427,5 +410,5 @@ def contains_secret(text: str) -> bool:
 
 __all__ = [
     "REDACTED", "contains_secret", "is_secret_name", "mask_secret_keys", "redact", "redact_if",
-    "redact_fields", "redact_value", "redacted_json",
+    "redact_fields", "redact_reusing", "redact_value",
 ]  # fmt: skip

@@ -193,14 +193,29 @@ _HANDLERS: dict[str, Callable[[WorkingState, Envelope], None]] = {
 }  # fmt: skip
 
 
-def reduce(state: WorkingState, event: Envelope, pairs: list[ToolPair], opened: bool) -> None:
-    """Apply one new event and the pair rows its pairing produced.
+_TOUCHES: dict[str, frozenset[str]] = {
+    "goal": frozenset({"goal"}), "constraint": frozenset({"constraints"}), "plan": frozenset({"plan"}),
+    "task": frozenset({"tasks"}), "file_change": frozenset({"files"}),
+    "approval_request": frozenset({"approvals"}), "approval_decision": frozenset({"approvals"}),
+    "agent_spawn": frozenset({"agents"}), "agent_exit": frozenset({"agents"}), "error": frozenset({"failures"}),
+}  # fmt: skip
+"""The sections (``WorkingState`` fields holding items) each kind's handler may change."""
+_PAIRS_TOUCH = frozenset({"pending_calls", "failures"})
+_NONE: frozenset[str] = frozenset()
+
+
+def reduce(state: WorkingState, event: Envelope, pairs: list[ToolPair], opened: bool) -> frozenset[str]:
+    """Apply one new event and the pair rows its pairing produced; return the sections it
+    may have changed (a state read renders those again and no other).
 
     ``opened`` says the event is a ``tool_call`` that the pairer left open (pending).
     """
     handler = _HANDLERS.get(event.kind)
     if handler is not None:
         handler(state, event)
+    touched = _TOUCHES.get(event.kind, _NONE)
+    if opened or pairs:
+        touched |= _PAIRS_TOUCH
     if opened:
         p = event.payload
         state.pending_calls[p.call_id] = PendingCall(  # type: ignore[attr-defined]
@@ -229,6 +244,7 @@ def reduce(state: WorkingState, event: Envelope, pairs: list[ToolPair], opened: 
     state.event_count += 1
     state.last_event_id = event.event_id
     state.last_ts = event.ts
+    return touched
 
 
 __all__ = ["FAILED_PAIR_STATUSES", "advances", "reduce"]

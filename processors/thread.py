@@ -37,8 +37,9 @@ class ThreadProcessor:
     window_tokens: int = DEFAULT_WINDOW_TOKENS
     memo: Memo = field(default_factory=Memo, repr=False, compare=False)
     """The last fold's parsed record (a cache, not persisted)."""
-    view: PublicView = field(default_factory=PublicView, repr=False, compare=False)
-    """The state as last read by users, item by item (a cache, not persisted)."""
+    view: PublicView = field(default_factory=lambda: PublicView(told=True), repr=False, compare=False)
+    """The state as last read by users, item by item (a cache, not persisted), told which
+    sections each event touched."""
 
     @classmethod
     def new(cls, thread_id: str, config: PairingConfig = PairingConfig()) -> ThreadProcessor:
@@ -70,7 +71,7 @@ class ThreadProcessor:
         pairs = self.pairer.on_event(event, state.event_count + 1, window_id)
         opened = event.kind == "tool_call" and self._is_open(event)
         kept = self._stale_summary(event)
-        reduce(state, event, pairs, opened)
+        self.view.touched(reduce(state, event, pairs, opened))
         if self.memo.work is not None:  # built at the first fold, then kept with each event
             self.memo.work.applied(state, event)
         if kept is not None:  # a compaction the fold already went past: the summary stays

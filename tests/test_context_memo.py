@@ -58,7 +58,7 @@ def test_a_context_after_every_event_is_the_one_assembly_with_nothing_remembered
     view = PublicView()  # as the service reads it: an unchanged item is the same dict
     memos: dict[str, Any] = {"texts": {}, "derived": {}, "items": {}}
     for tp, window, orphans in after_every_event(records, window_size):
-        state = view.render(tp.state, True, copy=False)
+        state = view.render(tp.state, True)
         for budget in BUDGETS:
             assert _context(state, window, orphans, budget, memos) == _context(state, window, orphans, budget, None)
 
@@ -92,7 +92,7 @@ def test_a_long_plan_s_lines_are_made_again_only_when_one_of_its_steps_changed(m
     derived: dict[Any, Any] = {}
 
     def lines() -> bytes:
-        state = view.render(pipeline.thread("t1").state, True, copy=False)
+        state = view.render(pipeline.thread("t1").state, True)
         return _context(state, [], set(), 4000, {"derived": derived})
 
     first, again = lines(), lines()
@@ -109,7 +109,7 @@ def test_a_failure_points_at_the_window_only_while_the_window_shows_its_output()
     records += [raw(f"m{i}", "message", {"role": "assistant", "text": f"note {i}"}, 3.0 + i) for i in range(4)]
     pipeline = Pipeline(MemorySeen())
     pipeline.process([Record(0, i, r) for i, r in enumerate(records)])
-    state = PublicView().render(pipeline.thread("t1").state, True, copy=False)
+    state = PublicView().render(pipeline.thread("t1").state, True)
     events = [e for r in records if isinstance(e := validate(r), Envelope)]
     memos: dict[str, Any] = {"derived": {}}
     shown = []

@@ -6,6 +6,8 @@ remembered gives (``agentlog.processors.context``; issue 15)."""
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any
 
 import orjson
@@ -49,7 +51,7 @@ def _events(n: int) -> list[Envelope]:
 def _state() -> dict[str, Any]:
     pipeline = Pipeline(MemorySeen())
     pipeline.process([Record(0, 0, raw("g", "goal", {"text": "ship the build"}))])
-    return PublicView().render(pipeline.thread("t1").state, True, copy=False)
+    return PublicView().render(pipeline.thread("t1").state, True)
 
 
 def _context(window: list[Envelope], derived: Any, budget: int = 4000, state: dict[str, Any] | None = None) -> bytes:
@@ -114,7 +116,7 @@ def test_a_section_s_fit_is_made_again_only_when_its_lines_change(monkeypatch: p
     view, derived = PublicView(), {}
 
     def ask() -> bytes:
-        state = view.render(pipeline.thread("t1").state, True, copy=False)
+        state = view.render(pipeline.thread("t1").state, True)
         got = _context([], derived, 4000, state)
         assert got == _context([], None, 4000, state)
         return got
@@ -150,7 +152,8 @@ def test_a_context_from_a_state_read_with_copies_remembers_as_safely_as_from_the
     view = PublicView()
     memos: dict[str, Any] = {"texts": {}, "derived": {}, "items": {}}
     for tp, window, orphans in after_every_event(records, window_size):
-        shared, copied = view.render(tp.state, True, copy=False), view.render(tp.state, True)
+        shared = view.render(tp.state, True)
+        copied = copy.deepcopy(shared)  # plain dicts and lists, as a caller's copy or a decoded answer
         for budget in (150, 4000):
             cold = memo_context(copied, window, orphans, budget, None)
             assert memo_context(copied, window, orphans, budget, memos) == cold
@@ -168,7 +171,7 @@ def test_what_a_shared_state_read_handed_out_never_changes_and_the_same_section_
     for i, record in enumerate(records):
         pipeline.process([Record(0, i, record)])
         state = pipeline.thread("t1").state
-        read = view.render(state, True, copy=False)
+        read = view.render(state, True)
         assert orjson.dumps(read) == orjson.dumps(redact_if(True, state.public()))
         for name, value in read.items():
             if name in last and value is last[name] and isinstance(value, (list, dict)):
@@ -185,11 +188,10 @@ def test_a_shared_state_read_loads_the_summary_again_only_when_the_fold_replaced
     pipeline.process([Record(0, i, r) for i, r in enumerate(records)])
     view, state = PublicView(), pipeline.thread("t1").state
     assert state.summary, "the window folded into a summary"
-    first = view.render(state, True, copy=False)["summary"]
-    assert view.render(state, True, copy=False)["summary"] is first  # the same summary: the same object
-    assert view.render(state, True)["summary"] is not first  # a copying read: a fresh copy
+    first = view.render(state, True)["summary"]
+    assert view.render(state, True)["summary"] is first  # the same summary: the same object
     state.summary = {**state.summary, "next_action": "verify"}  # as the fold does: a new dict
-    again = view.render(state, True, copy=False)["summary"]
+    again = view.render(state, True)["summary"]
     assert again is not first and again["next_action"] == "verify" != first.get("next_action")
 
 
@@ -212,10 +214,10 @@ def test_a_rolling_summary_is_serialised_for_its_memo_once_until_the_fold_replac
     pipeline.process([Record(0, i, r) for i, r in enumerate(records)])
     view, derived, state = PublicView(), {}, pipeline.thread("t1").state
     for _ in range(3):
-        assert _context([], derived, 4000, view.render(state, True, copy=False)) == _context([], None, 4000, view.render(state, True))
+        assert _context([], derived, 4000, view.render(state, True)) == _context([], None, 4000, view.render(state, True))
     assert len(summaries) == 1
     state.summary = {**state.summary, "next_action": "verify"}  # as the fold does: a new dict
-    _context([], derived, 4000, view.render(state, True, copy=False))
+    _context([], derived, 4000, view.render(state, True))
     assert len(summaries) == 2 and summaries[-1]["next_action"] == "verify"
 
 

@@ -3,7 +3,10 @@ whole render would (``agentlog.processors.public_state``)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
+import random
 
 import orjson
 import pytest
@@ -13,7 +16,8 @@ from hypothesis import strategies as st
 from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.public_state import PublicView
 from agentlog.processors import redaction
-from agentlog.processors.redaction import redact_if, redact_value, redacted_json
+from agentlog.processors.read_only import ReadOnlyDict, ReadOnlyList, read_only
+from agentlog.processors.redaction import redact_if, redact_reusing
 from agentlog.processors.thread import PairingConfig
 from agentlog.schemas.state import StepItem
 from tests.helpers import raw
@@ -90,6 +94,62 @@ def test_a_read_after_every_event_answers_what_a_whole_render_of_the_state_would
 
 @PROPS
 @given(sessions(), st.booleans(), st.lists(st.booleans(), min_size=1))
+def test_a_view_told_which_sections_each_event_touched_answers_what_a_whole_render_would(
+        records: list[bytes], redact: bool, reads: list[bool]) -> None:  # fmt: skip
+    """The thread processor's own view skips every section the reducer did not report: a
+    section it forgot to report would be answered stale here. Reads are skipped at random,
+    so touches pile up between two reads."""
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    for i, record in enumerate(records):
+        pipeline.process([Record(0, i, record)])
+        tp = pipeline.thread("t1")
+        if reads[i % len(reads)] or i == len(records) - 1:
+            assert orjson.dumps(tp.view.render(tp.state, redact)) == orjson.dumps(redact_if(redact, tp.state.public()))
+            assert orjson.dumps(tp.view.render_json(tp.state, redact)) == orjson.dumps(redact_if(redact, tp.state.public()))
+
+
+class _CountedPlan(dict):  # type: ignore[type-arg]
+    """A plan whose items' walks are counted (``values()`` iterated)."""
+
+    walks = 0
+
+    def values(self):  # type: ignore[no-untyped-def,override]
+        plan = self
+
+        class Values:
+            def __len__(self) -> int:
+                return len(plan)
+
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                _CountedPlan.walks += 1
+                return iter(dict.values(plan))
+
+        return Values()
+
+
+def test_a_read_after_an_event_that_touched_no_plan_step_does_not_walk_the_plan() -> None:
+    """The agent's step on a long thread: its cost is what the event changed, not the
+    plan's length."""
+    steps = [{"step_id": f"s{i}", "text": f"step {i}", "status": "running"} for i in range(2_000)]
+    pipeline = Pipeline(MemorySeen())
+    pipeline.process([Record(0, 0, raw("e0", "plan", {"steps": steps}))])
+    tp = pipeline.thread("t1")
+    tp.state.plan = _CountedPlan(tp.state.plan)
+    tp.view.touched({"plan"})  # the plan's dict was replaced behind the reducer's back
+    first = tp.view.render(tp.state, True)
+    _CountedPlan.walks = 0
+    pipeline.process([Record(0, 1, raw("e1", "message", {"role": "user", "text": "go on"}, 1.0)),
+                      Record(0, 2, raw("e2", "file_change", {"path": "a.py", "change": "modified"}, 2.0))])  # fmt: skip
+    second = tp.view.render(tp.state, True)
+    assert _CountedPlan.walks == 0 and second["plan"] is first["plan"]
+    assert second["files"][0]["path"] == "a.py" and second["latest_user_message_id"] == "e1"
+    pipeline.process([Record(0, 3, raw("e3", "plan", {"steps": [{"step_id": "s7", "status": "done"}]}, 3.0))])
+    third = tp.view.render(tp.state, True)
+    assert _CountedPlan.walks >= 1 and third["plan"][7]["status"] == "done" and third["plan"] is not first["plan"]
+
+
+@PROPS
+@given(sessions(), st.booleans(), st.lists(st.booleans(), min_size=1))
 def test_the_state_s_json_after_every_event_is_the_whole_render_s_serialisation_byte_for_byte(
         records: list[bytes], redact: bool, reads: list[bool]) -> None:  # fmt: skip
     """``render_json`` splices each section's kept JSON; reads of dicts in between (one view
@@ -100,7 +160,7 @@ def test_the_state_s_json_after_every_event_is_the_whole_render_s_serialisation_
         pipeline.process([Record(0, i, record)])
         state = pipeline.thread("t1").state
         if reads[i % len(reads)]:
-            view.render(state, redact, copy=False)
+            view.render(state, redact)
         assert orjson.dumps(view.render_json(state, redact)) == orjson.dumps(redact_if(redact, state.public()))
 
 
@@ -125,16 +185,32 @@ def test_the_state_s_json_serialises_again_only_the_sections_that_changed(monkey
     assert [type(v) for v in serialised] == [list] and serialised[0][0]["path"] == "a.py"  # the files only
 
 
-def test_a_caller_that_changes_what_it_read_changes_nothing_in_the_next_read() -> None:
+def test_a_caller_cannot_change_what_it_read_in_place_and_its_copies_are_its_own() -> None:
     pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
     records = [raw("e0", "goal", {"text": "ship"}), raw("e1", "plan", {"steps": [{"step_id": "s", "text": "x"}]})]
+    records += [raw(f"m{i}", "message", {"role": "user", "text": f"note {i} " * 40}, float(i + 2)) for i in range(30)]
     pipeline.process([Record(0, i, r) for i, r in enumerate(records)])
     view, state = PublicView(), pipeline.thread("t1").state
     first = view.render(state, True)
-    first["plan"][0]["status"] = "tampered"
-    first["goal"]["text"] = "tampered"
-    first["plan"].append({"step_id": "forged"})
-    assert view.render(state, True) == state.public()
+    assert first["summary"], "the window folded into a summary"
+    attempts = [lambda: first["plan"][0].__setitem__("status", "tampered"), lambda: first["goal"].update(text="x"),
+                lambda: first["plan"].append({"step_id": "forged"}), lambda: first["plan"].sort(),
+                lambda: first["summary"].pop("goal"), lambda: first["summary"]["observations"].clear(),
+                lambda: first["summary"]["observations"][0].setdefault("x", 1),
+                lambda: first["plan"].__iadd__([{}]), lambda: first["plan"][0].__ior__({"x": 1})]  # fmt: skip
+    for attempt in attempts:
+        with pytest.raises(TypeError, match="change a copy"):
+            attempt()
+    mine = copy.deepcopy(first)
+    mine["plan"][0]["status"] = "mine"
+    mine["summary"]["observations"].clear()
+    step = dict(first["plan"][0]) | {"status": "also mine"}
+    plan = first["plan"][:] + [step]
+    plan.append(pickle.loads(pickle.dumps(first["plan"][0])))
+    first["warnings"] = ["the top-level dict is the caller's"]
+    assert [type(v) for v in (mine["plan"], mine["plan"][0], step, plan, plan[-1])] == [list, dict, dict, list, dict]
+    assert view.render(state, True) == redact_if(True, state.public())
+    assert orjson.dumps(view.render(state, True)) == orjson.dumps(redact_if(True, state.public()))
 
 
 def test_the_state_s_items_are_frozen_so_an_item_that_is_the_same_object_is_the_same_value() -> None:
@@ -213,14 +289,53 @@ JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.one_of(
 
 
 @PROPS
-@given(JSON_VALUES, JSON_VALUES)
-def test_a_summary_redacted_with_the_entries_of_the_last_one_is_the_whole_redaction_byte_for_byte(
-        last: object, value: object) -> None:  # fmt: skip
-    _, memo = redacted_json(last, {})  # the last summary's entries
-    want = orjson.dumps(redact_value(value))
-    got, memo = redacted_json(value, memo)
-    assert got == want
-    assert redacted_json(value, memo)[0] == want  # every entry from the memo this time
+@given(JSON_VALUES, JSON_VALUES, st.booleans(), st.randoms(use_true_random=False))
+def test_a_summary_shown_with_the_entries_of_the_last_one_is_the_whole_redaction(
+        last: object, value: object, redact: bool, rng: random.Random) -> None:  # fmt: skip
+    """Entries are reused by identity: ``value``'s lists of dicts take some of ``last``'s
+    very entries, as a fold keeps the unchanged ones."""
+    pool = [x for x in _dict_entries(last)]
+    value = _sharing(value, pool, rng)
+    memo: dict[int, tuple[object, object]] = {}
+    redact_reusing(last, redact, {}, memo, read_only)
+    kept: dict[int, tuple[object, object]] = {}
+    got = redact_reusing(value, redact, memo, kept, read_only)
+    want = redact_if(redact, value)
+    assert got == want and orjson.dumps(got) == orjson.dumps(want)
+    assert redact_reusing(value, redact, kept, {}, read_only) == want  # every entry from the memo this time
+    _assert_read_only(got)
+
+
+def _dict_entries(value: object) -> list[dict[str, object]]:
+    """The dicts that sit in lists of dicts, at any depth."""
+    if isinstance(value, dict):
+        return [e for v in value.values() for e in _dict_entries(v)]
+    if isinstance(value, list):
+        own = value if value and all(type(v) is dict for v in value) else []
+        return [*own, *(e for v in value for e in _dict_entries(v))]
+    return []
+
+
+def _sharing(value: object, pool: list[dict[str, object]], rng: random.Random) -> object:
+    """``value`` with some entries of its lists of dicts swapped for entries of ``pool``."""
+    if isinstance(value, dict):
+        return {k: _sharing(v, pool, rng) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and pool and all(type(v) is dict for v in value):
+            return [rng.choice(pool) if rng.random() < 0.5 else v for v in value]
+        return [_sharing(v, pool, rng) for v in value]
+    return value
+
+
+def _assert_read_only(value: object) -> None:
+    if isinstance(value, dict):
+        assert type(value) is ReadOnlyDict
+        for v in value.values():
+            _assert_read_only(v)
+    elif isinstance(value, list):
+        assert type(value) is ReadOnlyList
+        for v in value:
+            _assert_read_only(v)
 
 
 def _summary(observations: list[str]) -> dict[str, object]:
@@ -234,7 +349,7 @@ def test_a_fold_that_adds_a_summary_entry_redacts_that_entry_only(monkeypatch: p
     view, state = PublicView(), pipeline.thread("t1").state
     texts = [f"bash -> ok: line {i}" for i in range(40)] + [f"grep -> error: key {SECRET}"]
     state.summary = _summary(texts)
-    view.render(state, True)
+    first = view.render(state, True)["summary"]
     walked: list[object] = []
     original = redaction._walk
 
@@ -243,11 +358,14 @@ def test_a_fold_that_adds_a_summary_entry_redacts_that_entry_only(monkeypatch: p
         return original(value, leaf)  # type: ignore[arg-type]
 
     monkeypatch.setattr(redaction, "_walk", counting)
-    state.summary = _summary(texts[1:] + ["pytest -> ok: new"])  # a fold replaces the dict
+    new = {"text": "pytest -> ok: new", "source_event_ids": ["e9"], "count": 1}
+    # A fold replaces the dict and keeps the entries that did not change as the same objects.
+    state.summary = {**state.summary, "observations": state.summary["observations"][1:] + [new]}  # type: ignore[index,operator]
     out = view.render(state, True)
     entries = [v for v in walked if isinstance(v, dict) and "source_event_ids" in v]
     assert [e["text"] for e in entries] == ["pytest -> ok: new"]
     assert out["summary"] == redact_if(True, state.summary)
+    assert out["summary"]["observations"][0] is first["observations"][1]  # shown as it was
     assert SECRET not in orjson.dumps(out).decode()
 
 
@@ -260,4 +378,4 @@ def test_the_summary_s_memo_holds_the_entries_of_the_newest_summary_only() -> No
         assert view.render(state, True)["summary"] == redact_if(True, state.summary)
     state.summary = _summary(["only one"])
     view.render(state, True)
-    assert len(view._summary_memo) == 1  # noqa: SLF001 - the bound is what is tested
+    assert len(view._summary_entries) == 1  # noqa: SLF001 - the bound is what is tested

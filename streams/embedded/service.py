@@ -276,11 +276,9 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
     # -- reads ------------------------------------------------------------------------
 
     def state(self, thread_id: str) -> dict[str, Any]:
-        return self._state(thread_id, copy=True)
-
-    def _state(self, thread_id: str, copy: bool) -> dict[str, Any]:
-        """``copy=False``: the items are shared with later reads (see ``PublicView.render``)."""
-        return self._public(thread_id, lambda view, state: view.render(state, self.settings.redact, copy))
+        """The thread's working state: its sections, items and summary are read-only and
+        shared with later reads while they do not change (``PublicView.render``)."""
+        return self._public(thread_id, lambda view, state: view.render(state, self.settings.redact))
 
     def state_json(self, thread_id: str) -> bytes:
         """``orjson.dumps(self.state(thread_id))``, byte for byte, without copying or
@@ -721,9 +719,6 @@ class _Answering:
 
     def search_begun(self, query: str, filters: SearchFilters, limit: int) -> Callable[[], dict[str, Any]]:
         return self._service.search_begun(query, filters, limit, drain=False)
-
-    def state(self, thread_id: str) -> dict[str, Any]:
-        return self._service._state(thread_id, copy=False)  # assembly reads it, never changes it
 
 
 __all__ = ["EmbeddedService"]

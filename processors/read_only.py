@@ -1,0 +1,76 @@
+"""Read-only dicts and lists: what a state read hands out and shares with the next reads.
+
+A long thread's state holds thousands of plan steps. A read that copied every item for its
+caller cost more the longer the thread (and fed the garbage collector thousands of dicts
+per step); a read that shares its items costs only what changed since the last one. Shared
+items must not change under the next reader, so they refuse every change in place with a
+``TypeError`` that says what to do instead. Everything else is a plain ``dict`` or
+``list``: equality, iteration, ``orjson``/``json`` serialisation and pydantic validation
+see no difference, and every way to get a copy gives a plain, changeable one
+(``dict(item)``, ``item.copy()``, ``item | other``, ``items[:]``, ``copy.copy``,
+``copy.deepcopy``, ``pickle``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, NoReturn
+
+REFUSED = (
+    "this state read is shared with later reads and cannot be changed in place: "
+    "change a copy instead (dict(item), list(items), or copy.deepcopy(state))"
+)
+
+
+def _refuse(self: object, *_args: object, **_kwargs: object) -> NoReturn:
+    raise TypeError(REFUSED)
+
+
+class ReadOnlyDict(dict):  # type: ignore[type-arg]
+    """A ``dict`` that refuses changes in place; its copies are plain dicts."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict[Any, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
+        return {key: copy.deepcopy(value, memo) for key, value in self.items()}
+
+    def __reduce__(self) -> tuple[type, tuple[dict[Any, Any]]]:
+        return dict, (dict(self),)
+
+
+class ReadOnlyList(list):  # type: ignore[type-arg]
+    """A ``list`` that refuses changes in place; its copies are plain lists."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return [copy.deepcopy(value, memo) for value in self]
+
+    def __reduce__(self) -> tuple[type, tuple[list[Any]]]:
+        return list, (list(self),)
+
+
+def read_only(value: Any) -> Any:
+    """``value`` (plain JSON: dicts, lists, scalars) with every dict and list read-only."""
+    kind = type(value)
+    if kind is dict:
+        return ReadOnlyDict({k: v if type(v) not in _CONTAINERS else read_only(v) for k, v in value.items()})
+    if kind is list:
+        return ReadOnlyList([v if type(v) not in _CONTAINERS else read_only(v) for v in value])
+    return value  # a scalar; the scalars inside containers are kept without a call each
+
+
+_CONTAINERS = frozenset({dict, list})
+
+
+__all__ = ["REFUSED", "ReadOnlyDict", "ReadOnlyList", "read_only"]
