@@ -389,3 +389,35 @@ def test_a_provider_history_goes_in_through_a_thread_and_comes_out_as_either_pro
     openai_request(openai.messages)
     assert sorted(call for call, _ in openai_pairs(openai.messages)) == ["toolu_1", "toolu_2"]
     assert rows[0][0] == len(ids)
+
+
+def test_an_in_process_client_takes_the_state_as_its_service_built_it_and_validates_a_server_s(
+        tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A long plan costs an in-process agent's step nothing more: the state is not
+    validated item by item again (pydantic would copy every step); a server's answer is."""
+    from agentlog.client.results import State  # noqa: PLC0415
+
+    validated: list[object] = []
+    original = State.model_validate.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[State], answer: Any, *args: Any, **kwargs: Any) -> State:
+        validated.append(answer)
+        return original(cls, answer, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(State, "model_validate", classmethod(counting))
+    steps = [{"step_id": f"s{i}", "text": f"step {i}"} for i in range(300)]
+    for target, kwargs, want_validated in ((tmp_path / "data", {}, 0), (server.url, {"token": TOKEN}, 1)):
+        validated.clear()
+        with Client(target, **kwargs) as client:  # type: ignore[arg-type]
+            t = client.thread(f"long-{want_validated}")
+            t.goal("ship it")
+            t.plan(steps)
+            state = t.state()
+        assert len(validated) == want_validated
+        assert [s["step_id"] for s in state.plan] == [f"s{i}" for i in range(300)] and state.goal["text"] == "ship it"
+        assert state.event_count == 2 and state == State.model_validate(state.model_dump())
+    with Client(tmp_path / "data") as client:
+        read = client.thread("long-0").state()
+        with pytest.raises(TypeError, match="change a copy"):
+            read.plan[0]["status"] = "forged"
+        assert client.thread("long-0").state().plan[0]["status"] == "pending"

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from agentlog.client.buffer import BatchPolicy, Buffer
 from agentlog.client.errors import ClientError, DeliveryFailed, transient
 from agentlog.client.events import EventIds
-from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList
+from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList, state_from
 from agentlog.client.targets import connect
 from agentlog.client.thread import Thread, ToolCallBase
 from agentlog.schemas.events import MAX_EVENT_BYTES
@@ -138,7 +138,7 @@ class Client:
 
     def state(self, thread_id: str) -> State:
         """The thread's working state (``NotFound`` if it has no events)."""
-        return State.model_validate(self._read(lambda: self.service.state(thread_id)))
+        return state_from(self._read(lambda: self.service.state(thread_id)), getattr(self.service, "in_process", False))
 
     def context(self, thread_id: str, budget: int, query: str | None = None, model: str | None = None,
                 format: str = "generic") -> Context:  # noqa: A002 # fmt: skip

@@ -71,6 +71,10 @@ answers on the HTTP event loop (a longer backlog is applied on a worker thread).
 class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
     """The embedded deployment's stores and the operations on them."""
 
+    in_process = True
+    """Its answers are built in this process in their documented shape: the client SDK
+    takes a state as it is instead of validating every item again (``Client.state``)."""
+
     def __init__(self, settings: Settings, on_progress: Callable[[int, int], None] | None = None,
                  sinks_apart: bool = False) -> None:  # fmt: skip
         """Open the data directory's stores; a derived one that is lost or corrupt is
