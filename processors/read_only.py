@@ -5,10 +5,14 @@ caller cost more the longer the thread (and fed the garbage collector thousands 
 per step); a read that shares its items costs only what changed since the last one. Shared
 items must not change under the next reader, so they refuse every change in place with a
 ``TypeError`` that says what to do instead. Everything else is a plain ``dict`` or
-``list``: equality, iteration, ``orjson``/``json`` serialisation and pydantic validation
-see no difference, and every way to get a copy gives a plain, changeable one
-(``dict(item)``, ``item.copy()``, ``item | other``, ``items[:]``, ``copy.copy``,
-``copy.deepcopy``, ``pickle``).
+``list``: equality, iteration, ``json`` and ``orjson`` serialisation and pydantic
+validation see no difference, and every way to get a copy gives a plain, changeable one
+(``dict(item)``, ``item.copy()``, ``item | other``, ``items[:]``, ``copy.copy``; deep:
+``copy.deepcopy``, ``pickle``). Serialisers that refuse subclasses of ``dict`` and
+``list`` (``yaml.safe_dump``, ``marshal``) take a ``copy.deepcopy``.
+
+What is not refused: C functions that work on a list's storage directly (``heapq``), and
+the unbound methods of ``dict`` and ``list`` called on purpose (``dict.update(item, ...)``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,18 @@ class ReadOnlyDict(dict):  # type: ignore[type-arg]
     __setitem__ = __delitem__ = __ior__ = _refuse
     clear = pop = popitem = setdefault = update = _refuse
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> ReadOnlyDict:
+        made = super().__new__(cls)
+        dict.__init__(made, *args, **kwargs)
+        return made
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        """Filled by ``__new__``: calling this again changes nothing."""
+
+    @classmethod
+    def fromkeys(cls, keys: Any, value: Any = None) -> dict[Any, Any]:  # type: ignore[override]
+        return dict.fromkeys(keys, value)
+
     def __copy__(self) -> dict[Any, Any]:
         return dict(self)
 
@@ -49,6 +65,14 @@ class ReadOnlyList(list):  # type: ignore[type-arg]
     __slots__ = ()
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __new__(cls, *args: Any) -> ReadOnlyList:
+        made = super().__new__(cls)
+        list.__init__(made, *args)
+        return made
+
+    def __init__(self, *_args: Any) -> None:
+        """Filled by ``__new__``: calling this again changes nothing."""
 
     def __copy__(self) -> list[Any]:
         return list(self)

@@ -416,6 +416,7 @@ def test_an_in_process_client_takes_the_state_as_its_service_built_it_and_valida
         assert len(validated) == want_validated
         assert [s["step_id"] for s in state.plan] == [f"s{i}" for i in range(300)] and state.goal["text"] == "ship it"
         assert state.event_count == 2 and state == State.model_validate(state.model_dump())
+        assert state.model_fields_set == State.model_validate(state.model_dump()).model_fields_set
     with Client(tmp_path / "data") as client:
         read = client.thread("long-0").state()
         with pytest.raises(TypeError, match="change a copy"):

@@ -201,6 +201,9 @@ def test_a_caller_cannot_change_what_it_read_in_place_and_its_copies_are_its_own
     for attempt in attempts:
         with pytest.raises(TypeError, match="change a copy"):
             attempt()
+    first["plan"].__init__([])  # filled when made: initialising again changes nothing
+    first["goal"].__init__(text="forged")
+    assert first["plan"] and first["goal"]["text"] == "ship"
     mine = copy.deepcopy(first)
     mine["plan"][0]["status"] = "mine"
     mine["summary"]["observations"].clear()

@@ -42,7 +42,9 @@ def state_from(answer: dict[str, Any], in_process: bool) -> State:
     in State's shape: taken as it is, so a read costs what changed since the last one
     (validating each item again would cost the plan's length: a millisecond and a half at
     1,600 steps). A server's answer (another process, maybe another version) is validated."""
-    return State.model_construct(**answer) if in_process else State.model_validate(answer)
+    if in_process:  # the fields set are the answer's, as validation would set them
+        return State.model_construct(_fields_set=set(answer), **answer)
+    return State.model_validate(answer)
 
 
 class Context(_Open):
