@@ -187,18 +187,21 @@ class PublicView:
         held, shown, _ = self._summary
         if held is summary:
             return shown
+        json: bytes | None = None
         if summary is not None:
             try:  # plain JSON already (the fold's record, an event's payload): shown as it is
-                orjson.dumps(summary, option=_PLAIN_ONLY)
+                json = orjson.dumps(summary, option=_PLAIN_ONLY)
                 plain = summary
             except TypeError:
                 plain = _SUMMARY_ADAPTER.dump_python(summary, mode="json")
             kept: dict[int, tuple[Any, Any]] = {}
             shown = redact_reusing(plain, bool(self._redact), self._summary_entries, kept, read_only)
             self._summary_entries = kept
+            if self._redact:
+                json = None  # the redacted summary's own JSON, made when asked
         else:
             shown = None
-        self._summary = (summary, shown, None)
+        self._summary = (summary, shown, json)
         return shown
 
     def _summary_fragment(self, summary: dict[str, Any] | None) -> orjson.Fragment:
