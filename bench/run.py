@@ -298,7 +298,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from agentlog.bench import web as bench_web  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
-                "context": lambda _args: bench_context.run(), "step": lambda a: bench_step.run(a.step_lengths, a.steps, a.in_process_only),
+                "context": lambda _args: bench_context.run(), "step": lambda a: bench_step.run(a.step_lengths, a.steps or bench_step.STEPS, a.in_process_only),
                 "fidelity": lambda a: fidelity.run(getattr(a, "json", False)),
                 "kafka": lambda a: bench_kafka.run(a.kafka_events), "rebuild": run_rebuild_section,
                 "client": lambda a: bench_client.run(a.client_events),

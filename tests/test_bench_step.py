@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from agentlog.bench.step import INSTALL_HINT, Traffic, bench_step, langgraph_available, report, to_message
+from agentlog.bench.step import STEPS as DEFAULT_STEPS, INSTALL_HINT, Traffic, bench_step, langgraph_available, report, to_message
 from agentlog.streams.cli.parser import build_parser
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
@@ -108,6 +108,14 @@ def test_the_cli_picks_lengths_and_steps_for_a_quick_run() -> None:
     assert (args.only, args.step_lengths, args.steps) == ("step", (200, 2000), 50)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--step-lengths", "0,x"])
+    for bad in ("0", "-3", "x"):  # refused at parse time, before any server starts
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["bench", "--only", "step", "--steps", bad])
+
+
+def test_a_series_measures_a_thousand_steps_unless_told_otherwise() -> None:
+    # A p99 of 200 steps is their second-slowest: one stray pause of the machine sets it.
+    assert build_parser().parse_args(["bench", "--only", "step"]).steps is None and DEFAULT_STEPS == 1_000
 
 
 def test_the_in_process_only_flag_measures_the_in_process_series_alone() -> None:

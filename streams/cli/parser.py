@@ -33,6 +33,17 @@ def _lengths(text: str) -> tuple[int, ...]:
     return values
 
 
+def _positive(text: str) -> int:
+    """A count of at least 1."""
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentlog",
@@ -138,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--client-events", type=int, default=30_000, help="events for the client benchmark")
     p.add_argument("--step-lengths", type=_lengths, default=(200, 2_000, 20_000), metavar="N,N,...",
                    help="thread lengths of the step benchmark (default 200,2000,20000)")
-    p.add_argument("--steps", type=int, default=200, help="measured steps per series of the step benchmark")
+    p.add_argument("--steps", type=_positive, default=None,
+                   help="measured steps per series of the step benchmark (default 1,000)")
     p.add_argument("--in-process-only", action="store_true",
                    help="with --only step: only the in-process series (no server over HTTP, no LangGraph)")
     p.add_argument("--json", action="store_true", help="with --only fidelity or memory: its figures as one JSON object")
