@@ -37,6 +37,7 @@ from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
 from agentlog.streams.api import otlp
 from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
+from agentlog.streams.api.hot_routes import HotRoutes
 from agentlog.streams.api.service import NotFound, NotServedHere, Service, StateJson, Unavailable
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
@@ -127,10 +128,12 @@ async def _http_error(_request: Request, error: Exception) -> Response:
 
 
 def build_app(service: Service, policy: Policy | None = None, identity: dict[str, str] | None = None,
-              background: Callable[[threading.Event], None] | None = None) -> FastAPI:  # fmt: skip
+              background: Callable[[threading.Event], None] | None = None, hot_routes: bool = True) -> FastAPI:  # fmt: skip
     """The API; ``policy`` (default: loopback, no token) says who may call it, ``identity``
     (instance id, data directory) is what ``/healthz`` tells, and ``background`` (the embedded
-    driver loop) runs in a thread while the app serves, until the event it is given is set."""
+    driver loop) runs in a thread while the app serves, until the event it is given is set.
+    ``hot_routes``: the agent step's requests answered by ``HotRoutes`` (the same answers;
+    off only to compare the two)."""
     policy = policy or Policy()
     stop = threading.Event()
 
@@ -154,6 +157,8 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
                   exception_handlers={HTTPException: _http_error, Exception: failure},  # type: ignore[dict-item]
                   description="Agent events in; working state, context, search and SQL out (docs/http-api.md).")  # fmt: skip
     app.router.route_class = Route
+    if hot_routes:  # added first: Guard, added next, runs before it
+        app.add_middleware(HotRoutes, service=service, policy=policy, json=OrjsonResponse, failure=failure)
     app.add_middleware(Guard, policy=policy)
 
     async def raw(request: Request) -> bytes:
