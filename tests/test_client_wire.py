@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agentlog.streams.api.client import RemoteService, Unreachable
+from agentlog.streams.api.wire import ONE_WRITE_BYTES, _Connection
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -227,3 +228,25 @@ def test_a_long_answer_is_read_with_no_collection_in_the_middle_of_it() -> None:
         assert gc.isenabled()
     finally:
         gc.callbacks.remove(count)
+
+
+class _Echo(_Handler):
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.answer({"accepted": len(body), "rejected": 0})
+
+
+@pytest.mark.parametrize(("size", "writes"), [(1, 1), (4096, 1), (ONE_WRITE_BYTES, 1), (ONE_WRITE_BYTES + 1, 2)])
+def test_a_small_body_goes_out_in_the_same_write_as_the_request_head(monkeypatch: pytest.MonkeyPatch, size: int,
+                                                                     writes: int) -> None:  # fmt: skip
+    sent: list[int] = []
+    send = _Connection.send
+    monkeypatch.setattr(_Connection, "send", lambda self, data: (sent.append(len(data)), send(self, data))[1])
+    with _serving(_Echo) as url:
+        remote = RemoteService(url)
+        try:
+            report = remote.publish(b"a" * size)
+        finally:
+            remote.close()
+    assert report.accepted == size  # the server read the whole body, right after the head
+    assert len(sent) == writes and sum(sent) > size

@@ -29,6 +29,9 @@ WIRE_ERRORS = (OSError, http.client.HTTPException)
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 """What a kept connection the server closed meanwhile raises."""
 
+ONE_WRITE_BYTES = 256 * 1024
+"""A body up to this size goes out in the same write as the request's head."""
+
 _IDEMPOTENT = frozenset({"GET", "HEAD"})
 """Requests sent again on a fresh connection when a kept one fails: a POST may have reached
 the server before the connection dropped, and is never sent twice."""
@@ -107,7 +110,7 @@ class KeepAlive:
             if self._closed:
                 raise RuntimeError("the client is closed")
             if conn is None:
-                conn = self._local.conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+                conn = self._local.conn = _Connection(self._host, self._port, timeout=self._timeout)
                 self._opened.add(conn)
             self._busy.add(conn)
         return conn, kept
@@ -127,6 +130,22 @@ class KeepAlive:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+class _Connection(http.client.HTTPConnection):
+    """``http.client``'s connection, sending a small body in the same write as the head.
+    The standard library writes them apart: on loopback each write wakes the server and
+    costs about 0.1-0.2 ms here (a profiled agent step: most of the client's own time), so
+    a publish paid it twice."""
+
+    def _send_output(self, message_body: Any = None, encode_chunked: bool = False) -> None:
+        if not isinstance(message_body, bytes) or encode_chunked or not 0 < len(message_body) <= ONE_WRITE_BYTES:
+            super()._send_output(message_body, encode_chunked)
+            return
+        self._buffer.extend((b"", message_body))  # type: ignore[attr-defined]  # the head's lines, a blank line, the body
+        head_and_body = b"\r\n".join(self._buffer)  # type: ignore[attr-defined]
+        del self._buffer[:]  # type: ignore[attr-defined]
+        self.send(head_and_body)
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
