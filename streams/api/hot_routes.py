@@ -21,6 +21,7 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
@@ -41,6 +42,8 @@ _THREAD_ROUTE = re.compile(r"/threads/(?P<thread_id>[^/]+)/(?P<what>state|contex
 """Starlette's pattern for ``/threads/{thread_id}/state`` (and ``/context``)."""
 
 Handler = Callable[[], Awaitable[Response]]
+THREADS = 40
+"""Threads of the hot routes' own pool (as many as anyio's default limiter gives the routes)."""
 
 
 class HotRoutes:
@@ -53,6 +56,9 @@ class HotRoutes:
         self.app, self.service, self.policy = app, service, policy
         self.json, self.failure = json, failure
         self.spliced = service if isinstance(service, StateJson) else None
+        # A pool of their own: the Kafka worker serves on faust's loop, whose default
+        # executor writes its sinks; blocking reads there would queue those writes.
+        self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="agentlog-hot")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self._match(scope, receive) if scope["type"] == "http" else None
@@ -71,6 +77,8 @@ class HotRoutes:
 
     def _match(self, scope: Scope, receive: Receive) -> tuple[str, Handler] | None:
         """The route's name and its handler, or ``None`` (the FastAPI routes answer it)."""
+        if scope.get("root_path"):  # mounted under a prefix: the routes strip it as they route
+            return None
         method, path = scope["method"], scope["path"]
         if path == "/events":
             return ("events", partial(self._publish, scope, receive)) if method == "POST" else None
@@ -87,27 +95,35 @@ class HotRoutes:
 
     async def _publish(self, scope: Scope, receive: Receive) -> Response:
         data = await read_body(Request(scope, receive).stream(), self.policy.max_request_bytes)
-        report = await _off_loop(self.service.publish, data)
+        report = await self._off_loop(self.service.publish, data)
         return self.json(report.as_dict())
 
     async def _state(self, thread_id: str) -> Response:
         if self.spliced is None:
-            return self.json(await _off_loop(self.service.state, thread_id))
+            return self.json(await self._off_loop(self.service.state, thread_id))
         # On the event loop when that costs no wait (see ``state_json_now``), else off it.
         body = self.spliced.state_json_now(thread_id)
         if body is None:
-            body = await _off_loop(self.spliced.state_json, thread_id)
+            body = await self._off_loop(self.spliced.state_json, thread_id)
         return Response(body, media_type=self.json.media_type)
 
     async def _context(self, thread_id: str, q: ContextQuery) -> Response:
-        answer = await _off_loop(self.service.context, thread_id, q.budget, q.query, q.model, q.format)
+        answer = await self._off_loop(self.service.context, thread_id, q.budget, q.query, q.model, q.format)
         return self.json(answer)
 
+    async def _off_loop(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` on this pool: a blocking call never holds up the loop, without
+        anyio's limiter and task bookkeeping around the hop."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, _no_stop_iteration, call, *args)
 
-async def _off_loop(call: Callable[..., Any], *args: Any) -> Any:
-    """``call(*args)`` on the loop's default thread pool: a blocking call never holds up the
-    loop, without anyio's limiter and task bookkeeping around the hop."""
-    return await asyncio.get_running_loop().run_in_executor(None, call, *args)
+
+def _no_stop_iteration(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``; a ``StopIteration`` it raises becomes a ``RuntimeError`` (as anyio
+    makes it): asyncio cannot set one on a future, and the request would never answer."""
+    try:
+        return call(*args)
+    except StopIteration as error:
+        raise RuntimeError(f"{getattr(call, '__name__', call)!s} raised StopIteration") from error
 
 
 __all__ = ["HotRoutes"]
