@@ -192,3 +192,23 @@ async def _get(app: object, path: str, query: bytes) -> tuple[int, bytes]:
 
     await asyncio.wait_for(app(scope, receive, send), 30)  # type: ignore[operator]
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_hot_routes_pool_ends_with_the_app(tmp_path: Path) -> None:
+    service = EmbeddedService(Settings(data_dir=tmp_path))
+    try:
+        app = build_app(service)
+        with TestClient(app, base_url="http://localhost") as client:
+            assert client.post("/events", content=_event("p1", 1), headers=NDJSON).status_code == 200
+            pool = _hot_routes(app).pool
+            assert not pool._shutdown  # noqa: SLF001
+        assert pool._shutdown  # noqa: SLF001
+    finally:
+        service.close()
+
+
+def _hot_routes(app: object) -> object:
+    layer = app.middleware_stack  # type: ignore[attr-defined]
+    while not hasattr(layer, "pool"):
+        layer = layer.app
+    return layer

@@ -61,6 +61,9 @@ class HotRoutes:
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="agentlog-hot")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # the pool's idle threads end with the app
+            await self.app(scope, receive, self._closing(send))
+            return
         found = self._match(scope, receive) if scope["type"] == "http" else None
         if found is None:
             await self.app(scope, receive, send)
@@ -74,6 +77,14 @@ class HotRoutes:
         finally:
             METRICS.requests.labels(name).observe(time.perf_counter() - t0)
         await response(scope, receive, send)
+
+    def _closing(self, send: Send) -> Send:
+        async def sending(message: dict[str, Any]) -> None:
+            await send(message)
+            if message["type"] == "lifespan.shutdown.complete":
+                self.pool.shutdown(wait=False)
+
+        return sending
 
     def _match(self, scope: Scope, receive: Receive) -> tuple[str, Handler] | None:
         """The route's name and its handler, or ``None`` (the FastAPI routes answer it)."""
