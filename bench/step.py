@@ -13,6 +13,7 @@ length: LangGraph is an optional extra (``pip install 'agentlog[bench]'``).
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import socket
@@ -28,8 +29,6 @@ from datetime import timedelta
 from itertools import islice
 from pathlib import Path
 from typing import Any
-
-import gc
 
 import orjson
 

@@ -5,8 +5,8 @@ An agent's step over HTTP is ``POST /events``, then ``GET /threads/{id}/state`` 
 1.1 ms of the event loop's time, of which the publish itself was under 0.1 ms: the rest
 was routing, dependency solving, FastAPI's exception and exit-stack layers and anyio's
 thread-pool hop. ``HotRoutes`` answers these three requests itself, right behind
-``Guard`` (so every access rule has been applied), with the same service calls, the same
-response classes, the same error mapping (``failure``) and the same metrics.
+``Guard`` (so every access rule has been applied), through the same ``StepAnswers`` the
+routes call, the same error mapping (``failure``) and the same metrics.
 
 It only answers a request that is plainly valid: the exact method and path, a well-formed
 id, context parameters that ``ContextQuery`` accepts each given once. Anything else goes
@@ -46,6 +46,31 @@ THREADS = 40
 """Threads of the hot routes' own pool (as many as anyio's default limiter gives the routes)."""
 
 
+class StepAnswers:
+    """The agent step's three answers, the one definition both the FastAPI routes and
+    ``HotRoutes`` give; ``off_loop`` runs a blocking service call off the event loop."""
+
+    def __init__(self, service: Service, json: type[Response], off_loop: Callable[..., Awaitable[Any]]) -> None:
+        self.service, self.json, self.off_loop = service, json, off_loop
+        self.spliced = service if isinstance(service, StateJson) else None  # the state's JSON written by the service
+
+    async def publish(self, data: bytes) -> Response:
+        return self.json((await self.off_loop(self.service.publish, data)).as_dict())
+
+    async def state(self, thread_id: str) -> Response:
+        if self.spliced is None:
+            return self.json(await self.off_loop(self.service.state, thread_id))
+        # Answered on the event loop when that costs no wait (an agent's step: its event
+        # applied, the state spliced from kept JSON; see ``state_json_now``), else off it.
+        body = self.spliced.state_json_now(thread_id)
+        if body is None:
+            body = await self.off_loop(self.spliced.state_json, thread_id)
+        return Response(body, media_type=self.json.media_type)
+
+    async def context(self, thread_id: str, q: ContextQuery) -> Response:
+        return self.json(await self.off_loop(self.service.context, thread_id, q.budget, q.query, q.model, q.format))
+
+
 class HotRoutes:
     """ASGI middleware in front of the FastAPI routes: the agent step's requests answered
     here, everything else passed on. ``json`` is the routes' response class, ``failure``
@@ -53,12 +78,11 @@ class HotRoutes:
 
     def __init__(self, app: ASGIApp, service: Service, policy: Policy, json: type[Response],
                  failure: Callable[[Request, Exception], Response]) -> None:  # fmt: skip
-        self.app, self.service, self.policy = app, service, policy
-        self.json, self.failure = json, failure
-        self.spliced = service if isinstance(service, StateJson) else None
+        self.app, self.policy, self.failure = app, policy, failure
         # A pool of their own: the Kafka worker serves on faust's loop, whose default
         # executor writes its sinks; blocking reads there would queue those writes.
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="agentlog-hot")
+        self.answers = StepAnswers(service, json, self._off_loop)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # the pool's idle threads end with the app
@@ -97,30 +121,15 @@ class HotRoutes:
         if m is None or method != "GET" or not _ID.fullmatch(m["thread_id"]):
             return None
         if m["what"] == "state":
-            return "state", partial(self._state, m["thread_id"])
+            return "state", partial(self.answers.state, m["thread_id"])
         try:
             q = parse_query(ContextQuery, parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
         except RequestError:
             return None  # refused by the route, in its words
-        return "context", partial(self._context, m["thread_id"], q)
+        return "context", partial(self.answers.context, m["thread_id"], q)
 
     async def _publish(self, scope: Scope, receive: Receive) -> Response:
-        data = await read_body(Request(scope, receive).stream(), self.policy.max_request_bytes)
-        report = await self._off_loop(self.service.publish, data)
-        return self.json(report.as_dict())
-
-    async def _state(self, thread_id: str) -> Response:
-        if self.spliced is None:
-            return self.json(await self._off_loop(self.service.state, thread_id))
-        # On the event loop when that costs no wait (see ``state_json_now``), else off it.
-        body = self.spliced.state_json_now(thread_id)
-        if body is None:
-            body = await self._off_loop(self.spliced.state_json, thread_id)
-        return Response(body, media_type=self.json.media_type)
-
-    async def _context(self, thread_id: str, q: ContextQuery) -> Response:
-        answer = await self._off_loop(self.service.context, thread_id, q.budget, q.query, q.model, q.format)
-        return self.json(answer)
+        return await self.answers.publish(await read_body(Request(scope, receive).stream(), self.policy.max_request_bytes))
 
     async def _off_loop(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)`` on this pool: a blocking call never holds up the loop, without
@@ -137,4 +146,4 @@ def _no_stop_iteration(call: Callable[..., Any], *args: Any) -> Any:
         raise RuntimeError(f"{getattr(call, '__name__', call)!s} raised StopIteration") from error
 
 
-__all__ = ["HotRoutes"]
+__all__ = ["HotRoutes", "StepAnswers"]

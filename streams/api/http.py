@@ -37,8 +37,8 @@ from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
 from agentlog.streams.api import otlp
 from agentlog.streams.api.guard import Guard, Policy, check_token, read_body
-from agentlog.streams.api.hot_routes import HotRoutes
-from agentlog.streams.api.service import NotFound, NotServedHere, Service, StateJson, Unavailable
+from agentlog.streams.api.hot_routes import HotRoutes, StepAnswers
+from agentlog.streams.api.service import NotFound, NotServedHere, Service, Unavailable
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.publish_check import PublishReport
 from agentlog.streams.web.routes import add_pages
@@ -171,12 +171,12 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
         return Depends(parse)
 
     json = OrjsonResponse  # answers as they are, no second encoding; plain handlers run on the thread pool
-    spliced = service if isinstance(service, StateJson) else None  # the state's JSON written by the service
+    answers = StepAnswers(service, json, run_in_threadpool)  # the agent step's, as HotRoutes gives them too
 
     @app.post("/events", name="events", summary="publish events: one JSON object, a JSON array, or JSON lines",
               response_model=PublishReport, responses=errors(400, *WRITES), openapi_extra=EVENTS_BODY)  # fmt: skip
-    def publish(data: Annotated[bytes, Depends(raw)]) -> Response:
-        return json(service.publish(data).as_dict())
+    async def publish(data: Annotated[bytes, Depends(raw)]) -> Response:
+        return await answers.publish(data)
 
     @app.post("/v1/traces", name="otlp", summary="OpenTelemetry GenAI spans (OTLP/HTTP, protobuf or JSON) as events",
               responses=errors(400, *WRITES), openapi_extra=otlp.TRACES_DOC)  # fmt: skip
@@ -194,19 +194,12 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
     @app.get("/threads/{thread_id}/state", name="state", summary="a thread's working state",
              responses=errors(400, 404, *READS))  # fmt: skip
     async def state(thread_id: Id) -> Response:
-        if spliced is None:
-            return json(await run_in_threadpool(service.state, thread_id))
-        # Answered here on the event loop when that costs no wait (an agent's step: its
-        # event applied, the state spliced from kept JSON), else on the thread pool.
-        body = spliced.state_json_now(thread_id)
-        if body is None:
-            body = await run_in_threadpool(spliced.state_json, thread_id)
-        return Response(body, media_type=json.media_type)
+        return await answers.state(thread_id)
 
     @app.get("/threads/{thread_id}/context", name="context", responses=errors(400, 404, *READS),
              summary="the thread's context assembled under a token budget")  # fmt: skip
-    def context(thread_id: Id, q: Annotated[ContextQuery, Query()]) -> Response:
-        return json(service.context(thread_id, q.budget, q.query, q.model, q.format))
+    async def context(thread_id: Id, q: Annotated[ContextQuery, Query()]) -> Response:
+        return await answers.context(thread_id, q)
 
     @app.get("/search", name="search", summary="keyword search over events", response_model=SearchAnswer,
              responses=errors(400, *READS))  # fmt: skip
