@@ -288,8 +288,9 @@ def test_the_worker_takes_post_events_and_serves_prometheus_metrics_like_agentlo
 
 
 def test_events_from_a_transactional_producer_are_applied_and_its_markers_hold_up_no_query(distributed) -> None:
-    # Each committed transaction leaves a marker at an offset no consumer sees: the worker
-    # must neither wait for those offsets nor take them for skipped records forever.
+    # Each committed transaction leaves a marker at an offset no consumer sees, an aborted
+    # one its records too: the worker must neither apply those, nor wait for their offsets,
+    # nor take them for skipped records forever.
     import asyncio  # noqa: PLC0415
 
     from aiokafka import AIOKafkaProducer  # noqa: PLC0415
@@ -300,24 +301,36 @@ def test_events_from_a_transactional_producer_are_applied_and_its_markers_hold_u
     wait_written(settings, worker, 0, 0)
     writer = SessionWriter("tx-thread")
     events = [compact_json(writer.emit("message", {"role": "user", "text": f"step {i}"})) for i in range(6)]
+    taken_back = [compact_json(writer.emit("message", {"role": "user", "text": f"aborted {i}"})) for i in range(3)]
 
-    async def publish() -> None:
+    async def publish(committed: list[list[bytes]], aborted: list[bytes]) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, transactional_id=f"tx-{uuid.uuid4()}")
         await producer.start()
         try:
-            for chunk in (events[:3], events[3:]):  # two transactions: two markers in the partition
+            for chunk in committed:
                 async with producer.transaction():
                     for value in chunk:
                         await producer.send(topic(EVENTS, settings.kafka_namespace), value, key=b"tx-thread")
+            if aborted:
+                await producer.begin_transaction()
+                for value in aborted:
+                    await producer.send_and_wait(topic(EVENTS, settings.kafka_namespace), value, key=b"tx-thread")
+                await producer.abort_transaction()
         finally:
             await producer.stop()
 
-    asyncio.run(publish())
+    asyncio.run(publish([events[:3], events[3:]], []))  # two transactions: two markers in the partition
     wait_written(settings, worker, len(events), 0)
     started = time.monotonic()
     state = state_when_served(settings, "tx-thread")
     assert state["event_count"] == len(events)
     assert time.monotonic() - started < 5, "a query waited for offsets the topic does not hold"
+    # Taken back after the worker applied the rest: no record after them moves it on.
+    asyncio.run(publish([], taken_back))
+    started = time.monotonic()
+    state = state_when_served(settings, "tx-thread")
+    assert state["event_count"] == len(events), "an aborted transaction's events were applied"
+    assert time.monotonic() - started < 5, "a query waited for an aborted transaction's offsets"
     assert "answering before the processor caught up" not in worker_log(settings)
 
 

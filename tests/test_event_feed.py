@@ -18,15 +18,21 @@ from agentlog.streams.memory.runner import MemoryRunner
 from tests.helpers import raw
 
 
+def published(data_dir: Path, kafka_bootstrap: str, count: int) -> str:
+    """A fresh namespace whose one-partition event topic holds ``count`` user messages."""
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    settings = Settings(data_dir=data_dir, kafka_bootstrap=kafka_bootstrap, kafka_namespace=ns, partitions=1)
+    publisher = KafkaPublisher(settings)
+    publisher.publish(b"\n".join(raw(f"e{i}", "message", {"role": "user", "text": f"m{i}"}, thread="f")
+                                 for i in range(count)))  # fmt: skip
+    publisher.close()
+    return ns
+
+
 def test_the_feed_counts_the_records_waiting_past_what_was_applied_by_the_last_fetch(
     tmp_path: Path, kafka_bootstrap: str,
 ) -> None:  # fmt: skip
-    ns = f"t{uuid.uuid4().hex[:8]}"
-    settings = Settings(data_dir=tmp_path, kafka_bootstrap=kafka_bootstrap, kafka_namespace=ns, partitions=1)
-    publisher = KafkaPublisher(settings)
-    publisher.publish(b"\n".join(raw(f"e{i}", "message", {"role": "user", "text": f"m{i}"}, thread="f")
-                                 for i in range(50)))  # fmt: skip
-    publisher.close()
+    ns = published(tmp_path, kafka_bootstrap, 50)
 
     async def look() -> tuple[int, int, int, int]:
         feed = EventFeed(kafka_bootstrap, topic(EVENTS, ns), processor_group(ns))
@@ -79,3 +85,48 @@ def test_a_memory_runner_whose_busy_look_fails_keeps_running(tmp_path: Path) -> 
     worker.start()
     worker.join(10)
     assert not worker.is_alive() and len(looks) == 2  # looked again after the failure, then stopped
+
+
+def test_the_feed_returns_no_aborted_record_and_tells_how_far_it_read_past_what_it_returned(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    # An aborted transaction at a partition's end: its records and its marker are offsets
+    # no record comes from, and a processor waiting for them would wait forever.
+    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+
+    ns = published(tmp_path, kafka_bootstrap, 3)
+    name = topic(EVENTS, ns)
+
+    async def abort_two() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=f"tx-{uuid.uuid4()}")
+        await producer.start()
+        try:
+            await producer.begin_transaction()
+            for i in range(2):
+                await producer.send_and_wait(name, raw(f"x{i}", "message", {"role": "user", "text": "no"}, thread="f"))
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    async def read() -> tuple[list[int], dict[int, int], dict[int, int], int]:
+        await abort_two()
+        feed = EventFeed(kafka_bootstrap, name, processor_group(ns))
+        await feed.follow({0: None})
+        try:
+            records: list = []
+            passed: dict[int, int] = {}
+            for _ in range(50):
+                got, _ = await feed.take(10, timeout_ms=200)
+                records += got
+                passed = await feed.passed({0: 3})
+                if passed:
+                    break
+            end = (await feed.end_offsets([0]))[0]
+            return [r.offset for r in records], passed, await feed.passed({0: end}), end
+        finally:
+            await feed.stop()
+
+    offsets, passed, nothing_past_the_end, end = asyncio.run(read())
+    assert offsets == [0, 1, 2]  # the aborted records are not returned
+    assert end == 6 and passed == {0: end}  # 3 records, 2 aborted ones, their marker
+    assert nothing_past_the_end == {}

@@ -84,6 +84,28 @@ class EventFeed:
             return [], {}
         return [Record(tp.partition, m.offset, m.value) for tp, messages in data.items() for m in messages], positions
 
+    async def passed(self, applied: Mapping[int, int]) -> dict[int, int]:
+        """Partitions this feed has read past ``applied`` (partition -> next offset applied)
+        without giving a record: the offsets between hold none a reader sees (a transaction's
+        commit marker at the partition's end, an aborted transaction's records). Asks for
+        the position only where the last fetch's high watermark is past ``applied``."""
+        consumer = self.consumer
+        if consumer is None:
+            return {}
+        moved: dict[int, int] = {}
+        for tp in list(consumer.assignment()):
+            done = applied.get(tp.partition, 0)
+            try:
+                high = consumer.highwater(tp)
+                if high is None or high <= done:
+                    continue
+                position = await consumer.position(tp)
+            except (IllegalStateError, AssertionError, AttributeError):  # unassigned meanwhile (aiokafka asserts)
+                continue
+            if position > done:
+                moved[tp.partition] = position
+        return moved
+
     def behind(self, applied: Mapping[int, int]) -> int:
         """Records of the followed partitions past ``applied`` (partition -> next offset
         applied), by the high watermarks of the last fetches: a look from another thread

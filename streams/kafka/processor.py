@@ -28,6 +28,10 @@ From a revocation until the tables are restored nothing is applied, and queries 
 503 (try again), never a wrong "no events for thread". A batch is applied whole under
 ``applying``, so a revocation waits for the one in hand; each assignment is a new
 ``generation``, and a batch fetched under an older one is dropped.
+
+Offsets that hold no record a reader sees (transaction markers; the records of an
+aborted transaction, which the feed does not return) count as applied once the feed has
+read past them, so read-your-writes never waits for them.
 """
 
 from __future__ import annotations
@@ -274,13 +278,34 @@ class KafkaProcessor:
                 await self.ready.wait()
                 fetched_in = self.generation
                 records, positions = await self.event_feed.take(BATCH_RECORDS, timeout_ms=200)
-                if not records:
-                    continue
                 async with self.applying:
-                    if self.ready.is_set() and self.generation == fetched_in:  # else read again where the table says
+                    if not (self.ready.is_set() and self.generation == fetched_in):
+                        self.drop(records)
+                    elif records:
                         await self.apply_batch(records, positions)
+                    else:
+                        await self.pass_unreadable()
         finally:
             await self.event_feed.stop()
+
+    def drop(self, records: list[Record]) -> None:
+        """A batch fetched under an older assignment: not applied, and the feed goes back to
+        where the table says each of its partitions resumes (the feed's position is past it)."""
+        for p in {r.partition for r in records}:
+            if p in self.guard.expected:
+                self.event_feed.rewind(p, self.guard.expected[p])
+
+    async def pass_unreadable(self) -> None:
+        """Count as applied the offsets the feed read past without a record: a transaction's
+        commit marker at a partition's end, or an aborted transaction's records. Else a
+        query's read-your-writes would wait for them until its deadline. Sound because every
+        record the feed returned was applied, or the feed was sent back before it."""
+        passed = await self.event_feed.passed(self.processed)
+        for p, position in passed.items():
+            self.processed[p] = position
+            self.guard.expected[p] = max(self.guard.expected.get(p, position), position)
+        if passed:
+            await self.event_feed.commit(passed)
 
     def in_order(self, records: list[Record]) -> Checked:
         """The batch up to any gap in its partitions' offsets; the feed reads again from
