@@ -14,6 +14,7 @@ infra/.run. Standard output carries only the ``export`` lines; progress goes to 
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import re
@@ -294,7 +295,12 @@ def main(argv: list[str]) -> None:
     unknown = set(services) - {"kafka", "opensearch"}
     if unknown:
         fail(f"unknown service(s): {', '.join(sorted(unknown))}")
-    (up if argv[0] == "up" else down)(services)
+    RUN.mkdir(parents=True, exist_ok=True)
+    # One launcher at a time: test processes running side by side (pytest -n) may all ask
+    # for a server at once, and the later ones must find it running, not start another.
+    with (RUN / "launch.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        (up if argv[0] == "up" else down)(services)
 
 
 if __name__ == "__main__":

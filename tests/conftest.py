@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
+from tests.servers import LAUNCHED_LIST, ROOT, launch
 
 
 @pytest.fixture
@@ -88,9 +90,15 @@ def _docker_answers() -> bool:
 
 
 _CONTAINERS: list = []
-_LAUNCHED: list[str] = []
-"""Servers this test session started with infra/launch.py (not those CI's infra/up gave
-through the environment, nor one already running): their JVMs must not outlive pytest."""
+_LAUNCHED_KEY = pytest.StashKey[Path]()  # set on the controller only
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and not os.environ.get(LAUNCHED_LIST):  # the run's controller
+        fd, path = tempfile.mkstemp(prefix="agentlog-launched-", suffix=".txt")
+        os.close(fd)
+        os.environ[LAUNCHED_LIST] = path  # the workers it spawns inherit it
+        config.stash[_LAUNCHED_KEY] = Path(path)
 
 
 def _container(service: str) -> str:
@@ -114,20 +122,13 @@ def _server(service: str, variable: str) -> str:
     """A real server: the one named by ``variable`` (CI starts it with infra/up); else a
     container when a Docker engine answers; else started here with the same launcher as
     infra/up. Never skipped: a test that needs it fails loudly when it cannot be had."""
-    import subprocess
-    import sys
-
     if os.environ.get(variable):
         return os.environ[variable]
     if _docker_answers():
         return _container(service)
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", service],
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = launch(service)
     for line in proc.stdout.splitlines():
         if line.startswith(f"export {variable}="):
-            if f"{service} already running" not in proc.stderr:
-                _LAUNCHED.append(service)  # started for this session: stopped at its end
             return line.split("=", 1)[1]
     pytest.fail(f"{service} could not be started with infra/launch.py:\n{proc.stderr[-3000:]}")
 
@@ -135,12 +136,14 @@ def _server(service: str, variable: str) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for container in _CONTAINERS:
         container.stop()
-    if _LAUNCHED:
-        import subprocess  # noqa: PLC0415
-        import sys  # noqa: PLC0415
-
-        launcher = Path(__file__).resolve().parent.parent / "infra" / "launch.py"
-        subprocess.run([sys.executable, str(launcher), "down", *_LAUNCHED], capture_output=True, timeout=120)
+    listed = session.config.stash.get(_LAUNCHED_KEY, None)
+    if listed is None:  # a worker: the controller stops what any of them started
+        return
+    launched = sorted(set(listed.read_text(encoding="utf-8").split())) if listed.exists() else []
+    if launched:
+        subprocess.run([sys.executable, str(ROOT / "infra" / "launch.py"), "down", *launched],
+                       capture_output=True, timeout=120)  # fmt: skip
+    listed.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")

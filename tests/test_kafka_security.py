@@ -19,6 +19,7 @@ from agentlog.streams.kafka.publisher import KafkaPublisher
 from agentlog.streams.kafka.security import KafkaSecurity, clickhouse_options, opensearch_options
 from agentlog.streams.kafka.worker_process import start_worker, stop_worker
 from tests.helpers import raw
+from tests.servers import launch
 from tests.test_distributed import drop_index, kafka_settings, state_when_served, wait_written
 
 SASL_VARIABLES = ("AGENTLOG_TEST_KAFKA_SASL_BOOTSTRAP", "AGENTLOG_TEST_KAFKA_SASL_USERNAME",
@@ -30,9 +31,7 @@ def kafka_sasl() -> tuple[str, str, str]:
     """The SASL/PLAIN listener of the broker infra/up starts: from the environment (CI
     evaluates infra/up), else started here. Never skipped."""
     if not all(os.environ.get(v) for v in SASL_VARIABLES):
-        root = Path(__file__).resolve().parent.parent
-        proc = subprocess.run([sys.executable, str(root / "infra" / "launch.py"), "up", "kafka"],
-                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        proc = launch("kafka")
         found = dict(word.split("=", 1) for line in proc.stdout.splitlines() for word in line.split()[1:] if "=" in word)
         if not all(found.get(v) for v in SASL_VARIABLES):
             pytest.fail(f"no SASL listener: infra/launch.py up kafka printed {proc.stdout!r}\n{proc.stderr[-2000:]}")
