@@ -52,9 +52,10 @@ class EventFeed:
             consumer, self.consumer = self.consumer, None
             await consumer.stop()
 
-    async def follow(self, positions: Mapping[int, int | None]) -> None:
+    async def follow(self, positions: Mapping[int, int | None]) -> dict[int, int]:
         """Read exactly these partitions from now on, each from its given offset (``None``:
-        from the beginning). Records fetched before are dropped."""
+        from the beginning); gives the offset each one reads next. Records fetched before
+        are dropped."""
         await self.start()  # faust may revoke or assign before the processing task starts
         assert self.consumer is not None
         tps = {p: TopicPartition(self.topic, p) for p in positions}
@@ -64,6 +65,8 @@ class EventFeed:
                 await self.consumer.seek_to_beginning(tps[p])
             else:
                 self.consumer.seek(tps[p], offset)
+        # "The beginning" as an offset: a batch dropped later is rewound to where it began.
+        return {p: await self.consumer.position(tp) for p, tp in tps.items()}
 
     def rewind(self, partition: int, offset: int) -> None:
         assert self.consumer is not None

@@ -37,7 +37,9 @@ class GroupWatch:
     def __init__(self, settings: Settings) -> None:
         kafka = {"bootstrap_servers": settings.kafka_bootstrap, **settings.kafka_security.kafka_python()}
         self.admin = KafkaAdminClient(client_id="agentlog-groups", **kafka)
-        self.consumer = KafkaConsumer(**kafka)
+        # The end a reader of committed records reaches (the processor's commits stop there):
+        # an open transaction's records are not pending work.
+        self.consumer = KafkaConsumer(isolation_level="read_committed", **kafka)
 
     def ends(self, *topics: str) -> Offsets:
         partitions = [TopicPartition(t, p) for t in topics for p in sorted(self.consumer.partitions_for_topic(t) or ())]

@@ -257,15 +257,15 @@ class KafkaProcessor:
     async def on_restored(self, _app: Any, **_kwargs: Any) -> None:
         async with self.applying:
             self.seen.forget()  # indexed before recovery ended (a health check)? read the whole table again
-            positions = {}
+            resume: dict[int, int | None] = {}
             for p in self.owned_partitions():
                 last = self.seen.last_offset(p)
-                positions[p] = None if last is None else last + 1
-            await self.event_feed.follow(positions)
+                resume[p] = None if last is None else last + 1
+            positions = await self.event_feed.follow(resume)
             self.guard.reset(positions)
             self.processed.clear()
-            self.processed.update({p: o or 0 for p, o in positions.items()})
-            await self.event_feed.commit({p: o for p, o in positions.items() if o is not None})  # watchers: nothing pending
+            self.processed.update(positions)
+            await self.event_feed.commit(positions)  # watchers: nothing pending
             self.generation += 1
             self.ready.set()
 
@@ -281,16 +281,18 @@ class KafkaProcessor:
                 async with self.applying:
                     if not (self.ready.is_set() and self.generation == fetched_in):
                         self.drop(records)
-                    elif records:
-                        await self.apply_batch(records, positions)
                     else:
+                        if records:
+                            await self.apply_batch(records, positions)
+                        # Also after a batch: a partition the batch left out may have read a marker.
                         await self.pass_unreadable()
         finally:
             await self.event_feed.stop()
 
     def drop(self, records: list[Record]) -> None:
         """A batch fetched under an older assignment: not applied, and the feed goes back to
-        where the table says each of its partitions resumes (the feed's position is past it)."""
+        where the table says each of its partitions resumes (the feed's position is past it;
+        ``on_restored`` puts every owned partition in ``guard.expected``)."""
         for p in {r.partition for r in records}:
             if p in self.guard.expected:
                 self.event_feed.rewind(p, self.guard.expected[p])
