@@ -51,7 +51,8 @@ def plain_consumer(bootstrap: str, security: KafkaSecurity, group_id: str | None
     taking the largest message any topic here holds. It reads committed records only: an
     agent that publishes through a transactional producer and aborts takes its events back."""
     return AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False,
-                            auto_offset_reset="earliest", isolation_level="read_committed", max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+                            auto_offset_reset="earliest", isolation_level="read_committed",
+                            max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
                             fetch_max_bytes=4 * MAX_MESSAGE_BYTES, **security.aiokafka())  # fmt: skip
 
 
