@@ -208,7 +208,7 @@ def test_the_hot_routes_pool_ends_with_the_app(tmp_path: Path) -> None:
 
 
 def _hot_routes(app: object) -> object:
-    layer = app.middleware_stack  # type: ignore[attr-defined]
+    layer = app.front  # type: ignore[attr-defined]
     while not hasattr(layer, "pool"):
         layer = layer.app
     return layer

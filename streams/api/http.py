@@ -22,8 +22,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.processors.context import BudgetTooSmall
 from agentlog.schemas.requests import (
@@ -84,6 +86,26 @@ def _invalid(error: RequestValidationError, fields: list[str]) -> RequestError:
     if found[0]["loc"][0] == "path":
         return bad_id(str(found[0]["loc"][-1]))
     return refusal([{**e, "loc": e["loc"][1:]} for e in found], fields, "query parameter")
+
+
+class Api(FastAPI):
+    """The FastAPI app with a front that its HTTP requests pass first: ``Guard`` (every
+    access rule), then the agent step's ``HotRoutes``, then FastAPI's own stack. In front
+    of FastAPI's per-request layers (its telemetry switch, error, body-limit and exception
+    middleware), which cost the step's requests more than their answers; what goes on is
+    routed as before. The front answers an exception as the routes do (``failure``)."""
+
+    front: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.front is not None and scope["type"] in ("http", "lifespan"):
+            await self.front(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def routed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """FastAPI's own answer: its middleware, then the routes."""
+        await super().__call__(scope, receive, send)
 
 
 class Route(APIRoute):
@@ -152,14 +174,15 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
             if worker:
                 worker.join(timeout=30)
 
-    app = FastAPI(title="agentlog", version="1", lifespan=lifespan, redirect_slashes=False, openapi_url=None,
+    app = Api(title="agentlog", version="1", lifespan=lifespan, redirect_slashes=False, openapi_url=None,
                   docs_url=None, redoc_url=None, default_response_class=OrjsonResponse,
                   exception_handlers={HTTPException: _http_error, Exception: failure},  # type: ignore[dict-item]
                   description="Agent events in; working state, context, search and SQL out (docs/http-api.md).")  # fmt: skip
     app.router.route_class = Route
-    if hot_routes:  # added first: Guard, added next, runs before it
-        app.add_middleware(HotRoutes, service=service, policy=policy, json=OrjsonResponse, failure=failure)
-    app.add_middleware(Guard, policy=policy)
+    routed: ASGIApp = app.routed
+    if hot_routes:
+        routed = HotRoutes(routed, service=service, policy=policy, json=OrjsonResponse, failure=failure)
+    app.front = ServerErrorMiddleware(Guard(routed, policy=policy), handler=failure)
 
     async def raw(request: Request) -> bytes:
         return await read_body(request.stream(), policy.max_request_bytes)
