@@ -18,6 +18,8 @@ the unbound methods of ``dict`` and ``list`` called on purpose (``dict.update(it
 from __future__ import annotations
 
 import copy
+from collections import deque
+from itertools import chain, repeat
 from typing import Any, NoReturn
 
 REFUSED = (
@@ -90,11 +92,33 @@ def read_only(value: Any) -> Any:
     if kind is dict:
         return ReadOnlyDict({k: v if type(v) not in _CONTAINERS else read_only(v) for k, v in value.items()})
     if kind is list:
+        if len(value) > 1 and set(map(type, value)) == _DICT:
+            return _dicts(value)
         return ReadOnlyList([v if type(v) not in _CONTAINERS else read_only(v) for v in value])
     return value  # a scalar; the scalars inside containers are kept without a call each
 
 
+def _dicts(items: list[dict[str, Any]]) -> ReadOnlyList:
+    """A list of dicts (a section of a state: 1,600 plan steps) made read-only in C loops:
+    made one by one in Python, its dicts cost five times its parse (2.6 against 0.5 ms).
+    Their values that are containers, found in C too, are made read-only as any."""
+    made: list[ReadOnlyDict] = list(map(_NEW_DICT, repeat(ReadOnlyDict, len(items))))
+    deque(map(dict.update, made, items), maxlen=0)
+    if not _CONTAINERS.isdisjoint(map(type, chain.from_iterable(map(dict.values, items)))):
+        for item in made:
+            if not _CONTAINERS.isdisjoint(map(type, item.values())):
+                for key, v in item.items():
+                    if type(v) in _CONTAINERS:
+                        dict.__setitem__(item, key, read_only(v))
+    out = _NEW_LIST(ReadOnlyList)
+    list.extend(out, made)
+    return out
+
+
 _CONTAINERS = frozenset({dict, list})
+_DICT = {dict}
+_NEW_DICT, _NEW_LIST = dict.__new__, list.__new__
+"""The C constructors, without ``ReadOnlyDict.__new__``'s Python frame (the filling follows)."""
 
 
 __all__ = ["REFUSED", "ReadOnlyDict", "ReadOnlyList", "read_only"]

@@ -382,3 +382,16 @@ def test_the_summary_s_memo_holds_the_entries_of_the_newest_summary_only() -> No
     state.summary = _summary(["only one"])
     view.render(state, True)
     assert len(view._summary_entries) == 1  # noqa: SLF001 - the bound is what is tested
+
+
+@pytest.mark.parametrize("items", [
+    [{"step_id": f"s{i}", "status": "done"} for i in range(50)],  # flat: the C loops alone
+    [{"a": 1}, {"b": [1, {"c": [2, 3]}]}, {"d": {"e": {"f": []}}}, {}],  # containers in some items
+    [{"a": 1}, [1, 2], {"b": 2}],  # not only dicts
+    [{"a": 1}],
+    [],
+])  # fmt: skip
+def test_read_only_of_a_list_of_dicts_is_read_only_all_the_way_down_and_the_same_value(items: list) -> None:
+    got = read_only(orjson.loads(orjson.dumps(items)))
+    assert got == items and orjson.dumps(got) == orjson.dumps(items)
+    _assert_read_only(got)
