@@ -31,6 +31,7 @@ from pydantic import TypeAdapter
 
 from agentlog.processors.read_only import ReadOnlyDict, ReadOnlyList, read_only
 from agentlog.processors.redaction import redact_reusing, redact_value
+from agentlog.processors.state_sections import digest as digest_of
 from agentlog.schemas.state import (
     AgentItem,
     ApprovalItem,
@@ -80,21 +81,26 @@ class PublicView:
     identity (in C). Either way a section that changed renders its new and replaced items only.
     """
 
-    __slots__ = ("_sections", "_summary", "_summary_entries", "_redact", "_json", "_told", "_fresh")
+    __slots__ = ("_sections", "_summary", "_summary_entries", "_redact", "_json", "_told", "_fresh", "_digests",
+                 "_summary_digest")
 
     def __init__(self, told: bool = False) -> None:
         self._sections: dict[str, tuple[tuple[object, ...], Rendering, Any]] = {}
         """Per section: the items as last read (held, so no other object takes their ids),
         their renderings, and what the section derived from them (the approval queues)."""
         self._summary: tuple[object, Any, bytes | None] = (_UNREAD, None, None)
+        self._summary_digest: tuple[bytes | None, str] = (None, "")
+        """The shown summary's JSON as last digested, and its digest."""
         """The summary as last read, what it was shown as (read-only, redacted) and that's JSON."""
         self._summary_entries: dict[int, tuple[Any, Any]] = {}
         """The entries of the summary's lists as last shown (id -> (entry, shown)): a fold
         keeps the unchanged ones of a record of hundreds as the same objects."""
         self._redact: bool | None = None
-        self._json: dict[str, tuple[object, orjson.Fragment]] = {}
+        self._json: dict[str, tuple[object, orjson.Fragment, str]] = {}
         """Per shown section: the rendering it was serialised from (held: compared by
-        identity, as a section that changed renders into a new list) and its JSON."""
+        identity, as a section that changed renders into a new list), its JSON and digest."""
+        self._digests: dict[str, str] = {}
+        """The digest of each section ``render_json`` last gave (``digests``)."""
         self._told = told
         self._fresh: set[str] = set()
         """The sections rendered and not touched since (consulted only when ``told``)."""
@@ -111,7 +117,14 @@ class PublicView:
     def render_json(self, state: WorkingState, redact: bool) -> dict[str, Any]:
         """The public state with its sections as JSON fragments: ``orjson.dumps`` of it is
         ``orjson.dumps(self.render(state, redact))``, byte for byte. Only for serialising."""
+        self._digests = {}
         return self._render(state, redact, self._fragment, self._summary_fragment)
+
+    def digests(self) -> dict[str, str]:
+        """The digest of each section in the state ``render_json`` last gave
+        (``agentlog.processors.state_sections``), made with its JSON: a reader that holds a
+        section with the same digest need not be sent it again."""
+        return dict(self._digests)
 
     def _render(self, state: WorkingState, redact: bool, shown: Callable[[str, Rendering], Any],
                 summary: Callable[[dict[str, Any] | None], Any]) -> dict[str, Any]:  # fmt: skip
@@ -141,10 +154,12 @@ class PublicView:
     def _fragment(self, name: str, rendered: Rendering) -> Any:
         """The section's JSON, serialised again only when its renderings changed. The goal,
         a section of one item shown as that item, is shown as a list of its one fragment."""
-        held, fragment = self._json.get(name, (None, None))
+        held, fragment, digest = self._json.get(name, (None, None, ""))
         if held is not rendered:
-            fragment = orjson.Fragment(orjson.dumps(rendered[0] if name == "goal" else list(rendered)))
-            self._json[name] = (rendered, fragment)
+            json = orjson.dumps(rendered[0] if name == "goal" else list(rendered))
+            fragment, digest = orjson.Fragment(json), digest_of(json)
+            self._json[name] = (rendered, fragment, digest)
+        self._digests[name] = digest
         return [fragment] if name == "goal" else fragment
 
     def _section(self, name: str, values: Collection[object],
@@ -211,6 +226,9 @@ class PublicView:
         if json is None:
             json = orjson.dumps(shown)
             self._summary = (held, shown, json)
+        if self._summary_digest[0] is not json:
+            self._summary_digest = (json, digest_of(json))
+        self._digests["summary"] = self._summary_digest[1]
         return orjson.Fragment(json)
 
     def _plain(self, value: Any) -> Any:

@@ -386,8 +386,8 @@ def test_a_state_read_that_costs_no_wait_is_answered_at_once_with_the_same_bytes
     service.state("step")
     service.publish(goal(2))  # one agent step: applied inline
     now = service.state_json_now("step")
-    assert now is not None and orjson.loads(now)["goal"]["text"] == "walrus step 2"
-    assert now == service.state_json("step") == orjson.dumps(service.state("step"))
+    assert now is not None and orjson.loads(now.body)["goal"]["text"] == "walrus step 2"
+    assert now.body == service.state_json("step").body == orjson.dumps(service.state("step"))
     held, release = threading.Event(), threading.Event()
 
     def processor_busy() -> None:
@@ -405,7 +405,7 @@ def test_a_state_read_that_costs_no_wait_is_answered_at_once_with_the_same_bytes
         busy.join()
     service.publish(b"\n".join(goal(i) for i in range(3, 4 + STEP_RECORDS)))  # a backlog
     assert service.state_json_now("step") is None
-    assert orjson.loads(service.state_json("step"))["goal"]["text"] == f"walrus step {3 + STEP_RECORDS}"
+    assert orjson.loads(service.state_json("step").body)["goal"]["text"] == f"walrus step {3 + STEP_RECORDS}"
     assert service.state_json_now("step") is not None
 
 
@@ -473,7 +473,7 @@ def test_a_state_read_on_the_event_loop_applies_only_the_records_it_found_waitin
 
         svc.driver.pipeline.process = while_publishers_append  # type: ignore[method-assign]
         answer = svc.state_json_now("step")
-        assert answer is not None and orjson.loads(answer)["goal"]["text"] == f"walrus step {1 + STEP_RECORDS}"
+        assert answer is not None and orjson.loads(answer.body)["goal"]["text"] == f"walrus step {1 + STEP_RECORDS}"
         assert svc.driver.pending() == 50  # left to the processor's loop, not applied on the event loop
     finally:
         svc.close()
@@ -491,7 +491,7 @@ def test_a_state_read_on_the_event_loop_leaves_a_backlog_longer_than_a_step_to_t
         svc.publish(b"\n".join(goal(i) for i in range(2, 3 + STEP_RECORDS)))  # one more than a step
         assert svc.state_json_now("step") is None
         assert svc.driver.pending() == STEP_RECORDS + 1  # nothing applied on the event loop
-        assert orjson.loads(svc.state_json("step"))["goal"]["text"] == f"walrus step {2 + STEP_RECORDS}"
+        assert orjson.loads(svc.state_json("step").body)["goal"]["text"] == f"walrus step {2 + STEP_RECORDS}"
     finally:
         svc.close()
 
@@ -502,9 +502,9 @@ def test_a_served_read_never_takes_the_checkpoint_the_processor_s_loop_takes_it(
         svc.serving = True  # as under agentlog run (its loop is not started here)
         svc.publish(goal(1))
         svc.state("step")
-        assert orjson.loads(svc.state_json_now("step") or b"{}")["goal"]["text"] == "walrus step 1"
+        assert orjson.loads(getattr(svc.state_json_now("step"), "body", b"{}"))["goal"]["text"] == "walrus step 1"
         svc.publish(goal(2))
-        assert orjson.loads(svc.state_json_now("step") or b"{}")["goal"]["text"] == "walrus step 2"
+        assert orjson.loads(getattr(svc.state_json_now("step"), "body", b"{}"))["goal"]["text"] == "walrus step 2"
         assert svc.states.offsets().get("events", 0) == 0  # no read wrote a checkpoint
         with svc.lock:
             svc.driver.step()  # the loop's turn

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+from agentlog.processors.state_sections import KNOWN_HEADER
 from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
 from agentlog.streams.config import Settings
@@ -102,6 +103,15 @@ def test_publishes_valid_and_hostile_answer_the_same_with_and_without_the_hot_ro
     assert {200, 405, 413, 415} <= set(statuses)  # accepted and refused ones were all compared
 
 
+KNOWN_SECTIONS = [
+    {KNOWN_HEADER: "plan=" + "A" * 16}, {KNOWN_HEADER: "plan=" + "A" * 16 + ",summary=" + "B" * 16},
+    {KNOWN_HEADER: "future=" + "A" * 16}, {KNOWN_HEADER: ""}, {KNOWN_HEADER: "nonsense"}, {KNOWN_HEADER: "x" * 2000},
+    {KNOWN_HEADER: "plan=" + "A" * 16 + ",plan=" + "A" * 16}, [(KNOWN_HEADER, "plan=" + "A" * 16)] * 2,
+    [(KNOWN_HEADER.encode(), b"plan=" + b"A" * 16 + b"\xe9")], {"agentlog-known-SECTIONS": "plan=" + "A" * 16},
+]
+"""``Agentlog-Known-Sections`` headers, well-formed and not (``processors/state_sections.py``)."""
+
+
 def test_state_reads_answer_the_same_with_and_without_the_hot_routes(tmp_path: Path) -> None:
     urls = ("/threads/t1/state", "/threads/t2/state", "/threads/t1/state?x=1", "/threads/nope/state",
                 "/threads/a%20b/state", "/threads/a%0A/state", "/threads/t1%0A/state", "/threads/" + "a" * 129 + "/state",
@@ -110,6 +120,7 @@ def test_state_reads_answer_the_same_with_and_without_the_hot_routes(tmp_path: P
     statuses = assert_same_answers(tmp_path, [
         *_publishes()[:5], *[("GET", url, {}) for url in urls], ("HEAD", "/threads/t1/state", {}),
         ("POST", "/threads/t1/state", {"content": b"{}", "headers": JSON}),
+        *[("GET", "/threads/t1/state", {"headers": headers}) for headers in KNOWN_SECTIONS],
     ])  # fmt: skip
     assert {200, 400, 404, 405} <= set(statuses[5:])
 

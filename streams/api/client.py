@@ -19,6 +19,7 @@ from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
 from agentlog.streams import gc_heap
+from agentlog.streams.api.kept_states import KeptStates
 from agentlog.streams.api.wire import WIRE_ERRORS, Answer, KeepAlive, plain_http
 from agentlog.streams.publish_check import PublishReport
 
@@ -159,13 +160,16 @@ class RemoteService:
         # An agent's step (publish, then state or context) on kept connections of the
         # standard library's, where nothing (TLS, a proxy) needs httpx.
         self.wire = KeepAlive(url, _auth(token), timeout=120.0) if plain_http(url) else None
+        self.kept_states = KeptStates()
 
     def _send(self, method: str, path: str, params: dict[str, Any] | None = None, content: bytes | str | None = None,
-              headers: dict[str, str] | None = None) -> Any:  # fmt: skip
-        """One request, answered as the service would (retried while the server is busy)."""
+              headers: dict[str, str] | None = None, with_headers: bool = False) -> Any:  # fmt: skip
+        """One request, answered as the service would (retried while the server is busy);
+        ``with_headers``: the answer and the response's headers."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
         if self.wire is None:
-            return self._check(lambda: self.http.request(method, path, params=query, content=content, headers=headers))
+            return self._check(lambda: self.http.request(method, path, params=query, content=content, headers=headers),
+                               with_headers)  # fmt: skip
         target = f"{path}?{urlencode(query)}" if query else path
         body = content.encode() if isinstance(content, str) else content  # UTF-8, as httpx sends it
         wire = self.wire
@@ -176,12 +180,12 @@ class RemoteService:
                 return self.http.request(method, path, params=query, content=body, headers=headers)
             return answer
 
-        return self._check(send)
+        return self._check(send, with_headers)
 
     def _get(self, path: str, **params: Any) -> Any:
         return self._send("GET", path, params)
 
-    def _check(self, send: Any) -> Any:
+    def _check(self, send: Any, with_headers: bool = False) -> Any:
         deadline = time.monotonic() + self.busy_seconds
         while True:
             try:
@@ -191,7 +195,7 @@ class RemoteService:
             if response.status_code != 503 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        return answer_of(response)
+        return (answer_of(response), response.headers) if with_headers else answer_of(response)
 
     def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._send("POST", path, content=json.dumps(body or {}).encode(), headers=JSON)
@@ -209,7 +213,10 @@ class RemoteService:
         return self._get("/threads", project=project, status=status, limit=limit)
 
     def state(self, thread_id: str) -> dict[str, Any]:
-        return self._get(f"/threads/{segment(thread_id)}/state")
+        """The server's answer; its sections read-only and, while they do not change, the
+        same objects read after read: only what changed is sent (``kept_states``)."""
+        path = f"/threads/{segment(thread_id)}/state"
+        return self.kept_states.read(thread_id, lambda headers: self._send("GET", path, headers=headers, with_headers=True))
 
     def context(self, thread_id: str, budget: int, query: str | None = None,
                 model: str | None = None, format: str = "generic") -> dict[str, Any]:  # noqa: A002 # fmt: skip

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import anyio
 import orjson
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.processors.context import BudgetTooSmall
+from agentlog.processors.state_sections import KNOWN_HEADER, SECTIONS_HEADER, UNCHANGED_HEADER, parse_known
 from agentlog.schemas.requests import (
     ConsolidateBody, ContextQuery, Id, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery, SqlBody,
     ThreadListQuery, bad_id, once, parse_body, refusal,
@@ -86,6 +87,16 @@ def _invalid(error: RequestValidationError, fields: list[str]) -> RequestError:
     if found[0]["loc"][0] == "path":
         return bad_id(str(found[0]["loc"][-1]))
     return refusal([{**e, "loc": e["loc"][1:]} for e in found], fields, "query parameter")
+
+
+KnownSections = Annotated[str | None, Header(alias=KNOWN_HEADER, description=(
+    "The sections this reader holds, as the Agentlog-Sections header of an earlier state answer "
+    "gave them (name=digest pairs, comma-separated): those whose digest is still the same are left "
+    "out of the answer and named in its Agentlog-Unchanged header (docs/http-api.md)."))]
+STATE_SECTIONS_DOC: dict[str, Any] = {"description": "the working state", "headers": {
+    SECTIONS_HEADER: {"description": "name=digest of each section a reader may keep", "schema": {"type": "string"}},
+    UNCHANGED_HEADER: {"description": "the sections left out: the reader's copy (by digest) is the current one",
+                       "schema": {"type": "string"}}}}  # fmt: skip
 
 
 class Api(FastAPI):
@@ -215,9 +226,13 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
         return json(service.thread_list(q.project, q.status, q.limit))
 
     @app.get("/threads/{thread_id}/state", name="state", summary="a thread's working state",
-             responses=errors(400, 404, *READS))  # fmt: skip
-    async def state(thread_id: Id) -> Response:
-        return await answers.state(thread_id)
+             responses={200: STATE_SECTIONS_DOC, **errors(400, 404, *READS)})  # fmt: skip
+    async def state(thread_id: Id, request: Request, known: KnownSections = None) -> Response:
+        try:
+            sections = parse_known(request.headers.getlist(KNOWN_HEADER))  # each time it was sent
+        except ValueError as error:
+            raise RequestError(400, str(error)) from None
+        return await answers.state(thread_id, sections)
 
     @app.get("/threads/{thread_id}/context", name="context", responses=errors(400, 404, *READS),
              summary="the thread's context assembled under a token budget")  # fmt: skip

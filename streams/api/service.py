@@ -12,9 +12,10 @@ an in-process answer from a remote one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from agentlog.processors.state_sections import StateBody
 from agentlog.sinks.base import QueryResult
 from agentlog.streams.publish_check import PublishReport
 
@@ -39,12 +40,14 @@ class NotServedHere(RuntimeError):
 @runtime_checkable
 class StateJson(Protocol):
     """A service that writes a thread's state as JSON itself: the HTTP route sends these
-    bytes as they are (the embedded service keeps unchanged sections serialised)."""
+    bytes as they are (the embedded service keeps unchanged sections serialised, with their
+    digests: ``agentlog.processors.state_sections``)."""
 
-    def state_json(self, thread_id: str) -> bytes:
-        """``orjson.dumps(self.state(thread_id))``, byte for byte."""
+    def state_json(self, thread_id: str, known: Mapping[str, str] | None = None) -> StateBody:
+        """``orjson.dumps(self.state(thread_id))``, byte for byte, but for the sections
+        whose digest is in ``known`` (the reader holds them)."""
 
-    def state_json_now(self, thread_id: str) -> bytes | None:
+    def state_json_now(self, thread_id: str, known: Mapping[str, str] | None = None) -> StateBody | None:
         """``state_json``, if it can answer without waiting (a lock, a long backlog, a
         store); else ``None`` (then ``state_json`` is called where blocking is fine)."""
 

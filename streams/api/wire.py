@@ -17,7 +17,8 @@ import socket
 import threading
 import urllib.request
 import weakref
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +44,8 @@ class Answer:
 
     status_code: int
     content: bytes
+    headers: http.client.HTTPMessage | Mapping[str, str] = field(default_factory=dict)
+    """Case-insensitive, as httpx's (``http.client``'s message)."""
 
     @property
     def text(self) -> str:
@@ -163,7 +166,7 @@ def _exchange(conn: http.client.HTTPConnection, method: str, target: str, body: 
     try:
         conn.request(method, target, body=body, headers=headers)
         response = conn.getresponse()
-        return Answer(response.status, response.read())
+        return Answer(response.status, response.read(), response.msg)
     except BaseException:
         conn.close()  # a half-read answer must not be read as the next one's
         raise

@@ -1,0 +1,106 @@
+"""A state read that leaves out the sections its reader already holds.
+
+An agent reads its thread's state after every event it publishes. Over HTTP a long thread's
+state is mostly sections that did not change since the last read (the step benchmark's
+thread at 20,000 events: 1,600 plan steps and an 18 KB summary, 160 KB a read), and the
+client spent more time parsing them than the server spent answering. So each section a
+reader may keep is named with a digest of its JSON (``SECTIONS_HEADER``); a reader that
+sends back the digests it holds (``KNOWN_HEADER``) gets the state without the sections whose
+digest is the same (``null`` in their place) and their names (``UNCHANGED_HEADER``). The digest is of the content
+(BLAKE2b of the section's JSON), so a section is left out only when the reader's copy is
+byte for byte the current one, whichever server, restart or thread gave it.
+
+Pure: the HTTP routes and the client (``agentlog.streams.api.kept_states``) move the bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+SECTIONS = ("goal", "constraints", "plan", "tasks", "files", "pending_approvals", "decided_approvals", "agents",
+            "pending_calls", "failures", "summary")  # fmt: skip
+"""The sections a reader may keep (the scalars are always sent: they change with every event)."""
+KNOWN_HEADER = "Agentlog-Known-Sections"
+"""Request: ``name=digest`` pairs, comma-separated, as an earlier answer's ``SECTIONS_HEADER`` gave them."""
+SECTIONS_HEADER = "Agentlog-Sections"
+"""Answer: the digest of each of ``SECTIONS`` in the state it answers."""
+UNCHANGED_HEADER = "Agentlog-Unchanged"
+"""Answer: the sections left out (comma-separated): the reader's copy is the current one."""
+DIGEST_CHARS = 16
+MAX_KNOWN_CHARS = 1024
+"""A ``KNOWN_HEADER`` is at most this long (every section named: about 320 characters)."""
+_PAIR = re.compile(rf"([a-z_]{{1,32}})=([A-Za-z0-9_-]{{{DIGEST_CHARS}}})")
+
+
+def digest(json: bytes) -> str:
+    """A section's digest: 12 bytes of BLAKE2b, URL-safe base64 (16 characters)."""
+    return base64.urlsafe_b64encode(hashlib.blake2b(json, digest_size=12).digest()).decode()
+
+
+def digests_of(public: Mapping[str, Any]) -> dict[str, str]:
+    """Each section's digest, serialised here: for a state whose sections are not kept as
+    JSON already (``PublicView.digests`` gives them for those that are)."""
+    return {name: digest(orjson.dumps(public[name], default=str)) for name in SECTIONS if name in public}
+
+
+def parse_known(values: Sequence[str]) -> dict[str, str]:
+    """The ``KNOWN_HEADER``'s sections and digests (``values``: each time the header was
+    sent). A ``ValueError`` that says what is wrong: sent twice, too long, not pairs, a name
+    twice. Names this server does not keep are allowed (a newer client's) and never match."""
+    if len(values) > 1:
+        raise ValueError(f"{KNOWN_HEADER} was sent {len(values)} times; send it once")
+    if not values:
+        return {}
+    value = values[0]
+    if len(value) > MAX_KNOWN_CHARS:
+        raise ValueError(f"{KNOWN_HEADER} is {len(value)} characters long, over the {MAX_KNOWN_CHARS} allowed")
+    known: dict[str, str] = {}
+    for part in value.split(","):
+        pair = _PAIR.fullmatch(part.strip())
+        if pair is None:
+            raise ValueError(f"{KNOWN_HEADER} must be name=digest pairs separated by commas, as the "
+                             f"{SECTIONS_HEADER} header of an earlier state answer gives them; got {part.strip()[:64]!r}")  # fmt: skip
+        if pair[1] in known:
+            raise ValueError(f"{KNOWN_HEADER} names the section {pair[1]!r} twice")
+        known[pair[1]] = pair[2]
+    return known
+
+
+def header_of(digests: Mapping[str, str]) -> str:
+    return ",".join(f"{name}={d}" for name, d in digests.items())
+
+
+@dataclass(frozen=True, slots=True)
+class StateBody:
+    """A state answer as sent: its JSON, the digest of each section in the state, and the
+    sections left out of the JSON because the reader holds them."""
+
+    body: bytes
+    digests: Mapping[str, str]
+    unchanged: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, public: dict[str, Any], digests: Mapping[str, str], known: Mapping[str, str] | None) -> StateBody:
+        """``public`` as JSON, the sections the reader holds shown as ``null`` (``public``
+        is changed): each keeps its place, where the reader puts its copy back."""
+        unchanged = tuple(n for n in SECTIONS if known and n in digests and known.get(n) == digests[n])
+        for name in unchanged:
+            public[name] = None
+        return cls(orjson.dumps(public, default=str), digests, unchanged)
+
+    def headers(self) -> dict[str, str]:
+        out = {SECTIONS_HEADER: header_of(self.digests), "Vary": KNOWN_HEADER}
+        if self.unchanged:
+            out[UNCHANGED_HEADER] = ",".join(self.unchanged)
+        return out
+
+
+__all__ = ["DIGEST_CHARS", "KNOWN_HEADER", "MAX_KNOWN_CHARS", "SECTIONS", "SECTIONS_HEADER", "UNCHANGED_HEADER",
+           "StateBody", "digest", "digests_of", "header_of", "parse_known"]  # fmt: skip

@@ -1,0 +1,262 @@
+"""A state read over HTTP brings only the sections that changed (``processors/state_sections.py``,
+``streams/api/kept_states.py``): the reader sends the digests of the sections it holds,
+the server leaves out those still current and names them; the state the client hands out
+is the whole state, exactly as a full read gives it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from agentlog.bench.step import Traffic
+from agentlog.processors.state_sections import (
+    KNOWN_HEADER, MAX_KNOWN_CHARS, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, StateBody, digest, digests_of,
+    header_of, parse_known,
+)  # fmt: skip
+from agentlog.streams.api.client import RemoteService
+from agentlog.streams.api.guard import Policy
+from agentlog.streams.api.http import build_app
+from agentlog.streams.api.kept_states import KeptStates
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[EmbeddedService, TestClient]]:
+    service = EmbeddedService(Settings(data_dir=tmp_path))
+    try:
+        with TestClient(build_app(service, Policy()), base_url="http://localhost") as client:
+            yield service, client
+    finally:
+        service.close()
+
+
+def _publish(client: TestClient, events: list[dict]) -> None:
+    body = b"\n".join(orjson.dumps(e) for e in events)
+    assert client.post("/events", content=body, headers=NDJSON).json()["accepted"] == len(events)
+
+
+# -- the digests -------------------------------------------------------------------------
+
+
+def test_every_section_digest_is_that_of_its_json_as_a_full_read_sends_it(service: EmbeddedService) -> None:
+    """The spliced digests (kept with each section's JSON) equal the digests of the full
+    state's sections, after every event of a generated thread: so a deployment that
+    digests its state as it serialises it (``digests_of``) names the same content the same."""
+    traffic = Traffic("d", seed=5)
+    for event in traffic.take(300):
+        service.publish(orjson.dumps(event))
+        answer = service.state_json("d")
+        full = orjson.loads(answer.body)
+        assert answer.body == orjson.dumps(service.state("d"))
+        assert dict(answer.digests) == digests_of(full)
+        assert set(answer.digests) == {n for n in SECTIONS if n in full}
+
+
+def test_a_reader_holding_every_current_section_gets_them_as_null_and_named(service: EmbeddedService) -> None:
+    service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("n", seed=2).take(120)))
+    first = service.state_json("n")
+    again = service.state_json("n", first.digests)
+    assert set(again.unchanged) == set(first.digests)
+    shown = orjson.loads(again.body)
+    assert all(shown[name] is None for name in again.unchanged)
+    assert list(shown) == list(orjson.loads(first.body))  # every key in its place
+    assert len(again.body) < len(first.body) / 2
+
+
+def test_a_section_whose_digest_differs_is_sent_whole(service: EmbeddedService) -> None:
+    service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("w", seed=2).take(60)))
+    first = service.state_json("w")
+    stale = {**first.digests, "plan": digest(b"[]")}
+    again = service.state_json("w", stale)
+    assert "plan" not in again.unchanged
+    assert orjson.loads(again.body)["plan"] == orjson.loads(first.body)["plan"]
+
+
+def test_digests_of_another_thread_leave_out_only_what_is_byte_for_byte_the_same(service: EmbeddedService) -> None:
+    service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("a", seed=1).take(80)))
+    service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("b", seed=9).take(80)))
+    a, b = service.state_json("a"), service.state_json("b")
+    crossed = service.state_json("b", a.digests)
+    same = {n for n in a.digests if a.digests[n] == b.digests.get(n)}
+    assert set(crossed.unchanged) == same
+    assert "plan" not in same  # their plans differ: sent
+
+
+# -- the header, hostile -----------------------------------------------------------------
+
+
+def test_the_known_header_round_trips() -> None:
+    digests = {"plan": digest(b"[1]"), "summary": digest(b"null")}
+    assert parse_known([header_of(digests)]) == digests
+    assert parse_known([]) == {}
+    assert parse_known([" plan=%s , summary=%s " % (digests["plan"], digests["summary"])]) == digests
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    (["plan=abc"], "name=digest pairs"),
+    ([""], "name=digest pairs"),
+    (["plan=" + "A" * 16 + ","], "name=digest pairs"),
+    (["Plan=" + "A" * 16], "name=digest pairs"),
+    (["plan=" + "A" * 15 + "!"], "name=digest pairs"),
+    (["plan=" + "A" * 16 + ";summary=" + "B" * 16], "name=digest pairs"),
+    (["plän=" + "A" * 16], "name=digest pairs"),
+    (["plan=" + "A" * 16 + ",plan=" + "B" * 16], "twice"),
+    (["plan=" + "A" * 16, "plan=" + "A" * 16], "sent 2 times"),
+    (["x" * (MAX_KNOWN_CHARS + 1)], "over the"),
+    ([",".join(f"s{i}=" + "A" * 16 for i in range(60))], "over the"),
+])  # fmt: skip
+def test_a_malformed_known_header_is_refused_saying_what_is_wrong(values: list[str], says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        parse_known(values)
+
+
+def test_an_unknown_section_name_is_allowed_and_never_matches(service: EmbeddedService) -> None:
+    service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("u", seed=2).take(40)))
+    known = parse_known(["future_section=" + "A" * 16])
+    assert service.state_json("u", known).unchanged == ()
+
+
+def test_over_http_a_malformed_header_is_a_400_and_spares_the_next_read(served) -> None:
+    _service, client = served
+    _publish(client, list(Traffic("h", seed=2).take(40)))
+    for bad in ("nonsense", "plan=" + "A" * 16 + ",plan=" + "A" * 16, "x" * 5000):
+        r = client.get("/threads/h/state", headers={KNOWN_HEADER: bad})
+        assert r.status_code == 400
+        assert KNOWN_HEADER in r.json()["error"]
+    twice = client.get("/threads/h/state", headers=[(KNOWN_HEADER, "plan=" + "A" * 16)] * 2)
+    assert twice.status_code == 400 and "sent 2 times" in twice.json()["error"]
+    ok = client.get("/threads/h/state")
+    assert ok.status_code == 200 and ok.json()["event_count"] == 40
+    assert UNCHANGED_HEADER not in ok.headers
+
+
+def test_over_http_the_answer_names_its_sections_and_leaves_out_what_is_held(served) -> None:
+    _service, client = served
+    events = Traffic("s", seed=4)
+    _publish(client, list(events.take(200)))
+    first = client.get("/threads/s/state")
+    assert first.headers["vary"] == KNOWN_HEADER
+    digests = parse_known([first.headers[SECTIONS_HEADER]])
+    again = client.get("/threads/s/state", headers={KNOWN_HEADER: first.headers[SECTIONS_HEADER]})
+    assert set(again.headers[UNCHANGED_HEADER].split(",")) == set(digests)
+    assert len(again.content) < len(first.content) / 2
+    while (event := events.next())["kind"] != "plan":
+        _publish(client, [event])
+    _publish(client, [event])
+    after_plan = client.get("/threads/s/state", headers={KNOWN_HEADER: first.headers[SECTIONS_HEADER]})
+    assert "plan" not in after_plan.headers[UNCHANGED_HEADER].split(",")
+    assert after_plan.json()["plan"] == client.get("/threads/s/state").json()["plan"]
+
+
+# -- the client --------------------------------------------------------------------------
+
+
+def _full(client: TestClient, thread_id: str) -> dict:
+    return client.get(f"/threads/{thread_id}/state").json()
+
+
+def _reader(client: TestClient, thread_id: str, sent: list[int]) -> Callable[[dict[str, str]], tuple[dict, object]]:
+    def request(headers: dict[str, str]) -> tuple[dict, object]:
+        r = client.get(f"/threads/{thread_id}/state", headers=headers)
+        sent.append(len(r.content))
+        return r.json(), r.headers
+
+    return request
+
+
+def test_the_clients_state_is_the_full_state_after_every_event_key_order_included(served) -> None:
+    _service, client = served
+    kept, sent, full_sizes = KeptStates(), [], []
+    for event in Traffic("k", seed=6).take(400):
+        _publish(client, [event])
+        state = kept.read("k", _reader(client, "k", sent))
+        full = _full(client, "k")
+        full_sizes.append(len(orjson.dumps(full)))
+        assert orjson.dumps(state) == orjson.dumps(full)
+    assert sum(sent[-100:]) < sum(full_sizes[-100:]) / 2  # mostly unchanged sections: not sent again
+
+
+def test_the_clients_kept_sections_are_read_only_so_a_caller_cannot_change_the_next_answer(served) -> None:
+    _service, client = served
+    _publish(client, list(Traffic("r", seed=2).take(100)))
+    kept = KeptStates()
+    first = kept.read("r", _reader(client, "r", []))
+    with pytest.raises(TypeError, match="change a copy"):
+        first["plan"].append({"step_id": "mine"})
+    with pytest.raises(TypeError):
+        first["goal"]["text"] = "changed"
+    mine = [dict(step) for step in first["plan"]]  # copies are the caller's
+    mine.append({"step_id": "mine"})
+    assert kept.read("r", _reader(client, "r", [])) == _full(client, "r")
+
+
+def test_an_answer_leaving_out_a_section_the_client_does_not_hold_is_read_again_in_full(served) -> None:
+    _service, client = served
+    _publish(client, list(Traffic("f", seed=2).take(50)))
+    asked: list[dict[str, str]] = []
+
+    def lying(headers: dict[str, str]) -> tuple[dict, object]:
+        asked.append(headers)
+        r = client.get("/threads/f/state", headers=headers)
+        if len(asked) == 1:  # a server that says "unchanged" of what it never sent
+            return {**r.json(), "plan": None}, {**r.headers, UNCHANGED_HEADER: "plan"}
+        return r.json(), r.headers
+
+    assert KeptStates().read("f", lying) == _full(client, "f")
+    assert asked == [{}, {}]
+
+
+def test_a_client_keeps_at_most_its_number_of_threads(served) -> None:
+    _service, client = served
+    kept = KeptStates(threads=2)
+    for t in ("t1", "t2", "t3"):
+        _publish(client, list(Traffic(t, seed=1).take(20)))
+        kept.read(t, _reader(client, t, []))
+    asked: list[dict[str, str]] = []
+
+    def first(headers: dict[str, str]) -> tuple[dict, object]:
+        asked.append(headers)
+        r = client.get("/threads/t1/state", headers=headers)
+        return r.json(), r.headers
+
+    kept.read("t1", first)
+    assert asked == [{}]  # t1 was the least recently read: no longer kept
+
+
+def test_remote_service_against_agentlog_run_reads_the_same_state_as_a_full_read(server) -> None:
+    url, _env = server
+    remote, fresh = RemoteService(url), RemoteService(url)
+    try:
+        traffic = Traffic("live", seed=8)
+        for event in traffic.take(150):
+            remote.publish(orjson.dumps(event))
+            state = remote.state("live")
+            fresh.kept_states = KeptStates()  # nothing kept: a full read
+            assert orjson.dumps(state) == orjson.dumps(fresh.state("live"))
+    finally:
+        remote.close()
+        fresh.close()
+
+
+def test_a_server_without_section_digests_is_read_in_full() -> None:
+    body = StateBody.of({"plan": [1], "event_count": 3}, {}, {"plan": digest(b"[1]")})
+    assert body.unchanged == () and body.headers()[SECTIONS_HEADER] == ""
+    calls: list[dict[str, str]] = []
+
+    def older_server(headers: dict[str, str]) -> tuple[dict, object]:
+        calls.append(headers)
+        return {"plan": [1], "event_count": 3}, {}
+
+    kept = KeptStates()
+    assert kept.read("o", older_server) == {"plan": [1], "event_count": 3}
+    assert kept.read("o", older_server) == {"plan": [1], "event_count": 3}
+    assert calls == [{}, {}]  # nothing to name: nothing kept
