@@ -82,7 +82,7 @@ class PublicView:
     """
 
     __slots__ = ("_sections", "_summary", "_summary_entries", "_redact", "_json", "_told", "_fresh", "_digests",
-                 "_summary_digest")
+                 "_summary_digest", "_moves", "_patches")
 
     def __init__(self, told: bool = False) -> None:
         self._sections: dict[str, tuple[tuple[object, ...], Rendering, Any]] = {}
@@ -101,6 +101,12 @@ class PublicView:
         identity, as a section that changed renders into a new list), its JSON and digest."""
         self._digests: dict[str, str] = {}
         """The digest of each section ``render_json`` last gave (``digests``)."""
+        self._moves: dict[str, tuple[Rendering, Rendering, tuple[int, ...]]] = {}
+        """Per section whose last rendering replaced or added a few items: the rendering
+        before, the one after, and the positions of the items that differ."""
+        self._patches: dict[str, tuple[str, tuple[int, ...]]] = {}
+        """Per section whose JSON was last made from a rendering a move led to from the one
+        serialised before: that one's digest and the positions that differ (``patches``)."""
         self._told = told
         self._fresh: set[str] = set()
         """The sections rendered and not touched since (consulted only when ``told``)."""
@@ -120,6 +126,14 @@ class PublicView:
         self._digests = {}
         return self._render(state, redact, self._fragment, self._summary_fragment)
 
+    def patches(self) -> dict[str, tuple[str, Rendering, tuple[int, ...]]]:
+        """For the sections of the last ``render_json`` that differ from their JSON before
+        it in a few items: the digest before, the rendering now and the positions of the
+        items that differ (the rest, up to the old length, are the same). A reader holding
+        the section at that digest needs only those items."""
+        return {name: (base, self._json[name][0], positions) for name, (base, positions) in self._patches.items()
+                if name in self._digests}  # fmt: skip
+
     def digests(self) -> dict[str, str]:
         """The digest of each section in the state ``render_json`` last gave
         (``agentlog.processors.state_sections``), made with its JSON: a reader that holds a
@@ -132,7 +146,7 @@ class PublicView:
         ``summary(state.summary)`` what the summary does."""
         if redact is not self._redact:  # rendered under the other setting: start over
             self._sections, self._summary, self._redact, self._json = {}, (_UNREAD, None, None), redact, {}
-            self._summary_entries, self._fresh = {}, set()
+            self._summary_entries, self._fresh, self._moves, self._patches = {}, set(), {}, {}
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(state, name)
@@ -157,6 +171,11 @@ class PublicView:
         held, fragment, digest = self._json.get(name, (None, None, ""))
         if held is not rendered:
             json = orjson.dumps(rendered[0] if name == "goal" else list(rendered))
+            move = self._moves.get(name)
+            if move is not None and move[0] is held and move[1] is rendered and name != "goal":
+                self._patches[name] = (digest, move[2])
+            else:
+                self._patches.pop(name, None)
             fragment, digest = orjson.Fragment(json), digest_of(json)
             self._json[name] = (rendered, fragment, digest)
         self._digests[name] = digest
@@ -181,8 +200,11 @@ class PublicView:
                 for i in changed:
                     renderings[i] = self._item(items[i])
                 renderings.extend(self._item(item) for item in items[kept:])
-                return self._keep(name, items, Rendering(renderings), derive)
+                now = Rendering(renderings)
+                self._moves[name] = (rendered, now, (*changed, *range(kept, len(items))))
+                return self._keep(name, items, now, derive)
         # Items removed (a closed call, a removed constraint, old failures) or many replaced.
+        self._moves.pop(name, None)
         by_id = dict(zip(map(id, held), rendered))
         return self._keep(name, items, Rendering(by_id.get(id(item)) or self._item(item) for item in items), derive)
 

@@ -6,7 +6,9 @@ thread at 20,000 events: 1,600 plan steps and an 18 KB summary, 160 KB a read), 
 client spent more time parsing them than the server spent answering. So each section a
 reader may keep is named with a digest of its JSON (``SECTIONS_HEADER``); a reader that
 sends back the digests it holds (``KNOWN_HEADER``) gets the state without the sections whose
-digest is the same (``null`` in their place) and their names (``UNCHANGED_HEADER``). The digest is of the content
+digest is the same (``null`` in their place) and their names (``UNCHANGED_HEADER``); a
+list section that changed in a few items since the digest the reader holds comes as those
+items alone (``PATCHED_HEADER``). The digest is of the content
 (BLAKE2b of the section's JSON), so a section is left out only when the reader's copy is
 byte for byte the current one, whichever server, restart or thread gave it.
 
@@ -33,6 +35,10 @@ SECTIONS_HEADER = "Agentlog-Sections"
 """Answer: the digest of each of ``SECTIONS`` in the state it answers."""
 UNCHANGED_HEADER = "Agentlog-Unchanged"
 """Answer: the sections left out (comma-separated): the reader's copy is the current one."""
+PATCHED_HEADER = "Agentlog-Patched"
+"""Answer: the sections sent as their changed items only (comma-separated), each as
+``{"length": n, "items": [[position, item], ...]}``: the reader's copy with those items
+replaced or added, ``n`` long, is the current one."""
 DIGEST_CHARS = 16
 MAX_KNOWN_CHARS = 1024
 """A ``KNOWN_HEADER`` is at most this long (every section named: about 320 characters)."""
@@ -77,6 +83,10 @@ def header_of(digests: Mapping[str, str]) -> str:
     return ",".join(f"{name}={d}" for name, d in digests.items())
 
 
+Patch = tuple[str, Sequence[Any], tuple[int, ...]]
+"""A section's patch: the digest it starts from, the section now, the positions that differ."""
+
+
 @dataclass(frozen=True, slots=True)
 class StateBody:
     """A state answer as sent: its JSON, the digest of each section in the state, and the
@@ -85,22 +95,34 @@ class StateBody:
     body: bytes
     digests: Mapping[str, str]
     unchanged: tuple[str, ...] = ()
+    patched: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, public: dict[str, Any], digests: Mapping[str, str], known: Mapping[str, str] | None) -> StateBody:
-        """``public`` as JSON, the sections the reader holds shown as ``null`` (``public``
-        is changed): each keeps its place, where the reader puts its copy back."""
-        unchanged = tuple(n for n in SECTIONS if known and n in digests and known.get(n) == digests[n])
+    def of(cls, public: dict[str, Any], digests: Mapping[str, str], known: Mapping[str, str] | None,
+           patches: Mapping[str, Patch] | None = None) -> StateBody:  # fmt: skip
+        """``public`` as JSON (``public`` is changed): the sections the reader holds shown
+        as ``null``, each in its place, where the reader puts its copy back; a section the
+        reader holds at the digest a patch starts from, as that patch's items."""
+        if not known:
+            return cls(orjson.dumps(public, default=str), digests)
+        unchanged = tuple(n for n in SECTIONS if n in digests and known.get(n) == digests[n])
         for name in unchanged:
             public[name] = None
-        return cls(orjson.dumps(public, default=str), digests, unchanged)
+        patched = []
+        for name, (base, rendered, positions) in (patches or {}).items():
+            if name not in unchanged and known.get(name) == base:
+                public[name] = {"length": len(rendered), "items": [[i, rendered[i]] for i in positions]}
+                patched.append(name)
+        return cls(orjson.dumps(public, default=str), digests, unchanged, tuple(patched))
 
     def headers(self) -> dict[str, str]:
         out = {SECTIONS_HEADER: header_of(self.digests), "Vary": KNOWN_HEADER}
         if self.unchanged:
             out[UNCHANGED_HEADER] = ",".join(self.unchanged)
+        if self.patched:
+            out[PATCHED_HEADER] = ",".join(self.patched)
         return out
 
 
-__all__ = ["DIGEST_CHARS", "KNOWN_HEADER", "MAX_KNOWN_CHARS", "SECTIONS", "SECTIONS_HEADER", "UNCHANGED_HEADER",
-           "StateBody", "digest", "digests_of", "header_of", "parse_known"]  # fmt: skip
+__all__ = ["DIGEST_CHARS", "KNOWN_HEADER", "MAX_KNOWN_CHARS", "PATCHED_HEADER", "SECTIONS", "SECTIONS_HEADER",
+           "UNCHANGED_HEADER", "Patch", "StateBody", "digest", "digests_of", "header_of", "parse_known"]  # fmt: skip

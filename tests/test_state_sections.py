@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from agentlog.bench.step import Traffic
 from agentlog.processors.state_sections import (
-    KNOWN_HEADER, MAX_KNOWN_CHARS, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, StateBody, digest, digests_of,
+    KNOWN_HEADER, MAX_KNOWN_CHARS, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, StateBody, digest, digests_of,
     header_of, parse_known,
 )  # fmt: skip
 from agentlog.streams.api.client import RemoteService
@@ -154,7 +154,31 @@ def test_over_http_the_answer_names_its_sections_and_leaves_out_what_is_held(ser
     _publish(client, [event])
     after_plan = client.get("/threads/s/state", headers={KNOWN_HEADER: first.headers[SECTIONS_HEADER]})
     assert "plan" not in after_plan.headers[UNCHANGED_HEADER].split(",")
-    assert after_plan.json()["plan"] == client.get("/threads/s/state").json()["plan"]
+    assert after_plan.headers[PATCHED_HEADER] == "plan"  # a few steps changed: those alone
+    patch, plan = after_plan.json()["plan"], first.json()["plan"]
+    assert 1 <= len(patch["items"]) <= 2 and len(orjson.dumps(patch)) < len(orjson.dumps(plan)) / 3
+    for position, item in patch["items"]:
+        plan[position:position + 1] = [item]
+    assert plan == client.get("/threads/s/state").json()["plan"]
+
+
+def test_a_reader_holding_a_plan_older_than_the_one_the_patch_starts_from_gets_it_whole(served) -> None:
+    _service, client = served
+    events = Traffic("o", seed=4)
+    _publish(client, list(events.take(100)))
+
+    def through_next_plan() -> None:
+        while (event := events.next())["kind"] != "plan":
+            _publish(client, [event])
+        _publish(client, [event])
+
+    oldest = client.get("/threads/o/state").headers[SECTIONS_HEADER]
+    through_next_plan()
+    client.get("/threads/o/state")  # another reader: the server now patches from this one
+    through_next_plan()
+    answer = client.get("/threads/o/state", headers={KNOWN_HEADER: oldest})
+    assert PATCHED_HEADER not in answer.headers and "plan" not in answer.headers.get(UNCHANGED_HEADER, "")
+    assert answer.json()["plan"] == client.get("/threads/o/state").json()["plan"]
 
 
 # -- the client --------------------------------------------------------------------------
@@ -164,10 +188,13 @@ def _full(client: TestClient, thread_id: str) -> dict:
     return client.get(f"/threads/{thread_id}/state").json()
 
 
-def _reader(client: TestClient, thread_id: str, sent: list[int]) -> Callable[[dict[str, str]], tuple[dict, object]]:
+def _reader(client: TestClient, thread_id: str, sent: list[int],
+            patched: list[str] | None = None) -> Callable[[dict[str, str]], tuple[dict, object]]:  # fmt: skip
     def request(headers: dict[str, str]) -> tuple[dict, object]:
         r = client.get(f"/threads/{thread_id}/state", headers=headers)
         sent.append(len(r.content))
+        if patched is not None and PATCHED_HEADER in r.headers:
+            patched.append(r.headers[PATCHED_HEADER])
         return r.json(), r.headers
 
     return request
@@ -175,14 +202,15 @@ def _reader(client: TestClient, thread_id: str, sent: list[int]) -> Callable[[di
 
 def test_the_clients_state_is_the_full_state_after_every_event_key_order_included(served) -> None:
     _service, client = served
-    kept, sent, full_sizes = KeptStates(), [], []
+    kept, sent, full_sizes, patched = KeptStates(), [], [], []
     for event in Traffic("k", seed=6).take(400):
         _publish(client, [event])
-        state = kept.read("k", _reader(client, "k", sent))
-        full = _full(client, "k")
+        state = kept.read("k", _reader(client, "k", sent, patched))
+        full = _full(client, "k")  # a full read between two of the client's: its patch starts from that one
         full_sizes.append(len(orjson.dumps(full)))
         assert orjson.dumps(state) == orjson.dumps(full)
     assert sum(sent[-100:]) < sum(full_sizes[-100:]) / 2  # mostly unchanged sections: not sent again
+    assert "plan" in patched  # plan updates came as their changed steps
 
 
 def test_the_clients_kept_sections_are_read_only_so_a_caller_cannot_change_the_next_answer(served) -> None:
@@ -260,3 +288,32 @@ def test_a_server_without_section_digests_is_read_in_full() -> None:
     assert kept.read("o", older_server) == {"plan": [1], "event_count": 3}
     assert kept.read("o", older_server) == {"plan": [1], "event_count": 3}
     assert calls == [{}, {}]  # nothing to name: nothing kept
+
+
+@pytest.mark.parametrize("patch", [
+    {"length": 3, "items": [[-1, {"step_id": "x"}]]},  # a negative position
+    {"length": 3, "items": [[5, {"step_id": "x"}]]},  # past the end
+    {"length": 9, "items": [[2, {"step_id": "x"}]]},  # not that long once applied
+    {"length": "3", "items": []},
+    {"length": 3, "items": [["1", {}]]},
+    {"length": 3},
+    [1, 2, 3],
+    None,
+])  # fmt: skip
+def test_a_patch_that_does_not_fit_the_clients_copy_makes_it_read_the_state_in_full(patch: object) -> None:
+    plan = [{"step_id": f"s{i}"} for i in range(3)]
+    full = {"plan": plan, "event_count": 4}
+    digests = {"plan": digest(orjson.dumps(plan))}
+    header = {SECTIONS_HEADER: header_of(digests)}
+    asked: list[dict[str, str]] = []
+
+    def server(headers: dict[str, str]) -> tuple[dict, object]:
+        asked.append(headers)
+        if headers:
+            return {"plan": patch, "event_count": 4}, {**header, PATCHED_HEADER: "plan"}
+        return orjson.loads(orjson.dumps(full)), header
+
+    kept = KeptStates()
+    kept.read("p", server)
+    assert kept.read("p", server) == full
+    assert asked == [{}, {KNOWN_HEADER: header_of(digests)}, {}]

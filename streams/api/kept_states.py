@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentlog.processors.read_only import read_only
+from agentlog.processors.read_only import ReadOnlyList, read_only
 from agentlog.processors.state_sections import (
-    KNOWN_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, header_of, parse_known,
+    KNOWN_HEADER, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, header_of, parse_known,
 )  # fmt: skip
 
 THREADS_KEPT = 64
@@ -46,18 +46,19 @@ class KeptStates:
 
     def read(self, thread_id: str, request: Read) -> dict[str, Any]:
         """The thread's whole state: ``request`` sends the kept digests; a section the
-        answer leaves out is taken from the copy they named. Should the answer leave out
-        one not kept (it cannot, from a server that keeps to the protocol), the state is
+        answer leaves out is taken from the copy they named, a patched one is that copy
+        with the patch's items. Should the answer name one not kept, or a patch not fit
+        its copy (neither can come from a server that keeps to the protocol), the state is
         read again in full."""
         with self._lock:
             kept = self._kept.get(thread_id)
         state, headers = request({KNOWN_HEADER: header_of(kept.digests)} if kept else {})
-        unchanged = [n for n in (headers.get(UNCHANGED_HEADER) or "").split(",") if n]
-        if unchanged and (kept is None or any(n not in kept.sections for n in unchanged)):
-            state, headers = request({})
-            unchanged = []
-        for name in unchanged:
-            state[name] = kept.sections[name]  # type: ignore[union-attr]
+        unchanged, patched = _names(headers.get(UNCHANGED_HEADER)), _names(headers.get(PATCHED_HEADER))
+        if unchanged or patched:
+            merged = _merged(state, unchanged, patched, kept.sections) if kept is not None else None
+            if merged is None:  # not what this client holds: read in full
+                state, headers = request({})
+                unchanged = []
         self._keep(thread_id, state, headers.get(SECTIONS_HEADER), kept, set(unchanged))
         return state
 
@@ -71,7 +72,7 @@ class KeptStates:
             digests = {}
         named = {n: d for n, d in digests.items() if n in SECTIONS and n in state}
         for name in named:
-            if name not in unchanged:
+            if name not in unchanged and type(state[name]) is not ReadOnlyList:  # a patched one is already
                 state[name] = read_only(state[name])
         with self._lock:
             if not named:
@@ -81,6 +82,39 @@ class KeptStates:
             self._kept.move_to_end(thread_id)
             while len(self._kept) > self.threads:
                 self._kept.popitem(last=False)
+
+
+def _names(header: str | None) -> list[str]:
+    return [n for n in (header or "").split(",") if n]
+
+
+def _merged(state: dict[str, Any], unchanged: list[str], patched: list[str],
+            sections: Mapping[str, Any]) -> dict[str, Any] | None:  # fmt: skip
+    """``state`` with the sections left out taken from ``sections`` and the patched ones
+    made from theirs (read-only, as kept), or ``None`` when it cannot be: a section not
+    kept, or a patch that does not fit its copy."""
+    if any(n not in sections for n in (*unchanged, *patched)):
+        return None
+    for name in unchanged:
+        state[name] = sections[name]
+    for name in patched:
+        patch, base = state[name], sections[name]
+        try:
+            length, items = patch["length"], patch["items"]
+            now = list(base[:length])
+            for position, item in items:
+                if type(position) is not int or not 0 <= position <= len(now):
+                    return None
+                if position == len(now):
+                    now.append(read_only(item))
+                else:
+                    now[position] = read_only(item)
+        except (KeyError, TypeError, ValueError):
+            return None
+        if type(length) is not int or len(now) != length:
+            return None
+        state[name] = ReadOnlyList(now)
+    return state
 
 
 __all__ = ["THREADS_KEPT", "Kept", "KeptStates"]

@@ -23,7 +23,7 @@ from agentlog.processors.active_set import ActiveSet, Pending
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
-from agentlog.processors.state_sections import StateBody
+from agentlog.processors.state_sections import Patch, StateBody
 from agentlog.processors.textsearch import EXACT_BOOST, MAX_TERM_SCORE, identifiers, tokenize
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.validation import validate
@@ -317,13 +317,16 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
 
     def _state_body(self, thread_id: str, known: Mapping[str, str] | None, settle: bool) -> StateBody:
         digests: dict[str, str] = {}
+        patches: dict[str, Patch] = {}
 
         def render(view: PublicView, state: WorkingState) -> dict[str, Any]:
             public = view.render_json(state, self.settings.redact)
             digests.update(view.digests())  # under the lock, as rendered
+            if known:
+                patches.update(view.patches())
             return public
 
-        return StateBody.of(self._public(thread_id, render, settle=settle), digests, known)
+        return StateBody.of(self._public(thread_id, render, settle=settle), digests, known, patches)
 
     def _public(self, thread_id: str, render: Callable[[PublicView, WorkingState], dict[str, Any]],
                 settle: bool = True) -> dict[str, Any]:  # fmt: skip
