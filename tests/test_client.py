@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from agentlog.sinks.base import StoreError
 from agentlog.streams.api.client import RemoteService
@@ -422,3 +423,31 @@ def test_an_in_process_client_takes_the_state_as_its_service_built_it_and_valida
         with pytest.raises(TypeError, match="change a copy"):
             read.plan[0]["status"] = "forged"
         assert client.thread("long-0").state().plan[0]["status"] == "pending"
+
+
+def test_a_server_s_state_takes_the_list_sections_the_http_client_kept_without_validating_them_again(
+        server: Server) -> None:  # fmt: skip
+    """Over HTTP a long plan that did not change is neither sent nor validated again: the
+    ``State`` holds the client's kept read-only list itself; anything else is validated."""
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from agentlog.client.results import State, state_from  # noqa: PLC0415
+    from agentlog.processors.read_only import ReadOnlyDict, ReadOnlyList  # noqa: PLC0415
+
+    steps = [{"step_id": f"s{i}", "text": f"step {i}"} for i in range(300)]
+    with Client(server.url, token=TOKEN) as client:
+        t = client.thread("kept-plan")
+        t.goal("ship it")
+        t.plan(steps)
+        first = t.state()
+        t.user("and now?")
+        second = t.state()
+    assert second.plan is first.plan and type(second.plan) is ReadOnlyList  # kept, not copied
+    assert second == State.model_validate(orjson.loads(orjson.dumps(second.model_dump())))
+    with pytest.raises(TypeError, match="change a copy"):
+        second.plan[0]["status"] = "forged"
+    forged = {"thread_id": "t", "plan": ReadOnlyList([ReadOnlyDict(a=1), 5])}  # not all dicts: validated
+    with pytest.raises(ValidationError):
+        state_from(forged, in_process=False)
+    with pytest.raises(ValidationError):
+        state_from({"thread_id": "t", "plan": [5]}, in_process=False)

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from agentlog.processors.read_only import ReadOnlyDict, ReadOnlyList
 from agentlog.schemas.responses import SearchAnswer, SqlAnswer, ThreadList
 
 
@@ -41,10 +42,24 @@ def state_from(answer: dict[str, Any], in_process: bool) -> State:
     """A state answer as a ``State``. This process's own service (``in_process``) built it
     in State's shape: taken as it is, so a read costs what changed since the last one
     (validating each item again would cost the plan's length: a millisecond and a half at
-    1,600 steps). A server's answer (another process, maybe another version) is validated."""
+    1,600 steps). A server's answer (another process, maybe another version) is validated,
+    but for the list sections the HTTP client kept from earlier answers
+    (``agentlog.streams.api.kept_states``): read-only lists of read-only dicts made from
+    JSON, which is what their type asks, checked as such and taken as they are."""
     if in_process:  # the fields set are the answer's, as validation would set them
         return State.model_construct(_fields_set=set(answer), **answer)
-    return State.model_validate(answer)
+    kept = {name: v for name, v in answer.items()
+            if name in _LISTS_OF_DICTS and type(v) is ReadOnlyList and _ONLY_READ_ONLY_DICTS.issuperset(map(type, v))}  # fmt: skip
+    if not kept:
+        return State.model_validate(answer)
+    state = State.model_validate({**answer, **dict.fromkeys(kept, ())})
+    for name, value in kept.items():
+        setattr(state, name, value)  # no validation on assignment: the list itself, shared
+    return state
+
+
+_LISTS_OF_DICTS = frozenset(name for name, field in State.model_fields.items() if field.annotation == list[dict[str, Any]])
+_ONLY_READ_ONLY_DICTS = frozenset({ReadOnlyDict})
 
 
 class Context(_Open):
