@@ -89,9 +89,9 @@ class PublicView:
         """Per section: the items as last read (held, so no other object takes their ids),
         their renderings, and what the section derived from them (the approval queues)."""
         self._summary: tuple[object, Any, bytes | None] = (_UNREAD, None, None)
+        """The summary as last read, what it was shown as (read-only, redacted) and that's JSON."""
         self._summary_digest: tuple[bytes | None, str] = (None, "")
         """The shown summary's JSON as last digested, and its digest."""
-        """The summary as last read, what it was shown as (read-only, redacted) and that's JSON."""
         self._summary_entries: dict[int, tuple[Any, Any]] = {}
         """The entries of the summary's lists as last shown (id -> (entry, shown)): a fold
         keeps the unchanged ones of a record of hundreds as the same objects."""

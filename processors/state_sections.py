@@ -6,11 +6,12 @@ thread at 20,000 events: 1,600 plan steps and an 18 KB summary, 160 KB a read), 
 client spent more time parsing them than the server spent answering. So each section a
 reader may keep is named with a digest of its JSON (``SECTIONS_HEADER``); a reader that
 sends back the digests it holds (``KNOWN_HEADER``) gets the state without the sections whose
-digest is the same (``null`` in their place) and their names (``UNCHANGED_HEADER``); a
-list section that changed in a few items since the digest the reader holds comes as those
-items alone (``PATCHED_HEADER``). The digest is of the content
-(BLAKE2b of the section's JSON), so a section is left out only when the reader's copy is
-byte for byte the current one, whichever server, restart or thread gave it.
+digest is the same (``null`` in their place) and their names (``UNCHANGED_HEADER``). A
+reader that also takes patches (``ACCEPT_PATCHES_HEADER``) gets a list section that changed
+in a few items since the digest it holds as those items alone (``PATCHED_HEADER``). The
+digest is of the content (BLAKE2b of the section's JSON), so a section is left out only
+when the reader's copy is byte for byte the current one, whichever server, restart or
+thread gave it.
 
 Pure: the HTTP routes and the client (``agentlog.streams.api.kept_states``) move the bytes.
 """
@@ -35,14 +36,16 @@ SECTIONS_HEADER = "Agentlog-Sections"
 """Answer: the digest of each of ``SECTIONS`` in the state it answers."""
 UNCHANGED_HEADER = "Agentlog-Unchanged"
 """Answer: the sections left out (comma-separated): the reader's copy is the current one."""
+ACCEPT_PATCHES_HEADER = "Agentlog-Accept-Patches"
+"""Request: ``true``: a list section changed in a few items may come as a patch."""
 PATCHED_HEADER = "Agentlog-Patched"
-"""Answer: the sections sent as their changed items only (comma-separated), each as
-``{"length": n, "items": [[position, item], ...]}``: the reader's copy with those items
-replaced or added, ``n`` long, is the current one."""
+"""Answer (only to a reader that accepts patches): the sections sent as their changed items
+only (comma-separated), each as ``{"length": n, "items": [[position, item], ...]}``: the
+reader's copy with those items replaced or added, ``n`` long, is the current one."""
 DIGEST_CHARS = 16
 MAX_KNOWN_CHARS = 1024
-"""A ``KNOWN_HEADER`` is at most this long (every section named: about 320 characters)."""
-_PAIR = re.compile(rf"([a-z_]{{1,32}})=([A-Za-z0-9_-]{{{DIGEST_CHARS}}})")
+"""A ``KNOWN_HEADER`` is at most this long (every section named: about 300 characters)."""
+_PAIR = re.compile(rf"([A-Za-z0-9_.-]{{1,64}})=([A-Za-z0-9_-]{{{DIGEST_CHARS}}})")
 
 
 def digest(json: bytes) -> str:
@@ -69,6 +72,8 @@ def parse_known(values: Sequence[str]) -> dict[str, str]:
         raise ValueError(f"{KNOWN_HEADER} is {len(value)} characters long, over the {MAX_KNOWN_CHARS} allowed")
     known: dict[str, str] = {}
     for part in value.split(","):
+        if not part.strip():
+            continue  # a trailing or doubled comma
         pair = _PAIR.fullmatch(part.strip())
         if pair is None:
             raise ValueError(f"{KNOWN_HEADER} must be name=digest pairs separated by commas, as the "
@@ -83,14 +88,34 @@ def header_of(digests: Mapping[str, str]) -> str:
     return ",".join(f"{name}={d}" for name, d in digests.items())
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a reader holds: the digest of each section it kept, and whether it takes a
+    list section as a patch (``ACCEPT_PATCHES_HEADER``)."""
+
+    digests: Mapping[str, str]
+    patches: bool = False
+
+
+def parse_held(known: Sequence[str], accept: Sequence[str]) -> Held | None:
+    """A request's ``KNOWN_HEADER`` and ``ACCEPT_PATCHES_HEADER`` (each time each was sent),
+    or ``None`` when it names no section; a ``ValueError`` that says what is wrong."""
+    digests = parse_known(known)
+    if len(accept) > 1:
+        raise ValueError(f"{ACCEPT_PATCHES_HEADER} was sent {len(accept)} times; send it once")
+    if accept and accept[0].strip().lower() != "true":
+        raise ValueError(f"{ACCEPT_PATCHES_HEADER} takes only 'true'; got {accept[0][:64]!r}")
+    return Held(digests, bool(accept)) if digests else None
+
+
 Patch = tuple[str, Sequence[Any], tuple[int, ...]]
 """A section's patch: the digest it starts from, the section now, the positions that differ."""
 
 
 @dataclass(frozen=True, slots=True)
 class StateBody:
-    """A state answer as sent: its JSON, the digest of each section in the state, and the
-    sections left out of the JSON because the reader holds them."""
+    """A state answer as sent: its JSON, the digest of each section in the state, the
+    sections left out of the JSON because the reader holds them, and those sent as patches."""
 
     body: bytes
     digests: Mapping[str, str]
@@ -98,25 +123,28 @@ class StateBody:
     patched: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, public: dict[str, Any], digests: Mapping[str, str], known: Mapping[str, str] | None,
+    def of(cls, public: dict[str, Any], digests: Mapping[str, str], held: Held | None,
            patches: Mapping[str, Patch] | None = None) -> StateBody:  # fmt: skip
         """``public`` as JSON (``public`` is changed): the sections the reader holds shown
-        as ``null``, each in its place, where the reader puts its copy back; a section the
-        reader holds at the digest a patch starts from, as that patch's items."""
-        if not known:
+        as ``null``, each in its place, where the reader puts its copy back; to a reader
+        that takes patches, a section it holds at the digest a patch starts from, as that
+        patch's items."""
+        digests = {n: digests[n] for n in SECTIONS if n in digests}  # one order, whoever made them
+        if held is None:
             return cls(orjson.dumps(public, default=str), digests)
+        known = held.digests
         unchanged = tuple(n for n in SECTIONS if n in digests and known.get(n) == digests[n])
         for name in unchanged:
             public[name] = None
         patched = []
-        for name, (base, rendered, positions) in (patches or {}).items():
+        for name, (base, rendered, positions) in (patches or {}).items() if held.patches else ():
             if name not in unchanged and known.get(name) == base:
                 public[name] = {"length": len(rendered), "items": [[i, rendered[i]] for i in positions]}
                 patched.append(name)
         return cls(orjson.dumps(public, default=str), digests, unchanged, tuple(patched))
 
     def headers(self) -> dict[str, str]:
-        out = {SECTIONS_HEADER: header_of(self.digests), "Vary": KNOWN_HEADER}
+        out = {SECTIONS_HEADER: header_of(self.digests), "Vary": f"{KNOWN_HEADER}, {ACCEPT_PATCHES_HEADER}"}
         if self.unchanged:
             out[UNCHANGED_HEADER] = ",".join(self.unchanged)
         if self.patched:
@@ -124,5 +152,5 @@ class StateBody:
         return out
 
 
-__all__ = ["DIGEST_CHARS", "KNOWN_HEADER", "MAX_KNOWN_CHARS", "PATCHED_HEADER", "SECTIONS", "SECTIONS_HEADER",
+__all__ = ["ACCEPT_PATCHES_HEADER", "DIGEST_CHARS", "Held", "KNOWN_HEADER", "parse_held", "MAX_KNOWN_CHARS", "PATCHED_HEADER", "SECTIONS", "SECTIONS_HEADER",
            "UNCHANGED_HEADER", "Patch", "StateBody", "digest", "digests_of", "header_of", "parse_known"]  # fmt: skip

@@ -443,6 +443,7 @@ def test_a_server_s_state_takes_the_list_sections_the_http_client_kept_without_v
         t.user("and now?")
         second = t.state()
     assert second.plan is first.plan and type(second.plan) is ReadOnlyList  # kept, not copied
+    assert second.goal is first.goal and type(second.goal) is ReadOnlyDict
     assert second == State.model_validate(orjson.loads(orjson.dumps(second.model_dump())))
     with pytest.raises(TypeError, match="change a copy"):
         second.plan[0]["status"] = "forged"

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from agentlog.processors.state_sections import KNOWN_HEADER
+from agentlog.processors.state_sections import ACCEPT_PATCHES_HEADER, KNOWN_HEADER
 from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
 from agentlog.streams.config import Settings
@@ -108,6 +108,9 @@ KNOWN_SECTIONS = [
     {KNOWN_HEADER: "future=" + "A" * 16}, {KNOWN_HEADER: ""}, {KNOWN_HEADER: "nonsense"}, {KNOWN_HEADER: "x" * 2000},
     {KNOWN_HEADER: "plan=" + "A" * 16 + ",plan=" + "A" * 16}, [(KNOWN_HEADER, "plan=" + "A" * 16)] * 2,
     [(KNOWN_HEADER.encode(), b"plan=" + b"A" * 16 + b"\xe9")], {"agentlog-known-SECTIONS": "plan=" + "A" * 16},
+    {KNOWN_HEADER: "plan=" + "A" * 16, ACCEPT_PATCHES_HEADER: "true"}, {ACCEPT_PATCHES_HEADER: "true"},
+    {KNOWN_HEADER: "plan=" + "A" * 16, ACCEPT_PATCHES_HEADER: "yes"},
+    [(KNOWN_HEADER, "plan=" + "A" * 16), (ACCEPT_PATCHES_HEADER, "true"), (ACCEPT_PATCHES_HEADER, "true")],
 ]
 """``Agentlog-Known-Sections`` headers, well-formed and not (``processors/state_sections.py``)."""
 

@@ -14,9 +14,10 @@ from starlette.testclient import TestClient
 
 from agentlog.bench.step import Traffic
 from agentlog.processors.state_sections import (
-    KNOWN_HEADER, MAX_KNOWN_CHARS, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, StateBody, digest, digests_of,
-    header_of, parse_known,
+    ACCEPT_PATCHES_HEADER, Held, KNOWN_HEADER, MAX_KNOWN_CHARS, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, StateBody, digest, digests_of,
+    header_of, parse_held, parse_known,
 )  # fmt: skip
+from agentlog.sinks.base import StoreError
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
@@ -64,7 +65,7 @@ def test_every_section_digest_is_that_of_its_json_as_a_full_read_sends_it(servic
 def test_a_reader_holding_every_current_section_gets_them_as_null_and_named(service: EmbeddedService) -> None:
     service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("n", seed=2).take(120)))
     first = service.state_json("n")
-    again = service.state_json("n", first.digests)
+    again = service.state_json("n", Held(first.digests))
     assert set(again.unchanged) == set(first.digests)
     shown = orjson.loads(again.body)
     assert all(shown[name] is None for name in again.unchanged)
@@ -76,7 +77,7 @@ def test_a_section_whose_digest_differs_is_sent_whole(service: EmbeddedService) 
     service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("w", seed=2).take(60)))
     first = service.state_json("w")
     stale = {**first.digests, "plan": digest(b"[]")}
-    again = service.state_json("w", stale)
+    again = service.state_json("w", Held(stale))
     assert "plan" not in again.unchanged
     assert orjson.loads(again.body)["plan"] == orjson.loads(first.body)["plan"]
 
@@ -85,7 +86,7 @@ def test_digests_of_another_thread_leave_out_only_what_is_byte_for_byte_the_same
     service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("a", seed=1).take(80)))
     service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("b", seed=9).take(80)))
     a, b = service.state_json("a"), service.state_json("b")
-    crossed = service.state_json("b", a.digests)
+    crossed = service.state_json("b", Held(a.digests))
     same = {n for n in a.digests if a.digests[n] == b.digests.get(n)}
     assert set(crossed.unchanged) == same
     assert "plan" not in same  # their plans differ: sent
@@ -99,13 +100,26 @@ def test_the_known_header_round_trips() -> None:
     assert parse_known([header_of(digests)]) == digests
     assert parse_known([]) == {}
     assert parse_known([" plan=%s , summary=%s " % (digests["plan"], digests["summary"])]) == digests
+    assert parse_known([header_of(digests) + ","]) == digests  # a trailing comma
+    newer = {"plan-v2": digests["plan"], "Section.9": digests["plan"], "x" * 64: digests["plan"]}
+    assert parse_known([header_of(newer)]) == newer  # names this server does not keep: allowed
+
+
+def test_patches_are_taken_only_when_asked_for_with_true() -> None:
+    known = [header_of({"plan": digest(b"[]")})]
+    assert parse_held(known, []) == Held({"plan": digest(b"[]")}, patches=False)
+    assert parse_held(known, [" TRUE "]) == Held({"plan": digest(b"[]")}, patches=True)
+    assert parse_held([], ["true"]) is None  # nothing held: nothing to patch
+    for bad, says in ((["yes"], "takes only 'true'"), (["true", "true"], "sent 2 times"), ([""], "takes only")):
+        with pytest.raises(ValueError, match=says):
+            parse_held(known, bad)
 
 
 @pytest.mark.parametrize(("values", "says"), [
     (["plan=abc"], "name=digest pairs"),
-    ([""], "name=digest pairs"),
-    (["plan=" + "A" * 16 + ","], "name=digest pairs"),
-    (["Plan=" + "A" * 16], "name=digest pairs"),
+    (["plan"], "name=digest pairs"),
+    (["plan=" + "A" * 16 + ",x"], "name=digest pairs"),
+    (["p" * 65 + "=" + "A" * 16], "name=digest pairs"),
     (["plan=" + "A" * 15 + "!"], "name=digest pairs"),
     (["plan=" + "A" * 16 + ";summary=" + "B" * 16], "name=digest pairs"),
     (["plän=" + "A" * 16], "name=digest pairs"),
@@ -122,7 +136,7 @@ def test_a_malformed_known_header_is_refused_saying_what_is_wrong(values: list[s
 def test_an_unknown_section_name_is_allowed_and_never_matches(service: EmbeddedService) -> None:
     service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("u", seed=2).take(40)))
     known = parse_known(["future_section=" + "A" * 16])
-    assert service.state_json("u", known).unchanged == ()
+    assert service.state_json("u", Held(known)).unchanged == ()
 
 
 def test_over_http_a_malformed_header_is_a_400_and_spares_the_next_read(served) -> None:
@@ -144,7 +158,7 @@ def test_over_http_the_answer_names_its_sections_and_leaves_out_what_is_held(ser
     events = Traffic("s", seed=4)
     _publish(client, list(events.take(200)))
     first = client.get("/threads/s/state")
-    assert first.headers["vary"] == KNOWN_HEADER
+    assert first.headers["vary"] == f"{KNOWN_HEADER}, {ACCEPT_PATCHES_HEADER}"
     digests = parse_known([first.headers[SECTIONS_HEADER]])
     again = client.get("/threads/s/state", headers={KNOWN_HEADER: first.headers[SECTIONS_HEADER]})
     assert set(again.headers[UNCHANGED_HEADER].split(",")) == set(digests)
@@ -152,7 +166,11 @@ def test_over_http_the_answer_names_its_sections_and_leaves_out_what_is_held(ser
     while (event := events.next())["kind"] != "plan":
         _publish(client, [event])
     _publish(client, [event])
-    after_plan = client.get("/threads/s/state", headers={KNOWN_HEADER: first.headers[SECTIONS_HEADER]})
+    held = {KNOWN_HEADER: first.headers[SECTIONS_HEADER]}
+    not_patched = client.get("/threads/s/state", headers=held)  # a reader that did not ask for patches
+    assert PATCHED_HEADER not in not_patched.headers
+    assert not_patched.json()["plan"] == client.get("/threads/s/state").json()["plan"]
+    after_plan = client.get("/threads/s/state", headers={**held, ACCEPT_PATCHES_HEADER: "true"})
     assert "plan" not in after_plan.headers[UNCHANGED_HEADER].split(",")
     assert after_plan.headers[PATCHED_HEADER] == "plan"  # a few steps changed: those alone
     patch, plan = after_plan.json()["plan"], first.json()["plan"]
@@ -176,7 +194,7 @@ def test_a_reader_holding_a_plan_older_than_the_one_the_patch_starts_from_gets_i
     through_next_plan()
     client.get("/threads/o/state")  # another reader: the server now patches from this one
     through_next_plan()
-    answer = client.get("/threads/o/state", headers={KNOWN_HEADER: oldest})
+    answer = client.get("/threads/o/state", headers={KNOWN_HEADER: oldest, ACCEPT_PATCHES_HEADER: "true"})
     assert PATCHED_HEADER not in answer.headers and "plan" not in answer.headers.get(UNCHANGED_HEADER, "")
     assert answer.json()["plan"] == client.get("/threads/o/state").json()["plan"]
 
@@ -276,7 +294,7 @@ def test_remote_service_against_agentlog_run_reads_the_same_state_as_a_full_read
 
 
 def test_a_server_without_section_digests_is_read_in_full() -> None:
-    body = StateBody.of({"plan": [1], "event_count": 3}, {}, {"plan": digest(b"[1]")})
+    body = StateBody.of({"plan": [1], "event_count": 3}, {}, Held({"plan": digest(b"[1]")}))
     assert body.unchanged == () and body.headers()[SECTIONS_HEADER] == ""
     calls: list[dict[str, str]] = []
 
@@ -316,4 +334,51 @@ def test_a_patch_that_does_not_fit_the_clients_copy_makes_it_read_the_state_in_f
     kept = KeptStates()
     kept.read("p", server)
     assert kept.read("p", server) == full
-    assert asked == [{}, {KNOWN_HEADER: header_of(digests)}, {}]
+    assert asked == [{}, {KNOWN_HEADER: header_of(digests), ACCEPT_PATCHES_HEADER: "true"}, {}]
+
+
+def test_a_client_whose_digests_the_server_refuses_reads_in_full_and_starts_over(served) -> None:
+    _service, client = served
+    _publish(client, list(Traffic("x", seed=2).take(30)))
+    asked: list[dict[str, str]] = []
+
+    def strict_server(headers: dict[str, str]) -> tuple[dict, object]:
+        asked.append(headers)
+        if headers:  # say, a proxy that doubled the header
+            raise StoreError("HTTP 400: Agentlog-Known-Sections was sent 2 times; send it once")
+        r = client.get("/threads/x/state")
+        return r.json(), r.headers
+
+    kept = KeptStates()
+    for _ in range(3):
+        assert kept.read("x", strict_server) == _full(client, "x")
+    assert asked == [{}, asked[1], {}, asked[1], {}] and asked[1]  # asked with digests, refused, then in full
+
+
+def test_a_full_read_that_still_leaves_sections_out_is_an_error_not_a_state_with_holes() -> None:
+    plan = [{"step_id": "s1"}]
+    header = {SECTIONS_HEADER: header_of({"plan": digest(orjson.dumps(plan))})}
+
+    def broken(headers: dict[str, str]) -> tuple[dict, object]:
+        return {"plan": None, "event_count": 1}, {**header, UNCHANGED_HEADER: "plan"}
+
+    with pytest.raises(StoreError, match="left sections out"):
+        KeptStates().read("b", broken)
+
+
+def test_a_client_keeping_no_threads_hands_out_the_answer_as_sent_and_names_nothing(served) -> None:
+    _service, client = served
+    _publish(client, list(Traffic("z", seed=2).take(30)))
+    asked: list[dict[str, str]] = []
+    kept = KeptStates(threads=0)
+    for _ in range(2):
+        state = kept.read("z", lambda headers: (asked.append(headers), _reader(client, "z", [])(headers))[1])
+        assert state == _full(client, "z") and type(state["plan"]) is list
+    assert asked == [{}, {}]
+
+
+def test_the_sections_header_names_them_in_one_order_on_every_deployment(service: EmbeddedService) -> None:
+    service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("h", seed=2).take(60)))
+    spliced = service.state_json("h")
+    generic = StateBody.of(dict(service.state("h")), digests_of(service.state("h")), None)
+    assert spliced.headers() == generic.headers() and spliced.body == generic.body

@@ -43,22 +43,29 @@ def state_from(answer: dict[str, Any], in_process: bool) -> State:
     in State's shape: taken as it is, so a read costs what changed since the last one
     (validating each item again would cost the plan's length: a millisecond and a half at
     1,600 steps). A server's answer (another process, maybe another version) is validated,
-    but for the list sections the HTTP client kept from earlier answers
-    (``agentlog.streams.api.kept_states``): read-only lists of read-only dicts made from
-    JSON, which is what their type asks, checked as such and taken as they are."""
+    but for the sections the HTTP client keeps (``agentlog.streams.api.kept_states``):
+    read-only lists of read-only dicts, and read-only dicts, made from JSON, which is what
+    their types ask: checked as such and taken as they are (read-only, as in-process)."""
     if in_process:  # the fields set are the answer's, as validation would set them
         return State.model_construct(_fields_set=set(answer), **answer)
-    kept = {name: v for name, v in answer.items()
-            if name in _LISTS_OF_DICTS and type(v) is ReadOnlyList and _ONLY_READ_ONLY_DICTS.issuperset(map(type, v))}  # fmt: skip
+    kept = {name: v for name, v in answer.items() if _kept(name, v)}
     if not kept:
         return State.model_validate(answer)
-    state = State.model_validate({**answer, **dict.fromkeys(kept, ())})
+    state = State.model_validate({**answer, **{name: () if name in _LISTS_OF_DICTS else None for name in kept}})
     for name, value in kept.items():
         setattr(state, name, value)  # no validation on assignment: the list itself, shared
     return state
 
 
+def _kept(name: str, value: Any) -> bool:
+    """Whether ``value`` is a section as the HTTP client keeps it, of the field's type."""
+    if name in _LISTS_OF_DICTS:
+        return type(value) is ReadOnlyList and _ONLY_READ_ONLY_DICTS.issuperset(map(type, value))
+    return name in _DICTS and type(value) is ReadOnlyDict
+
+
 _LISTS_OF_DICTS = frozenset(name for name, field in State.model_fields.items() if field.annotation == list[dict[str, Any]])
+_DICTS = frozenset(name for name, field in State.model_fields.items() if field.annotation == dict[str, Any] | None)
 _ONLY_READ_ONLY_DICTS = frozenset({ReadOnlyDict})
 
 

@@ -19,7 +19,7 @@ from agentlog.sinks.base import QueryResult, StoreError
 from agentlog.streams.config import Settings
 from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
 from agentlog.streams import gc_heap
-from agentlog.streams.api.kept_states import KeptStates
+from agentlog.streams.api.kept_states import THREADS_KEPT, KeptStates
 from agentlog.streams.api.wire import WIRE_ERRORS, Answer, KeepAlive, plain_http
 from agentlog.streams.publish_check import PublishReport
 
@@ -153,14 +153,15 @@ class RemoteService:
     """The ``Service`` of a server elsewhere (``agentlog run`` or a Kafka worker), through its
     HTTP API: every answer is the server's, every refusal the same exception."""
 
-    def __init__(self, url: str, token: str | None = None, busy_seconds: float = BUSY_RETRY_SECONDS) -> None:
+    def __init__(self, url: str, token: str | None = None, busy_seconds: float = BUSY_RETRY_SECONDS,
+                 kept_threads: int = THREADS_KEPT) -> None:  # fmt: skip
         self.url = url
         self.busy_seconds = busy_seconds  # how long a 503 is retried (0: a worker asking another passes it on)
         self.http = httpx.Client(base_url=url, timeout=120.0, follow_redirects=True, headers=_auth(token))
         # An agent's step (publish, then state or context) on kept connections of the
         # standard library's, where nothing (TLS, a proxy) needs httpx.
         self.wire = KeepAlive(url, _auth(token), timeout=120.0) if plain_http(url) else None
-        self.kept_states = KeptStates()
+        self.kept_states = KeptStates(kept_threads)  # each thread's state sections: only changes are sent
 
     def _send(self, method: str, path: str, params: dict[str, Any] | None = None, content: bytes | str | None = None,
               headers: dict[str, str] | None = None, with_headers: bool = False) -> Any:  # fmt: skip

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentlog.processors.state_sections import KNOWN_HEADER, StateBody, digests_of, parse_known
+from agentlog.processors.state_sections import ACCEPT_PATCHES_HEADER, KNOWN_HEADER, Held, StateBody, digests_of, parse_held
 from agentlog.schemas.requests import ID_PATTERN, ContextQuery, RequestError, parse_query
 from agentlog.streams.api.guard import Policy, read_body
 from agentlog.streams.api.service import Service, StateJson
@@ -42,7 +42,7 @@ final newline through, which the routes refuse)."""
 _THREAD_ROUTE = re.compile(r"/threads/(?P<thread_id>[^/]+)/(?P<what>state|context)")
 """Starlette's pattern for ``/threads/{thread_id}/state`` (and ``/context``)."""
 
-_KNOWN = KNOWN_HEADER.lower().encode()
+_KNOWN, _ACCEPT = KNOWN_HEADER.lower().encode(), ACCEPT_PATCHES_HEADER.lower().encode()
 Handler = Callable[[], Awaitable[Response]]
 THREADS = 40
 """Threads of the hot routes' own pool (as many as anyio's default limiter gives the routes)."""
@@ -59,16 +59,16 @@ class StepAnswers:
     async def publish(self, data: bytes) -> Response:
         return self.json((await self.off_loop(self.service.publish, data)).as_dict())
 
-    async def state(self, thread_id: str, known: Mapping[str, str]) -> Response:
-        """The state without the sections whose digest the reader sent (``known``)."""
+    async def state(self, thread_id: str, held: Held | None) -> Response:
+        """The state but for the sections the reader ``held`` (null, or patches)."""
         if self.spliced is None:
             public = await self.off_loop(self.service.state, thread_id)
-            answer = StateBody.of(dict(public), digests_of(public), known)
+            answer = StateBody.of(dict(public), digests_of(public), held)
         else:
             # Answered on the event loop when that costs no wait (an agent's step: its event
             # applied, the state spliced from kept JSON; see ``state_json_now``), else off it.
-            found = self.spliced.state_json_now(thread_id, known)
-            answer = found if found is not None else await self.off_loop(self.spliced.state_json, thread_id, known)
+            found = self.spliced.state_json_now(thread_id, held)
+            answer = found if found is not None else await self.off_loop(self.spliced.state_json, thread_id, held)
         return Response(answer.body, media_type=self.json.media_type, headers=answer.headers())
 
     async def context(self, thread_id: str, q: ContextQuery) -> Response:
@@ -125,11 +125,13 @@ class HotRoutes:
         if m is None or method != "GET" or not _ID.fullmatch(m["thread_id"]):
             return None
         if m["what"] == "state":
+            headers = scope["headers"]
             try:
-                known = parse_known([v.decode("latin-1") for k, v in scope["headers"] if k == _KNOWN])
+                held = parse_held([v.decode("latin-1") for k, v in headers if k == _KNOWN],
+                                  [v.decode("latin-1") for k, v in headers if k == _ACCEPT])  # fmt: skip
             except ValueError:
                 return None  # refused by the route, in its words
-            return "state", partial(self.answers.state, m["thread_id"], known)
+            return "state", partial(self.answers.state, m["thread_id"], held)
         try:
             q = parse_query(ContextQuery, parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
         except RequestError:

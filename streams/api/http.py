@@ -28,7 +28,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.processors.context import BudgetTooSmall
-from agentlog.processors.state_sections import KNOWN_HEADER, SECTIONS_HEADER, UNCHANGED_HEADER, parse_known
+from agentlog.processors.state_sections import (
+    ACCEPT_PATCHES_HEADER, KNOWN_HEADER, PATCHED_HEADER, SECTIONS_HEADER, UNCHANGED_HEADER, parse_held,
+)  # fmt: skip
 from agentlog.schemas.requests import (
     ConsolidateBody, ContextQuery, Id, LeaseBody, MemoryQuery, RequestError, RevokeBody, SearchQuery, SqlBody,
     ThreadListQuery, bad_id, once, parse_body, refusal,
@@ -91,12 +93,19 @@ def _invalid(error: RequestValidationError, fields: list[str]) -> RequestError:
 
 KnownSections = Annotated[str | None, Header(alias=KNOWN_HEADER, description=(
     "The sections this reader holds, as the Agentlog-Sections header of an earlier state answer "
-    "gave them (name=digest pairs, comma-separated): those whose digest is still the same are left "
-    "out of the answer and named in its Agentlog-Unchanged header (docs/http-api.md)."))]
+    "gave them (name=digest pairs, comma-separated): those whose digest is still the same come as "
+    "null and are named in the answer's Agentlog-Unchanged header (docs/http-api.md)."))]
+AcceptPatches = Annotated[str | None, Header(alias=ACCEPT_PATCHES_HEADER, description=(
+    "'true': a list section that changed in a few items since the digest the reader holds may come "
+    'as {"length": n, "items": [[position, item], ...]}, named in Agentlog-Patched (docs/http-api.md).'))]
+_TEXT = {"type": "string"}
 STATE_SECTIONS_DOC: dict[str, Any] = {"description": "the working state", "headers": {
-    SECTIONS_HEADER: {"description": "name=digest of each section a reader may keep", "schema": {"type": "string"}},
-    UNCHANGED_HEADER: {"description": "the sections left out: the reader's copy (by digest) is the current one",
-                       "schema": {"type": "string"}}}}  # fmt: skip
+    SECTIONS_HEADER: {"description": "name=digest of each section a reader may keep", "schema": _TEXT},
+    UNCHANGED_HEADER: {"description": "the sections sent as null: the reader's copy (by digest) is the current one",
+                       "schema": _TEXT},
+    PATCHED_HEADER: {"description": "the sections sent as patches (only to a reader that accepts them)",
+                     "schema": _TEXT},
+    "Vary": {"description": f"{KNOWN_HEADER}, {ACCEPT_PATCHES_HEADER}", "schema": _TEXT}}}  # fmt: skip
 
 
 class Api(FastAPI):
@@ -227,12 +236,13 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
 
     @app.get("/threads/{thread_id}/state", name="state", summary="a thread's working state",
              responses={200: STATE_SECTIONS_DOC, **errors(400, 404, *READS)})  # fmt: skip
-    async def state(thread_id: Id, request: Request, known: KnownSections = None) -> Response:
-        try:
-            sections = parse_known(request.headers.getlist(KNOWN_HEADER))  # each time it was sent
+    async def state(thread_id: Id, request: Request, known: KnownSections = None,
+                    patches: AcceptPatches = None) -> Response:  # fmt: skip
+        try:  # each header as often as it was sent (the parameters above document them)
+            held = parse_held(request.headers.getlist(KNOWN_HEADER), request.headers.getlist(ACCEPT_PATCHES_HEADER))
         except ValueError as error:
             raise RequestError(400, str(error)) from None
-        return await answers.state(thread_id, sections)
+        return await answers.state(thread_id, held)
 
     @app.get("/threads/{thread_id}/context", name="context", responses=errors(400, 404, *READS),
              summary="the thread's context assembled under a token budget")  # fmt: skip

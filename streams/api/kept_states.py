@@ -18,11 +18,13 @@ from typing import Any
 
 from agentlog.processors.read_only import ReadOnlyList, read_only
 from agentlog.processors.state_sections import (
-    KNOWN_HEADER, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, header_of, parse_known,
+    ACCEPT_PATCHES_HEADER, KNOWN_HEADER, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, header_of, parse_known,
 )  # fmt: skip
+from agentlog.sinks.base import StoreError
 
 THREADS_KEPT = 64
-"""Threads whose sections a client keeps (the least recently read out first)."""
+"""Threads whose sections a client keeps (the least recently read out first; 0: none, as
+for a Kafka worker passing a read on to the thread's owner)."""
 
 Headers = Any
 """A response's headers: ``.get(name)``, case-insensitive (httpx's, or ``http.client``'s)."""
@@ -48,19 +50,39 @@ class KeptStates:
         """The thread's whole state: ``request`` sends the kept digests; a section the
         answer leaves out is taken from the copy they named, a patched one is that copy
         with the patch's items. Should the answer name one not kept, or a patch not fit
-        its copy (neither can come from a server that keeps to the protocol), the state is
-        read again in full."""
+        its copy (neither can come from a server that keeps to the protocol), or the server
+        refuse the digests (a proxy that doubled the header, a server that takes fewer
+        names), the state is read again in full. With ``threads`` 0 nothing is kept: the
+        answer as the server sent it."""
+        if self.threads == 0:
+            return request({})[0]
         with self._lock:
             kept = self._kept.get(thread_id)
-        state, headers = request({KNOWN_HEADER: header_of(kept.digests)} if kept else {})
+        if kept is None:
+            state, headers = request({})
+        else:
+            try:
+                state, headers = request({KNOWN_HEADER: header_of(kept.digests), ACCEPT_PATCHES_HEADER: "true"})
+            except StoreError:  # a refusal: of the digests, or of the read itself (asked again)
+                self._forget(thread_id)
+                state, headers = request({})
+                kept = None
         unchanged, patched = _names(headers.get(UNCHANGED_HEADER)), _names(headers.get(PATCHED_HEADER))
         if unchanged or patched:
             merged = _merged(state, unchanged, patched, kept.sections) if kept is not None else None
             if merged is None:  # not what this client holds: read in full
                 state, headers = request({})
                 unchanged = []
+                if headers.get(UNCHANGED_HEADER) or headers.get(PATCHED_HEADER):
+                    self._forget(thread_id)
+                    raise StoreError("the server left sections out of a state read that named none it may leave out; "
+                                     "it does not keep to docs/http-api.md")  # fmt: skip
         self._keep(thread_id, state, headers.get(SECTIONS_HEADER), kept, set(unchanged))
         return state
+
+    def _forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._kept.pop(thread_id, None)
 
     def _keep(self, thread_id: str, state: dict[str, Any], sections: str | None, kept: Kept | None,
               unchanged: set[str]) -> None:  # fmt: skip

@@ -12,10 +12,10 @@ an in-process answer from a remote one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from agentlog.processors.state_sections import StateBody
+from agentlog.processors.state_sections import Held, StateBody
 from agentlog.sinks.base import QueryResult
 from agentlog.streams.publish_check import PublishReport
 
@@ -43,11 +43,11 @@ class StateJson(Protocol):
     bytes as they are (the embedded service keeps unchanged sections serialised, with their
     digests: ``agentlog.processors.state_sections``)."""
 
-    def state_json(self, thread_id: str, known: Mapping[str, str] | None = None) -> StateBody:
-        """``orjson.dumps(self.state(thread_id))``, byte for byte, but for the sections
-        whose digest is in ``known`` (the reader holds them)."""
+    def state_json(self, thread_id: str, held: Held | None = None) -> StateBody:
+        """``orjson.dumps(self.state(thread_id))``, byte for byte, but for the sections the
+        reader ``held`` (shown as null, or as a patch when it takes them)."""
 
-    def state_json_now(self, thread_id: str, known: Mapping[str, str] | None = None) -> StateBody | None:
+    def state_json_now(self, thread_id: str, held: Held | None = None) -> StateBody | None:
         """``state_json``, if it can answer without waiting (a lock, a long backlog, a
         store); else ``None`` (then ``state_json`` is called where blocking is fine)."""
 

@@ -45,7 +45,8 @@ class Answer:
     status_code: int
     content: bytes
     headers: http.client.HTTPMessage | Mapping[str, str] = field(default_factory=dict)
-    """Case-insensitive, as httpx's (``http.client``'s message)."""
+    """From the wire, ``http.client``'s message: ``get`` is case-insensitive, as on httpx's
+    response (the default, empty, has nothing to match)."""
 
     @property
     def text(self) -> str:

@@ -12,7 +12,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from agentlog.processors.active_set import ActiveSet, Pending
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
-from agentlog.processors.state_sections import Patch, StateBody
+from agentlog.processors.state_sections import Held, Patch, StateBody
 from agentlog.processors.textsearch import EXACT_BOOST, MAX_TERM_SCORE, identifiers, tokenize
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.validation import validate
@@ -285,14 +285,14 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         shared with later reads while they do not change (``PublicView.render``)."""
         return self._public(thread_id, lambda view, state: view.render(state, self.settings.redact))
 
-    def state_json(self, thread_id: str, known: Mapping[str, str] | None = None) -> StateBody:
+    def state_json(self, thread_id: str, held: Held | None = None) -> StateBody:
         """``orjson.dumps(self.state(thread_id))``, byte for byte, without copying or
         serialising again the sections that did not change since the last read (the HTTP
-        route sends it as it is); without the sections whose digest is in ``known``
-        (``agentlog.processors.state_sections``)."""
-        return self._state_body(thread_id, known, settle=True)
+        route sends it as it is); but for the sections the reader ``held`` (null, or a
+        patch: ``agentlog.processors.state_sections``)."""
+        return self._state_body(thread_id, held, settle=True)
 
-    def state_json_now(self, thread_id: str, known: Mapping[str, str] | None = None,
+    def state_json_now(self, thread_id: str, held: Held | None = None,
                        most: int = STEP_RECORDS) -> StateBody | None:  # fmt: skip
         """``state_json`` if it costs no wait: the processor is free, its thread in memory,
         at most ``most`` records (an agent step's) to apply first (a checkpoint is the loop's).
@@ -311,22 +311,22 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
                     return None  # a backlog: applied on the thread pool
             except Exception:  # noqa: BLE001 - the thread-pool path applies again and reports it
                 return None
-            return self._state_body(thread_id, known, settle=False)
+            return self._state_body(thread_id, held, settle=False)
         finally:
             self.lock.release()
 
-    def _state_body(self, thread_id: str, known: Mapping[str, str] | None, settle: bool) -> StateBody:
+    def _state_body(self, thread_id: str, held: Held | None, settle: bool) -> StateBody:
         digests: dict[str, str] = {}
         patches: dict[str, Patch] = {}
 
         def render(view: PublicView, state: WorkingState) -> dict[str, Any]:
             public = view.render_json(state, self.settings.redact)
             digests.update(view.digests())  # under the lock, as rendered
-            if known:
+            if held is not None and held.patches:
                 patches.update(view.patches())
             return public
 
-        return StateBody.of(self._public(thread_id, render, settle=settle), digests, known, patches)
+        return StateBody.of(self._public(thread_id, render, settle=settle), digests, held, patches)
 
     def _public(self, thread_id: str, render: Callable[[PublicView, WorkingState], dict[str, Any]],
                 settle: bool = True) -> dict[str, Any]:  # fmt: skip

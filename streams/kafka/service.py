@@ -281,7 +281,7 @@ class WorkerService:
     def _owner(self, thread_id: str) -> RemoteService | None:
         """The worker owning ``thread_id``'s partition, if that is not this one."""
         url = self.worker.owner(thread_id)
-        return None if url is None else RemoteService(str(url), self.settings.api_token, busy_seconds=0)
+        return None if url is None else RemoteService(str(url), self.settings.api_token, busy_seconds=0, kept_threads=0)
 
     def publish(self, data: bytes, dead_letters: Sequence[tuple[bytes, str]] = ()) -> Any:
         return self.stores.publish(data, dead_letters)
