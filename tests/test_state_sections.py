@@ -5,6 +5,7 @@ is the whole state, exactly as a full read gives it."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from agentlog.bench.step import Traffic
+from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
+from agentlog.processors.redaction import redact_if
 from agentlog.processors.state_sections import (
     ACCEPT_PATCHES_HEADER, Held, KNOWN_HEADER, MAX_KNOWN_CHARS, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, StateBody, digest, digests_of,
     header_of, parse_held, parse_known,
@@ -23,7 +26,9 @@ from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
 from agentlog.streams.api.kept_states import KeptStates
 from agentlog.streams.config import Settings
+from agentlog.processors.thread import PairingConfig
 from agentlog.streams.embedded.service import EmbeddedService
+from tests.helpers import raw
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -382,3 +387,63 @@ def test_the_sections_header_names_them_in_one_order_on_every_deployment(service
     spliced = service.state_json("h")
     generic = StateBody.of(dict(service.state("h")), digests_of(service.state("h")), None)
     assert spliced.headers() == generic.headers() and spliced.body == generic.body
+
+
+# -- readers at their own pace, on the thread processor's own view ------------------------
+
+_KEYS = [f"k{i}" for i in range(12)]
+
+
+def _random_events(rng: random.Random, n: int) -> Iterator[bytes]:
+    """Events that replace, add and remove items of every section (ids drawn from a small
+    pool), fold the window often (a small budget) and switch windows, secrets included."""
+    for i in range(n):
+        key, text = rng.choice(_KEYS), rng.choice(["fix the build", "key AKIAIOSFODNN7EXAMPLE", "ok " * 30, None])
+        status = rng.choice(["pending", "running", "done", "failed"])
+        kind, payload = rng.choice([
+            ("plan", {"steps": [{"step_id": rng.choice(_KEYS), "status": status, **({"text": text} if text else {})}
+                                for _ in range(rng.randrange(1, 4))]}),
+            ("constraint", {"constraint_id": key, "text": text or "no writes", **({"op": "remove"} if rng.random() < .3 else {})}),
+            ("task", {"task_id": key, "status": status}),
+            ("file_change", {"path": f"{key}.py", "change": "modified", "confirmed": rng.random() < .5}),
+            ("approval_request", {"approval_id": key, "action": text or "deploy"}),
+            ("approval_decision", {"approval_id": key, "decision": rng.choice(["approved", "denied"])}),
+            ("agent_spawn", {"child_agent_id": key, "child_thread_id": f"t1.{key}"}),
+            ("tool_call", {"call_id": key, "tool_name": "bash", "arguments": {"cmd": text}}),
+            ("tool_result", {"call_id": key, "output": text or "done", "status": rng.choice(["ok", "error"])}),
+            ("error", {"message": text or "boom"}),
+            ("message", {"role": rng.choice(["user", "assistant"]), "text": text or "hello " * 30}),
+            ("goal", {"text": text or "ship it"}),
+            ("window_switch", {"new_window_id": f"w{i}"}) if rng.random() < .1 else ("plan", {"steps": []}),
+        ])  # fmt: skip
+        yield raw(f"e{i}", kind, payload, float(i))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("redact", [False, True])
+def test_readers_at_their_own_pace_always_rebuild_the_full_state_byte_for_byte(seed: int, redact: bool) -> None:
+    """Three readers (one reads after most events, one now and then, one rarely) and
+    in-process reads in between, on the view the thread processor keeps: whatever mix of
+    null sections and patches each gets, its state is the full render, key order included."""
+    rng = random.Random(seed)
+    pipeline = Pipeline(MemorySeen(), config=PairingConfig(compact_window_tokens=200))
+    readers, patched = [KeptStates() for _ in range(3)], []
+    for offset, record in enumerate(_random_events(rng, 300)):
+        pipeline.process([Record(0, offset, record)])
+        tp = pipeline.thread("t1")
+        if rng.random() < 0.2:
+            tp.view.render(tp.state, redact)
+
+        def request(headers: dict[str, str]) -> tuple[dict, object]:
+            held = parse_held([headers[KNOWN_HEADER]] if KNOWN_HEADER in headers else [],
+                              [headers[ACCEPT_PATCHES_HEADER]] if ACCEPT_PATCHES_HEADER in headers else [])  # fmt: skip
+            public = tp.view.render_json(tp.state, redact)
+            body = StateBody.of(public, tp.view.digests(), held, tp.view.patches())
+            patched.extend(body.patched)
+            return orjson.loads(body.body), body.headers()
+
+        for reader, pace in zip(readers, (0.9, 0.3, 0.05)):
+            if rng.random() < pace:
+                state = reader.read("t1", request)
+                assert orjson.dumps(state) == orjson.dumps(redact_if(redact, tp.state.public())), (seed, offset)
+    assert "plan" in patched  # patches were taken, not only whole sections
