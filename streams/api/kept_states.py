@@ -1,11 +1,13 @@
 """The client's copy of each thread's state sections, so a state read over HTTP brings only
 what changed (``agentlog.processors.state_sections``).
 
-A read sends the digests of the sections kept from the thread's last answer; the server
-leaves out those still current and names them, and they are taken from here. Kept sections
-are read-only (``agentlog.processors.read_only``), as an in-process read's are: the same
-objects are handed to every later read while they do not change, so a caller that tried to
-change one in place would change the next answers too; it gets a ``TypeError`` instead.
+A read sends the digests of the sections kept from the thread's last answer, and takes
+patches: the server leaves out those still current and names them (taken from here), and
+sends a list section changed in a few items as those items (applied to the copy here).
+Kept sections are read-only (``agentlog.processors.read_only``), as an in-process read's
+are: the same objects are handed to every later read while they do not change, so a
+caller that tried to change one in place would change the next answers too; it gets a
+``TypeError`` instead.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Kept:
 
 
 class KeptStates:
+    """The last answered sections of the ``threads`` threads read most recently, safe to
+    share between the threads of one client (each read merges with the copy it named)."""
+
     def __init__(self, threads: int = THREADS_KEPT) -> None:
         self.threads = threads
         self._kept: OrderedDict[str, Kept] = OrderedDict()
