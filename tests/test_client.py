@@ -17,6 +17,7 @@ import orjson
 import pytest
 from agentlog.sinks.base import StoreError
 from agentlog.streams.api.client import RemoteService
+from agentlog.streams.api.kept_states import KeptStates
 from agentlog.streams.api.service import Unavailable
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
@@ -452,3 +453,32 @@ def test_a_server_s_state_takes_the_list_sections_the_http_client_kept_without_v
         state_from(forged, in_process=False)
     with pytest.raises(ValidationError):
         state_from({"thread_id": "t", "plan": [5]}, in_process=False)
+
+
+def test_the_async_client_over_http_is_sent_only_what_changed_and_keeps_the_rest_read_only(server: Server) -> None:
+    """``AsyncClient`` reads the state as ``Client`` does: the sections it holds are not sent
+    again, a plan update comes as a patch, and what it hands out is the full state."""
+    from agentlog.processors.read_only import ReadOnlyList  # noqa: PLC0415
+
+    steps = [{"step_id": f"s{i}", "text": f"step {i}"} for i in range(200)]
+
+    async def scenario() -> tuple[Any, Any, Any, Any]:
+        async with AsyncClient(server.url, token=TOKEN) as client:
+            t = client.thread("async-kept")
+            await t.goal("ship it")
+            await t.plan(steps)
+            first = await t.state()
+            await t.user("and now?")
+            second = await t.state()
+            await t.plan([{"step_id": "s0", "status": "done"}])
+            third = await t.state()
+            return first, second, third, client._http.kept_states  # noqa: SLF001
+
+    first, second, third, kept = asyncio.run(scenario())
+    assert second.plan is first.plan and type(second.plan) is ReadOnlyList
+    assert third.plan[0]["status"] == "done" and third.plan[1:] == first.plan[1:]
+    assert third.plan[1] is first.plan[1]  # the patch replaced one step; the others are the kept objects
+    with Client(server.url, token=TOKEN) as fresh:
+        fresh.service.kept_states = KeptStates(threads=0)
+        assert third == fresh.thread("async-kept").state()
+    assert "async-kept" in kept._kept  # noqa: SLF001

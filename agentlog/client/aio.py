@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from agentlog.client.aio_http import AsyncHttpReads
 from agentlog.client.client import TIMEOUT_OUTPUT, Client
 from agentlog.client.errors import ClientError, DeliveryFailed, transient
-from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList
+from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList, state_from
 from agentlog.client.thread import ThreadBase, ToolCallBase
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import Service
@@ -118,7 +118,8 @@ class AsyncClient:
 
     async def state(self, thread_id: str) -> State:
         """``Client.state``, awaited."""
-        return State.model_validate(await self._read("state", thread_id))
+        answer = await self._read("state", thread_id)  # over HTTP, the sections kept read-only: taken as they are
+        return answer if isinstance(answer, State) else state_from(answer, in_process=False)
 
     async def context(self, thread_id: str, budget: int, query: str | None = None,
                       model: str | None = None, format: str = "generic") -> Context:  # noqa: A002 # fmt: skip

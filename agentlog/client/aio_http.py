@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from agentlog.streams.api.client import RemoteService, Unreachable, answer_of, segment
+from agentlog.streams.api.kept_states import KeptStates
 
 
 class AsyncHttpReads:
@@ -18,18 +19,30 @@ class AsyncHttpReads:
         auth = {k: v for k, v in remote.http.headers.items() if k.lower() == "authorization"}
         self.url = remote.url
         self.http = httpx.AsyncClient(base_url=remote.url, timeout=120.0, follow_redirects=True, headers=auth)
+        self.kept_states = KeptStates()  # each thread's state sections: only changes are sent
 
     async def _send(self, method: str, path: str, params: dict[str, Any] | None = None,
-                    body: dict[str, Any] | None = None) -> Any:  # fmt: skip
-        query = {k: v for k, v in (params or {}).items() if v is not None}
-        try:
-            response = await self.http.request(method, path, params=query, json=body)
-        except httpx.HTTPError as error:
-            raise Unreachable(f"no agentlog server answers at {self.url} ({error})") from error
+                    body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Any:  # fmt: skip
+        response = await self._response(method, path, params, body, headers)
         return answer_of(response)
 
+    async def _response(self, method: str, path: str, params: dict[str, Any] | None = None,
+                        body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> httpx.Response:  # fmt: skip
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            return await self.http.request(method, path, params=query, json=body, headers=headers)
+        except httpx.HTTPError as error:
+            raise Unreachable(f"no agentlog server answers at {self.url} ({error})") from error
+
     async def state(self, thread_id: str) -> Any:
-        return await self._send("GET", f"/threads/{segment(thread_id)}/state")
+        """As ``RemoteService.state``: only what changed is sent (``kept_states``)."""
+        path = f"/threads/{segment(thread_id)}/state"
+
+        async def request(headers: dict[str, str]) -> tuple[Any, Any]:
+            response = await self._response("GET", path, headers=headers)
+            return answer_of(response), response.headers
+
+        return await self.kept_states.read_async(thread_id, request)
 
     async def context(self, thread_id: str, budget: int, query: str | None, model: str | None,
                       format: str = "generic") -> Any:  # noqa: A002 # fmt: skip

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ Headers = Any
 """A response's headers: ``.get(name)``, case-insensitive (httpx's, or ``http.client``'s)."""
 Read = Callable[[dict[str, str]], tuple[dict[str, Any], Headers]]
 """One state request with these extra headers: its JSON and its headers."""
+AsyncRead = Callable[[dict[str, str]], Awaitable[tuple[dict[str, Any], Headers]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,31 +53,48 @@ class KeptStates:
         self._lock = threading.Lock()
 
     def read(self, thread_id: str, request: Read) -> dict[str, Any]:
-        """The thread's whole state: ``request`` sends the kept digests; a section the
-        answer leaves out is taken from the copy they named, a patched one is that copy
-        with the patch's items. Should the answer name one not kept, or a patch not fit
-        its copy (neither can come from a server that keeps to the protocol), or the server
-        refuse the digests (a proxy that doubled the header, a server that takes fewer
-        names), the state is read again in full. With ``threads`` 0 nothing is kept: the
-        answer as the server sent it."""
+        """The thread's whole state, each request sent by ``request`` (``reading``)."""
+        steps = self.reading(thread_id)
+        state, headers = None, next(steps)
+        while headers is not None:
+            state, headers = _advance(steps, _outcome(request, headers))
+        return state  # type: ignore[return-value]
+
+    async def read_async(self, thread_id: str, request: AsyncRead) -> dict[str, Any]:
+        """``read`` for an asyncio client: each request awaited."""
+        steps = self.reading(thread_id)
+        state, headers = None, next(steps)
+        while headers is not None:
+            state, headers = _advance(steps, await _outcome_async(request, headers))
+        return state  # type: ignore[return-value]
+
+    def reading(self, thread_id: str) -> Reading:
+        """A state read without its I/O: yields the extra headers of each request to send,
+        takes back its ``(state, headers)`` (or the ``StoreError`` it raised, thrown in) and
+        returns the thread's whole state. The kept digests go first; a section the answer
+        leaves out is taken from the copy they named, a patched one is that copy with the
+        patch's items. Should the answer name one not kept, or a patch not fit its copy
+        (neither can come from a server that keeps to the protocol), or the server refuse
+        the digests (a proxy that doubled the header, a server that takes fewer names), the
+        state is read again in full. With ``threads`` 0 nothing is kept: the answer as sent."""
         if self.threads == 0:
-            return request({})[0]
+            return (yield {})[0]
         with self._lock:
             kept = self._kept.get(thread_id)
         if kept is None:
-            state, headers = request({})
+            state, headers = yield {}
         else:
             try:
-                state, headers = request({KNOWN_HEADER: header_of(kept.digests), ACCEPT_PATCHES_HEADER: "true"})
+                state, headers = yield {KNOWN_HEADER: header_of(kept.digests), ACCEPT_PATCHES_HEADER: "true"}
             except StoreError:  # a refusal: of the digests, or of the read itself (asked again)
                 self._forget(thread_id)
-                state, headers = request({})
+                state, headers = yield {}
                 kept = None
         unchanged, patched = _names(headers.get(UNCHANGED_HEADER)), _names(headers.get(PATCHED_HEADER))
         if unchanged or patched:
             merged = _merged(state, unchanged, patched, kept.sections) if kept is not None else None
             if merged is None:  # not what this client holds: read in full
-                state, headers = request({})
+                state, headers = yield {}
                 unchanged = []
                 if headers.get(UNCHANGED_HEADER) or headers.get(PATCHED_HEADER):
                     self._forget(thread_id)
@@ -109,6 +127,34 @@ class KeptStates:
             self._kept.move_to_end(thread_id)
             while len(self._kept) > self.threads:
                 self._kept.popitem(last=False)
+
+
+Outcome = tuple[dict[str, Any], Headers] | StoreError
+"""A request's answer, or the refusal it raised."""
+Reading = Generator[dict[str, str], Outcome, dict[str, Any]]
+
+
+def _outcome(request: Read, headers: dict[str, str]) -> Outcome:
+    try:
+        return request(headers)
+    except StoreError as error:
+        return error
+
+
+async def _outcome_async(request: AsyncRead, headers: dict[str, str]) -> Outcome:
+    try:
+        return await request(headers)
+    except StoreError as error:
+        return error
+
+
+def _advance(steps: Reading, outcome: Outcome) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    """``outcome`` given to the read (a refusal thrown in): the state when it is done,
+    else the next request's headers."""
+    try:
+        return None, steps.throw(outcome) if isinstance(outcome, StoreError) else steps.send(outcome)
+    except StopIteration as done:
+        return done.value, None
 
 
 def _names(header: str | None) -> list[str]:
