@@ -13,7 +13,8 @@ digest is of the content (BLAKE2b of the section's JSON), so a section is left o
 when the reader's copy is byte for byte the current one, whichever server, restart or
 thread gave it.
 
-Pure: the HTTP routes and the client (``agentlog.streams.api.kept_states``) move the bytes.
+Pure, both sides: the server's answer (``StateBody``) and the reader's merge (``merged``);
+the HTTP routes and the client (``agentlog.streams.api.kept_states``) move the bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from agentlog.processors.read_only import ReadOnlyList, read_only
 
 SECTIONS = ("goal", "constraints", "plan", "tasks", "files", "pending_approvals", "decided_approvals", "agents",
             "pending_calls", "failures", "summary")  # fmt: skip
@@ -53,10 +56,20 @@ def digest(json: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.blake2b(json, digest_size=12).digest()).decode()
 
 
+def serialised(public: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``public`` with each section serialised once (a JSON fragment), and their digests:
+    for a state whose sections are not kept as JSON already (``PublicView`` keeps them)."""
+    out, digests = dict(public), {}
+    for name in SECTIONS:
+        if name in out:
+            json = orjson.dumps(out[name], default=str)
+            out[name], digests[name] = orjson.Fragment(json), digest(json)
+    return out, digests
+
+
 def digests_of(public: Mapping[str, Any]) -> dict[str, str]:
-    """Each section's digest, serialised here: for a state whose sections are not kept as
-    JSON already (``PublicView.digests`` gives them for those that are)."""
-    return {name: digest(orjson.dumps(public[name], default=str)) for name in SECTIONS if name in public}
+    """Each section's digest (``serialised``)."""
+    return serialised(public)[1]
 
 
 def parse_known(values: Sequence[str]) -> dict[str, str]:
@@ -152,5 +165,45 @@ class StateBody:
         return out
 
 
+def names_of(header: str | None) -> list[str]:
+    """The section names of an ``UNCHANGED_HEADER`` or ``PATCHED_HEADER``."""
+    return [n for n in (header or "").split(",") if n]
+
+
+def merged(state: dict[str, Any], unchanged: Sequence[str], patched: Sequence[str],
+           sections: Mapping[str, Any]) -> dict[str, Any] | None:  # fmt: skip
+    """The reader's side of ``StateBody.of``: ``state`` (changed) with the sections left out
+    taken from the reader's ``sections`` and the patched ones made from theirs (read-only,
+    as a reader keeps them), or ``None`` when it cannot be: a section the reader does not
+    hold, or a patch that does not fit its copy."""
+    if any(n not in sections for n in (*unchanged, *patched)):
+        return None
+    for name in unchanged:
+        state[name] = sections[name]
+    for name in patched:
+        now = _patched(sections[name], state[name])
+        if now is None:
+            return None
+        state[name] = now
+    return state
+
+
+def _patched(base: Sequence[Any], patch: Any) -> ReadOnlyList | None:
+    try:
+        length, items = patch["length"], patch["items"]
+        now = list(base[:length])
+        for position, item in items:
+            if type(position) is not int or not 0 <= position <= len(now):
+                return None
+            if position == len(now):
+                now.append(read_only(item))
+            else:
+                now[position] = read_only(item)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ReadOnlyList(now) if type(length) is int and len(now) == length else None
+
+
 __all__ = ["ACCEPT_PATCHES_HEADER", "DIGEST_CHARS", "Held", "KNOWN_HEADER", "parse_held", "MAX_KNOWN_CHARS", "PATCHED_HEADER", "SECTIONS", "SECTIONS_HEADER",
-           "UNCHANGED_HEADER", "Patch", "StateBody", "digest", "digests_of", "header_of", "parse_known"]  # fmt: skip
+           "UNCHANGED_HEADER", "Patch", "StateBody", "digest", "digests_of", "header_of", "merged", "names_of",
+           "parse_known", "serialised"]  # fmt: skip

@@ -18,7 +18,7 @@ from agentlog.processors.pipeline import MemorySeen, Pipeline, Record
 from agentlog.processors.redaction import redact_if
 from agentlog.processors.state_sections import (
     ACCEPT_PATCHES_HEADER, Held, KNOWN_HEADER, MAX_KNOWN_CHARS, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, StateBody, digest, digests_of,
-    header_of, parse_held, parse_known,
+    header_of, parse_held, parse_known, serialised,
 )  # fmt: skip
 from agentlog.sinks.base import StoreError
 from agentlog.streams.api.client import RemoteService
@@ -385,8 +385,11 @@ def test_a_client_keeping_no_threads_hands_out_the_answer_as_sent_and_names_noth
 def test_the_sections_header_names_them_in_one_order_on_every_deployment(service: EmbeddedService) -> None:
     service.publish(b"\n".join(orjson.dumps(e) for e in Traffic("h", seed=2).take(60)))
     spliced = service.state_json("h")
-    generic = StateBody.of(dict(service.state("h")), digests_of(service.state("h")), None)
+    generic = StateBody.of(*serialised(service.state("h")), None)  # a Kafka worker's route
     assert spliced.headers() == generic.headers() and spliced.body == generic.body
+    assert generic.body == orjson.dumps(service.state("h"))  # each section serialised once, spliced in
+    held = Held(dict(spliced.digests))
+    assert StateBody.of(*serialised(service.state("h")), held).body == service.state_json("h", held).body
 
 
 # -- readers at their own pace, on the thread processor's own view ------------------------

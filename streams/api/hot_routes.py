@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentlog.processors.state_sections import ACCEPT_PATCHES_HEADER, KNOWN_HEADER, Held, StateBody, digests_of, parse_held
+from agentlog.processors.state_sections import ACCEPT_PATCHES_HEADER, KNOWN_HEADER, Held, StateBody, parse_held, serialised
 from agentlog.schemas.requests import ID_PATTERN, ContextQuery, RequestError, parse_query
 from agentlog.streams.api.guard import Policy, read_body
 from agentlog.streams.api.service import Service, StateJson
@@ -62,8 +62,8 @@ class StepAnswers:
     async def state(self, thread_id: str, held: Held | None) -> Response:
         """The state but for the sections the reader ``held`` (null, or patches)."""
         if self.spliced is None:
-            public = await self.off_loop(self.service.state, thread_id)
-            answer = StateBody.of(dict(public), digests_of(public), held)
+            public, digests = serialised(await self.off_loop(self.service.state, thread_id))
+            answer = StateBody.of(public, digests, held)
         else:
             # Answered on the event loop when that costs no wait (an agent's step: its event
             # applied, the state spliced from kept JSON; see ``state_json_now``), else off it.

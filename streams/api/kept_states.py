@@ -20,7 +20,8 @@ from typing import Any
 
 from agentlog.processors.read_only import ReadOnlyList, read_only
 from agentlog.processors.state_sections import (
-    ACCEPT_PATCHES_HEADER, KNOWN_HEADER, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, header_of, parse_known,
+    ACCEPT_PATCHES_HEADER, KNOWN_HEADER, PATCHED_HEADER, SECTIONS, SECTIONS_HEADER, UNCHANGED_HEADER, header_of, merged,
+    names_of, parse_known,
 )  # fmt: skip
 from agentlog.sinks.base import StoreError
 
@@ -90,10 +91,10 @@ class KeptStates:
                 self._forget(thread_id)
                 state, headers = yield {}
                 kept = None
-        unchanged, patched = _names(headers.get(UNCHANGED_HEADER)), _names(headers.get(PATCHED_HEADER))
+        unchanged, patched = names_of(headers.get(UNCHANGED_HEADER)), names_of(headers.get(PATCHED_HEADER))
         if unchanged or patched:
-            merged = _merged(state, unchanged, patched, kept.sections) if kept is not None else None
-            if merged is None:  # not what this client holds: read in full
+            whole = merged(state, unchanged, patched, kept.sections) if kept is not None else None
+            if whole is None:  # not what this client holds: read in full
                 state, headers = yield {}
                 unchanged = []
                 if headers.get(UNCHANGED_HEADER) or headers.get(PATCHED_HEADER):
@@ -155,39 +156,6 @@ def _advance(steps: Reading, outcome: Outcome) -> tuple[dict[str, Any] | None, d
         return None, steps.throw(outcome) if isinstance(outcome, StoreError) else steps.send(outcome)
     except StopIteration as done:
         return done.value, None
-
-
-def _names(header: str | None) -> list[str]:
-    return [n for n in (header or "").split(",") if n]
-
-
-def _merged(state: dict[str, Any], unchanged: list[str], patched: list[str],
-            sections: Mapping[str, Any]) -> dict[str, Any] | None:  # fmt: skip
-    """``state`` with the sections left out taken from ``sections`` and the patched ones
-    made from theirs (read-only, as kept), or ``None`` when it cannot be: a section not
-    kept, or a patch that does not fit its copy."""
-    if any(n not in sections for n in (*unchanged, *patched)):
-        return None
-    for name in unchanged:
-        state[name] = sections[name]
-    for name in patched:
-        patch, base = state[name], sections[name]
-        try:
-            length, items = patch["length"], patch["items"]
-            now = list(base[:length])
-            for position, item in items:
-                if type(position) is not int or not 0 <= position <= len(now):
-                    return None
-                if position == len(now):
-                    now.append(read_only(item))
-                else:
-                    now[position] = read_only(item)
-        except (KeyError, TypeError, ValueError):
-            return None
-        if type(length) is not int or len(now) != length:
-            return None
-        state[name] = ReadOnlyList(now)
-    return state
 
 
 __all__ = ["THREADS_KEPT", "Kept", "KeptStates"]
