@@ -538,3 +538,51 @@ def test_a_state_read_after_an_agent_step_reads_the_topic_once_and_a_backlog_of_
     service.publish(b"\n".join(goal(i) for i in range(2, 9)))  # seven: two full batches and one
     assert service.state("step")["event_count"] == 8
     assert reads == [3, 3, 1]
+
+
+def test_while_a_backlog_is_applied_checkpoints_are_spaced_by_their_own_cost_and_the_rest_lands_after_it(
+    settings: Settings,
+) -> None:
+    """A checkpoint writes every thread a batch touched: on a catch-up across many long
+    threads, one every ``checkpoint_s`` took a third of the processor. While reads fill whole
+    batches, the next is due only once the last one's cost is ``CHECKPOINT_SHARE`` of the
+    time since; the read that reaches the end takes it on the plain cadence again."""
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, checkpoint_seconds=0, batch_size=10))
+    taken: list[int] = []
+    write = svc.states.checkpoint
+
+    def slow_disk(snapshots: Any, seen: Any, offsets: dict[str, int]) -> None:
+        time.sleep(0.2)  # each checkpoint costs 0.2 s: the next is due 2 s later at the earliest
+        write(snapshots, seen, offsets)
+        taken.append(offsets["events"])
+
+    svc.states.checkpoint = slow_disk  # type: ignore[method-assign]
+    try:
+        svc.publish(b"\n".join(goal(i) for i in range(1, 96)))  # nine whole batches and five
+        t0 = time.monotonic()
+        full = [svc.driver.step() for _ in range(9)]
+        assert full == [10] * 9
+        assert taken[0] == 10  # the first batch's: no cost known yet
+        # One more for each 2 s the catch-up took at most (none on a machine that is not
+        # swamped); every 0 s as configured would have taken nine.
+        assert len(taken) <= 1 + int((time.monotonic() - t0) / 2.0)
+        assert svc.driver.step() == 5  # the end of the topic: the plain cadence (0 s) is back
+        assert taken[-1] == svc.driver.events_pos == svc.states.offsets()["events"]
+        assert orjson.loads(svc.state_json("step").body)["goal"]["text"] == "walrus step 95"
+    finally:
+        svc.close()
+
+
+def test_with_a_cheap_checkpoint_a_catch_up_keeps_the_plain_cadence(settings: Settings) -> None:
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, checkpoint_seconds=0, batch_size=10))
+    taken: list[int] = []
+    write = svc.states.checkpoint
+    svc.states.checkpoint = lambda s, seen, o: (write(s, seen, o), taken.append(o["events"]))  # type: ignore[method-assign]
+    try:
+        svc.publish(b"\n".join(goal(i) for i in range(1, 31)))
+        for _ in range(3):
+            svc.driver.step()
+            time.sleep(0.2)  # far more than ten times a checkpoint of one small thread
+        assert taken == [10, 20, 30]
+    finally:
+        svc.close()
