@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -297,7 +297,8 @@ class _TantivySearching:
         hits = []
         for score, address in result.hits:
             d = searcher.doc(address).to_dict()
-            first = {k: (v[0] if v else "") for k, v in d.items()}
+            # A field a document left out (a null: tantivy stores nothing) reads as empty.
+            first = defaultdict(str, {k: (v[0] if v else "") for k, v in d.items()})
             hits.append(Hit(
                 event_id=first["event_id"], thread_id=first["thread_id"],
                 window_id=first["window_id"], kind=first["kind"], tool_name=first["tool_name"],
@@ -337,15 +338,20 @@ class TantivySearchIndex(_TantivySearching, SearchIndex):
         self._high = max(self._visible.values(), default=-1)
 
     def add_encoded(self, docs: Sequence[tuple[str, bytes]]) -> None:
-        """Tantivy takes documents as dicts: parsed here."""
-        self.add([orjson.loads(doc) for _, doc in docs])
+        """Documents as JSON go to tantivy as they are (parsed here only for the upsert)."""
+        self._add([(d, doc.decode()) for d, doc in ((orjson.loads(doc), doc) for _, doc in docs)])
 
     def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:
         """Upsert ``docs``; ``new``: the caller knows none is in the index yet (a replay
         after ``clear``, which goes thread by thread, not in offset order), so no delete
         is queued for them (1M queued deletes held about 1.5 GB until the commit)."""
+        self._add([(d, None) for d in docs], new)
+
+    def _add(self, docs: Sequence[tuple[dict[str, Any], str | None]], new: bool = False) -> None:
+        """Each document with its JSON if the caller has it. Tantivy parses JSON in Rust:
+        37% faster than converting a dict (``Document.from_dict``), measured side by side."""
         with self._lock:
-            for d in docs:
+            for d, text in docs:
                 # Upsert by event_id: a replay after a crash must not duplicate a hit. A
                 # document past every offset added so far cannot be in the index yet, and
                 # skipping its delete halves the cost of adding it (an event keeps its offset;
@@ -354,10 +360,11 @@ class TantivySearchIndex(_TantivySearching, SearchIndex):
                     self._writer.delete_documents_by_term("event_id", d["event_id"])
                 else:
                     self._high = max(self._high, d["offset"])
-                # from_dict with the schema converts about 3x faster than keyword arguments.
-                self._writer.add_document(
-                    tantivy.Document.from_dict({k: v for k, v in d.items() if v is not None}, self._schema)
-                )
+                if None in d.values():  # tantivy refuses a null: the field is left out
+                    text = orjson.dumps({k: v for k, v in d.items() if v is not None}).decode()
+                elif text is None:
+                    text = orjson.dumps(d).decode()
+                self._writer.add_json(text)
                 part = 0
                 if d["offset"] > self._pending.get(part, -1):
                     self._pending[part] = d["offset"]
