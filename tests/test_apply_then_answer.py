@@ -150,6 +150,25 @@ def test_the_sink_stage_writes_in_groups_by_time_not_one_write_per_event(setting
         svc.close()
 
 
+def test_while_a_backlog_of_more_than_a_group_waits_the_sink_stage_writes_larger_groups(settings: Settings) -> None:
+    """Each group is a part of the chDB log that merges rewrite later: a catch-up writes
+    ``CATCH_UP_GROUP`` times fewer, larger groups; every event is still written once."""
+    svc = EmbeddedService(Settings(data_dir=settings.data_dir, sink_flush_rows=10, batch_size=10))
+    try:
+        svc.publish(b"\n".join(goal(i) for i in range(1, 201)))
+        svc.driver.run_until_idle()  # twenty queue rows of ten applied events
+        svc.sinks.drain()
+        assert svc.sinks.groups_written == 5  # groups of 40, not twenty of 10
+        assert svc.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(200, 200)]
+        assert len(svc.search("walrus", thread_id="step", limit=500)["hits"]) == 200
+        svc.publish(b"\n".join(goal(i) for i in range(201, 211)))  # a group's worth: as it is
+        svc.driver.run_until_idle()
+        svc.sinks.drain()
+        assert svc.sinks.groups_written == 6
+    finally:
+        svc.close()
+
+
 class SlowLog:
     """The real chDB log, each event write taking ``seconds`` longer: a group commit that
     events keep arriving during, as under an agent's steady traffic."""

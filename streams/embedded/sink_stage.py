@@ -38,6 +38,11 @@ log = logging.getLogger("agentlog.sinks")
 CATCH_UP_REFRESH_S = 15.0
 """How often the index is committed while a backlog of more than a group waits."""
 
+CATCH_UP_GROUP = 4
+"""While a backlog of more than a group waits, groups are this many times larger: each
+group is a part of the chDB log that its merges rewrite later. Over 300,000 events, groups
+of 20,000 instead of 5,000 cut chDB's merge threads from 2.5-3.0 to 1.0-1.1 s of CPU."""
+
 
 @dataclass(frozen=True, slots=True)
 class FlushPolicy:
@@ -110,8 +115,9 @@ class SinkStage:
         # until the queue was empty wrote a few events at a time back to back, one core
         # busy for good, and never reached the index commit below while the traffic lasted.
         through = self.queue.end()
+        group = self.policy.rows * (CATCH_UP_GROUP if events > self.policy.rows else 1)
         written = 0
-        while self.pos < through and (batches := self.queue.read(self.pos, self.policy.rows, through)):
+        while self.pos < through and (batches := self.queue.read(self.pos, group, through)):
             written += self._write(batches)
             self.pos = batches[-1].seq
             if self._refresh_due():
@@ -242,4 +248,4 @@ def _raw_of(applied: Applied) -> bytes:
     return applied.record.value
 
 
-__all__ = ["CATCH_UP_REFRESH_S", "FlushPolicy", "SinkStage"]
+__all__ = ["CATCH_UP_GROUP", "CATCH_UP_REFRESH_S", "FlushPolicy", "SinkStage"]
