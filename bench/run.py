@@ -115,9 +115,8 @@ def bench_served(n_events: int, n_threads: int, data_dir: Path) -> dict[str, Any
                 break
             time.sleep(0.05)
         elapsed = time.perf_counter() - t0
-        children = [int(c) for task in Path(f"/proc/{server.pid}/task").iterdir()
-                    for c in (task / "children").read_text().split()]  # any thread's children
-        rss = {"server": _peak_rss_mib(server.pid), "sinks": sum(_peak_rss_mib(c) for c in children)}
+        # The sink process and its encoding helpers: every process below the server.
+        rss = {"server": _peak_rss_mib(server.pid), "sinks": sum(_peak_rss_mib(c) for c in _descendants(server.pid))}
         rss["together"] = rss["server"] + rss["sinks"]  # what the bar counts: both processes' peaks
     finally:
         server.terminate()
@@ -258,6 +257,21 @@ def _serve(env: dict[str, str], timeout: float = 300.0) -> subprocess.Popen:
     proc.kill()
     proc.wait()
     raise RuntimeError(f"agentlog run did not start (exit {proc.returncode}): {err_path.read_text()[-3000:]}")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (any thread's children, and theirs)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        try:
+            kids = [int(c) for task in Path(f"/proc/{todo.pop()}/task").iterdir()
+                    for c in (task / "children").read_text().split()]  # fmt: skip
+        except OSError:  # a process that ended meanwhile
+            continue
+        found += kids
+        todo += kids
+    return found
 
 
 def _peak_rss_mib(pid: int) -> int:

@@ -271,3 +271,16 @@ def test_documents_given_as_json_or_as_dicts_give_the_same_hits_and_a_null_field
     assert hits(as_dicts) == hits(as_json) == sorted(f"e{n}" for n in range(1, 10))
     found = as_json.search("marmot 9", SearchFilters(), limit=1)
     assert found[0].event_id == "e9"
+
+
+def test_a_json_document_s_offset_is_its_key_s_never_one_written_in_its_text(tmp_path: Path) -> None:
+    import orjson  # noqa: PLC0415
+
+    index = TantivySearchIndex(str(tmp_path))
+    tricky = {**docs(5, 5)[0], "text": 'marmot "offset":99, {"offset":98}'}
+    index.add_encoded([(tricky["event_id"], orjson.dumps(tricky))])
+    index.refresh()
+    assert index.visible_offsets() == {0: 5}
+    index.add_encoded([(tricky["event_id"], orjson.dumps(tricky))])  # a replay: still one hit
+    index.refresh()
+    assert hits(index) == ["e5"]
