@@ -368,19 +368,22 @@ def test_a_dead_letter_written_whole_by_an_older_release_is_clipped_before_the_c
 
 
 class RefusingIndex(TantivySearchIndex):
-    def add(self, docs: Any) -> None:
-        if any("poisonpill" in d["text"] for d in docs):
+    """Refuses, as tantivy does a document it cannot convert, at the one funnel both
+    ``add`` and ``add_encoded`` go through."""
+
+    def _add(self, docs: Any, new: bool = False) -> None:
+        if any("poisonpill" in text for _, _, text in docs):
             raise ValueError("tantivy could not convert the document")
-        super().add(docs)
+        super()._add(docs, new)
 
 
 class FlakyIndex(TantivySearchIndex):
     down = False
 
-    def add(self, docs: Any) -> None:
+    def _add(self, docs: Any, new: bool = False) -> None:
         if self.down:
             raise OSError(28, "No space left on device")
-        super().add(docs)
+        super()._add(docs, new)
 
 
 def service_with(index_class: type, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> EmbeddedService:
