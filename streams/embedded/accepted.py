@@ -93,6 +93,13 @@ class AcceptedQueue:
             total += events
         return out
 
+    def newest_offset(self) -> int:
+        """The topic offset of the last record the processor queued (-1 if none is queued)."""
+        with self._lock:
+            row = self._db.execute("SELECT body FROM accepted ORDER BY seq DESC LIMIT 1").fetchone()
+        applied = orjson.loads(row[0])["a"] if row is not None else []
+        return applied[-1][0] if applied else -1
+
     def backlog(self, after: int) -> tuple[int, int]:
         """(rows, applied records) after ``after``: what the sinks have not written yet."""
         with self._lock:

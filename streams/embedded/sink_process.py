@@ -35,6 +35,7 @@ from agentlog.sinks.sqlite_db import READ_CACHE_KIB
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.cpu_share import CpuShare
+from agentlog.streams.embedded.encoding import Encoder, default_helpers
 from agentlog.streams.embedded.sink_stage import FlushPolicy, SinkStage
 from agentlog.streams.embedded.topic import SqliteEventBus
 from agentlog.streams.sink_guard import StoreUnavailable
@@ -62,12 +63,13 @@ class SinkHost:
         self.lock = threading.RLock()
         self.failing: dict[str, str] = {}
         self.hurry = threading.Event()
+        self.encoder = Encoder(default_helpers())  # a catch-up's end on every core
         self.sinks = self._new_stage()
 
     def _new_stage(self) -> SinkStage:
         s = self.settings
         policy = FlushPolicy(s.sink_flush_rows, s.sink_flush_ms / 1000.0, s.refresh_seconds, s.max_event_bytes)
-        return SinkStage(self.queue, self.bus, self.log, self.index, policy)
+        return SinkStage(self.queue, self.bus, self.log, self.index, policy, encoder=self.encoder)
 
     def run(self, stop: threading.Event, idle_sleep: float = 0.01) -> None:
         delay, retry = 0.0, False
@@ -118,6 +120,7 @@ class SinkHost:
                 self.sinks.drain()
             except Exception as error:  # noqa: BLE001 - the queue keeps it for the next start
                 log.error("stopping with a store failing (written on the next start): %s", error)
+            self.encoder.close()
             for store in (self.queue, self.index, self.bus, self.log):
                 store.close()
 

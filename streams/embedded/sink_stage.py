@@ -7,8 +7,10 @@ the index every ``AGENTLOG_REFRESH_SECONDS`` and then its own positions. It also
 topic's dead letters into ``rejected_events``.
 
 The queue holds offsets, not copies: the stage reads each applied record's bytes from
-the topic and parses them again (without the hostile-input checks the processor already
-made), so the processor does not pay for rows and documents.
+the topic and encodes its log row and search document as a Kafka processor does
+(``agentlog.streams.embedded.encoding``: parsed again, without the hostile-input checks
+the processor already made; at a catch-up's end on helper processes too), so the
+processor does not pay for rows and documents.
 
 Every write is idempotent, so a crash between a write and the commit of the position
 that covers it only writes the same rows again: the log skips offsets at or below its
@@ -22,13 +24,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentlog.processors.pipeline import Applied, Record
-from agentlog.processors.records import log_rows, search_docs
+from orjson import Fragment
+
+from agentlog.processors.pipeline import Record
 from agentlog.processors.validation import bounded_letter
-from agentlog.schemas.events import EVENT_ADAPTER, MAX_EVENT_BYTES
+from agentlog.schemas.events import MAX_EVENT_BYTES
 from agentlog.schemas.tables import rejected_row
 from agentlog.sinks.base import LogWriter, SearchIndex, StateStore, Topic
 from agentlog.streams.embedded.accepted import AcceptedBatch, AcceptedQueue, applied_offsets
+from agentlog.streams.embedded.encoding import Encoder, Encoding, Wanted
+from agentlog.streams.kafka.accepted import Item
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.sink_guard import StoreUnavailable, write_isolating
 
@@ -56,8 +61,10 @@ class FlushPolicy:
 
 class SinkStage:
     def __init__(self, queue: AcceptedQueue, bus: Topic, log_store: LogWriter, index: SearchIndex,
-                 policy: FlushPolicy = FlushPolicy(), legacy: StateStore | None = None) -> None:  # fmt: skip
+                 policy: FlushPolicy = FlushPolicy(), legacy: StateStore | None = None,
+                 encoder: Encoder | None = None) -> None:  # fmt: skip
         self.queue, self.bus, self.log, self.index, self.policy = queue, bus, log_store, index, policy
+        self.encoder = encoder or Encoder(helpers=0)  # every group encoded here unless given helpers
         committed = queue.positions()
         # A data directory from before the queue kept the dead-letter position with the processor's.
         legacy_dlq = legacy.offsets().get("dlq", 0) if legacy is not None and "dlq" not in committed else 0
@@ -115,23 +122,43 @@ class SinkStage:
         # until the queue was empty wrote a few events at a time back to back, one core
         # busy for good, and never reached the index commit below while the traffic lasted.
         through = self.queue.end()
-        group = self.policy.rows * (CATCH_UP_GROUP if events > self.policy.rows else 1)
+        catching_up = events > self.policy.rows
+        group = self.policy.rows * (CATCH_UP_GROUP if catching_up else 1)
         written = 0
-        while self.pos < through and (batches := self.queue.read(self.pos, group, through)):
-            written += self._write(batches)
+        ahead = self._start_group(self.pos, group, through, catching_up)
+        while ahead is not None:
+            batches, encoding = ahead
+            ahead = self._start_group(batches[-1].seq, group, through, catching_up)
+            written += self._write(batches, encoding)
             self.pos = batches[-1].seq
             if self._refresh_due():
                 self.commit()  # a long backlog becomes searchable as it is written, on cadence
         self._waiting_since = None
         return written
 
-    def _write(self, batches: list[AcceptedBatch]) -> int:
+    def _start_group(self, after: int, group: int, through: int,
+                     catching_up: bool) -> tuple[list[AcceptedBatch], Encoding] | None:  # fmt: skip
+        """The queue rows of the group after ``after``, their encoding started. At a
+        catch-up's end the processor is done: helpers encode the group while the one
+        before it is written, and the second core is not left idle."""
+        batches = self.queue.read(after, group, through) if after < through else []
+        if not batches:
+            return None
+        share = catching_up and self.encoder.helpers > 0 and self._processor_done()
+        return batches, self.encoder.start(self._wanted(batches), share)
+
+    def _processor_done(self) -> bool:
+        """Whether the processor has applied about everything the topic holds (what it
+        queued last is within a group of the topic's end)."""
+        return self.bus.end_offsets()[0] - self.queue.newest_offset() <= self.policy.rows
+
+    def _write(self, batches: list[AcceptedBatch], encoding: Encoding) -> int:
         t0 = time.perf_counter()
-        applied = self._applied(batches)
+        encoded = list(zip(encoding.records, encoding.items()))
         try:
             letters = write_isolating(
-                "log", lambda xs: self.log.append_events(log_rows(xs, lambda a: a.record.offset <= self.logged)),
-                applied, _raw_of,
+                "log", lambda xs: self.log.append_events([Fragment(i.row) for r, i in xs if r.offset > self.logged]),
+                encoded, _raw_of,
             )  # fmt: skip
             try:
                 self.log.upsert_pairs([p for b in batches for p in b.pairs])
@@ -140,31 +167,28 @@ class SinkStage:
         except BaseException:
             self._read_high_water()  # part of the group may be in the log already
             raise
-        if applied:
-            self.logged = max(self.logged, max(a.record.offset for a in applied))
+        if encoded:
+            self.logged = max(self.logged, max(r.offset for r, _ in encoded))
         refused = {raw for raw, _ in letters}  # what the log refused is not indexed either
-        indexed = [a for a in applied if a.record.value not in refused] if refused else applied
-        letters += write_isolating("index", lambda xs: self.index.add(search_docs(xs)), indexed, _raw_of)
+        indexed = [e for e in encoded if e[0].value not in refused] if refused else encoded
+        letters += write_isolating(
+            "index", lambda xs: self.index.add_encoded([(i.event_id, i.doc) for _, i in xs]), indexed, _raw_of
+        )
         if letters:
             self.bus.append((), letters)
         METRICS.sink_seconds.observe(time.perf_counter() - t0)
         self.groups_written += 1
-        return len(applied)
+        return len(encoded)
 
-    def _applied(self, batches: list[AcceptedBatch]) -> list[Applied]:
-        """The applied records of these queue rows, read back from the topic and parsed."""
+    def _wanted(self, batches: list[AcceptedBatch]) -> list[Wanted]:
+        """The applied records of these queue rows, read back from the topic, with their
+        window and tool name."""
         wanted = applied_offsets(batches)
         if not wanted:
             return []
         first, last = min(o for o, _, _ in wanted), max(o for o, _, _ in wanted)
         records = {r.offset: r for r in self._read_span(first, last)}
-        out: list[Applied] = []
-        for offset, window_id, tool_name in wanted:
-            record = records[offset]
-            # The processor applied it, so its bytes passed every check: parsing is enough
-            # (about 40% of the cost of ``validate``, whose hostile-input scan is skipped).
-            out.append(Applied(EVENT_ADAPTER.validate_json(record.value), record, window_id, tool_name))
-        return out
+        return [(records[offset], window_id, tool_name) for offset, window_id, tool_name in wanted]
 
     def _read_span(self, first: int, last: int) -> list[Record]:
         out: list[Record] = []
@@ -244,8 +268,8 @@ class SinkStage:
         return self.lag() + max(0, self.bus.end_offsets()[1] - self.dlq_pos)
 
 
-def _raw_of(applied: Applied) -> bytes:
-    return applied.record.value
+def _raw_of(encoded: tuple[Record, Item]) -> bytes:
+    return encoded[0].value
 
 
 __all__ = ["CATCH_UP_GROUP", "CATCH_UP_REFRESH_S", "FlushPolicy", "SinkStage"]

@@ -1,0 +1,98 @@
+"""The sink stage's encoding: each applied record's log row and search document, encoded
+here or shared with helper processes at a catch-up's end, is the same bytes in the same
+order, and every event is still written once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from itertools import islice
+from pathlib import Path
+
+from agentlog.processors.pipeline import Record
+from agentlog.streams.cli.demo import iter_synthetic_events
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.encoding import Encoder, encode, helpers_for
+from agentlog.streams.embedded.service import EmbeddedService
+from agentlog.streams.embedded.sink_stage import SinkStage
+
+
+def _wanted(n: int) -> list:
+    raws = list(islice(iter_synthetic_events(n, 7), n))
+    return [(Record(0, i + 1, r), f"w{i % 3}", None) for i, r in enumerate(raws)]
+
+
+def test_a_group_shared_with_helpers_is_byte_for_byte_the_encoding_done_here_in_order() -> None:
+    wanted = _wanted(3001)
+    encoder = Encoder(helpers=2)
+    try:
+        encoding = encoder.start(wanted, share=True)
+        assert len(encoder.helper_pids()) == 2  # the helpers took shares
+        assert encoding.items() == encode(wanted)
+        assert encoding.records == [r for r, _, _ in wanted]
+    finally:
+        encoder.close()
+    assert encoder.helper_pids() == []
+
+
+def test_a_group_not_shared_is_encoded_here_without_starting_a_helper() -> None:
+    encoder = Encoder(helpers=1)
+    wanted = _wanted(50)
+    assert encoder.start(wanted, share=False).items() == encode(wanted)
+    assert encoder.helper_pids() == []
+
+
+def test_a_helper_killed_mid_catch_up_costs_nothing_its_share_is_encoded_here_and_another_starts() -> None:
+    wanted = _wanted(800)
+    encoder = Encoder(helpers=1)
+    try:
+        assert encoder.start(wanted, share=True).items() == encode(wanted)
+        for pid in encoder.helper_pids():
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.3)
+        assert encoder.start(wanted, share=True).items() == encode(wanted)  # encoded here
+        assert encoder.start(wanted, share=True).items() == encode(wanted)  # a new helper's share
+        assert len(encoder.helper_pids()) == 1
+    finally:
+        encoder.close()
+
+
+def test_one_helper_fewer_than_the_machine_s_cores() -> None:
+    assert [helpers_for(n) for n in (1, 2, 8)] == [0, 1, 7]
+
+
+def _stage_with_helpers(svc: EmbeddedService, encoder: Encoder) -> SinkStage:
+    policy = svc.sinks.policy
+    return SinkStage(svc.queue, svc.bus, svc.log, svc.index, policy, encoder=encoder)
+
+
+def test_at_a_catch_up_s_end_the_helpers_encode_and_every_event_is_logged_and_indexed_once(tmp_path: Path) -> None:
+    svc = EmbeddedService(Settings(data_dir=tmp_path / "d", sink_flush_rows=100, batch_size=100))
+    encoder = Encoder(helpers=1)
+    try:
+        svc.publish(b"\n".join(islice(iter_synthetic_events(1500, 5), 1500)))
+        svc.driver.run_until_idle()  # the processor is done: the topic's end is queued
+        stage = _stage_with_helpers(svc, encoder)
+        assert stage.drain() == 1500
+        assert len(encoder.helper_pids()) == 1  # the helpers took part
+        assert svc.sql("SELECT count(), uniqExact(event_id) FROM events").rows == [(1500, 1500)]
+        assert svc.index.visible_offsets().get(0, 0) == svc.bus.end_offsets()[0]
+    finally:
+        encoder.close()
+        svc.close()
+
+
+def test_while_the_processor_is_still_behind_the_sink_stage_leaves_the_other_core_to_it(tmp_path: Path) -> None:
+    svc = EmbeddedService(Settings(data_dir=tmp_path / "d", sink_flush_rows=100, batch_size=100))
+    encoder = Encoder(helpers=1)
+    try:
+        svc.publish(b"\n".join(islice(iter_synthetic_events(1500, 5), 1500)))
+        for _ in range(5):
+            svc.driver.step()  # 500 applied, 1,000 still ahead of the processor
+        stage = _stage_with_helpers(svc, encoder)
+        assert stage.drain() == 500
+        assert encoder.helper_pids() == []
+    finally:
+        encoder.close()
+        svc.close()
