@@ -36,6 +36,23 @@ def test_a_group_shared_with_helpers_is_byte_for_byte_the_encoding_done_here_in_
     assert encoder.helper_pids() == []
 
 
+def _peak_rss_mib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) // 1024
+
+
+def test_a_helper_holds_a_task_at_a_time_not_its_whole_share_of_a_large_group() -> None:
+    wanted = _wanted(20_000)  # a catch-up group: 14,000 events for the one helper
+    encoder = Encoder(helpers=1)
+    try:
+        assert encoder.start(wanted, share=True).items() == encode(wanted)
+        (pid,) = encoder.helper_pids()
+        # Started, a helper holds about 52 MiB; given its whole share at once, 250 MiB.
+        assert _peak_rss_mib(pid) < 120
+    finally:
+        encoder.close()
+
+
 def test_a_group_not_shared_is_encoded_here_without_starting_a_helper() -> None:
     encoder = Encoder(helpers=1)
     wanted = _wanted(50)
