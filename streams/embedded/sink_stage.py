@@ -43,10 +43,13 @@ log = logging.getLogger("agentlog.sinks")
 CATCH_UP_REFRESH_S = 15.0
 """How often the index is committed while a backlog of more than a group waits."""
 
-CATCH_UP_GROUP = 4
+CATCH_UP_GROUP = 2
 """While a backlog of more than a group waits, groups are this many times larger: each
 group is a part of the chDB log that its merges rewrite later. Over 300,000 events, groups
-of 20,000 instead of 5,000 cut chDB's merge threads from 2.5-3.0 to 1.0-1.1 s of CPU."""
+of 20,000 instead of 5,000 cut chDB's merge threads from 2.5-3.0 to 1.0-1.1 s of CPU; but
+two groups are in memory at once (one written, the next encoded), and over a million
+events the sink process peaked at 980-1,050 MiB with groups of 20,000, 770 with 10,000 and
+680 with 5,000, at the same throughput (served run, side by side): twice is the balance."""
 
 
 @dataclass(frozen=True, slots=True)
