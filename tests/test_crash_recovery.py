@@ -114,6 +114,13 @@ def _sink_process(server: int, tries: int = 100) -> int | None:
     return None
 
 
+def _children(pid: int | None) -> list[int]:
+    try:
+        return child_pids(pid) if pid is not None else []
+    except OSError:  # it ended meanwhile
+        return []
+
+
 def _gone(pid: int | None, timeout: float = 10.0) -> bool:
     """The process has ended (a zombie not yet reaped by init counts as ended)."""
     deadline = time.monotonic() + timeout
@@ -171,11 +178,15 @@ def test_kill_9_at_random_moments_then_damaged_stores_leave_every_event_logged_o
             killed_sinks += 1
             time.sleep(rng.uniform(0.2, 3.0))
         current = _sink_process(proc.pid, tries=1)  # the server starts another one
+        helpers = _children(current)  # its encoding helpers, if a catch-up started them
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        stderr = proc.stderr.read()
+        try:  # its stderr ends when every process that inherited it has ended
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("a process the killed server started still holds its stderr") from None
         assert b"Traceback" not in stderr, stderr.decode()[-3000:]
         assert _gone(current), "the sink process outlived its server"
+        assert all(_gone(h) for h in helpers), "an encoding helper outlived its sink process"
     publisher.join(timeout=600)
     assert publisher.error is None, publisher.error
     print(f"killed the sink process alone {killed_sinks} times")

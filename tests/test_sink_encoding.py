@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from itertools import islice
 from pathlib import Path
@@ -73,6 +75,44 @@ def test_a_helper_killed_mid_catch_up_costs_nothing_its_share_is_encoded_here_an
         assert len(encoder.helper_pids()) == 1
     finally:
         encoder.close()
+
+
+# A process that starts two helpers and is killed with -9 at once: the helpers are still
+# importing then, before their death signal is armed.
+KILLED_AT_ONCE = r"""
+import os, signal, sys
+from agentlog.processors.pipeline import Record
+from agentlog.streams.embedded.encoding import Encoder
+encoder = Encoder(helpers=2)
+encoder.start([(Record(0, i, b"{}"), "w", None) for i in range(1, 2001)], share=True)
+print(*encoder.helper_pids(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_helpers_die_with_a_sink_process_killed_before_they_started(tmp_path: Path) -> None:
+    # Files, not pipes: a helper left behind would hold a pipe open and hang the read.
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        code = subprocess.run([sys.executable, "-c", KILLED_AT_ONCE], stdout=stdout, stderr=stderr,
+                              timeout=60).returncode  # fmt: skip
+    assert code == -signal.SIGKILL, err.read_text()[-2000:]
+    helpers = [int(p) for p in out.read_text().split()]
+    assert len(helpers) == 2
+    deadline = time.monotonic() + 30
+    while any(map(_alive, helpers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in helpers if _alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)  # not to leave them behind for the next test
+    assert left == [], "helpers outlived the sink process that started them"
 
 
 def test_one_helper_fewer_than_the_machine_s_cores() -> None:

@@ -17,6 +17,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -38,6 +40,8 @@ TASK_EVENTS = 1000
 it holds at once (the share, its parsed events, rows and documents, both pickles), and a
 group's whole share (14,000 events) took it from 52 to 250 MiB."""
 PR_SET_PDEATHSIG = 1
+PARENT_CHECK_SECONDS = 0.5
+"""How often a helper checks that the sink process that started it is still its parent."""
 
 
 def encode(wanted: Sequence[Wanted]) -> list[Item]:
@@ -51,19 +55,33 @@ def _encode_share(share: list[tuple[int, int, bytes, str, str | None]]) -> list[
     return [(i.event_id, i.row, i.doc) for i in encode([(Record(p, o, v), w, t) for p, o, v, w, t in share])]
 
 
-def _helper_start() -> None:
+def _helper_start(parent: int) -> None:
     """A helper dies with the sink process (even by SIGKILL), leaves ^C to the server, and
     may run on every core: it only works while the processor is idle and the sink process
-    has taken them all (``cpu_share``); it keeps the sink process's lower priority."""
+    has taken them all (``cpu_share``); it keeps the sink process's lower priority.
+
+    The death signal is armed only once the helper runs this, after its imports: a sink
+    process killed before then leaves the helper to init, waiting for work that never
+    comes and holding the server's stderr open. So it also checks that ``parent`` is still
+    its parent, now and every half second."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the pool's own shutdown ends it
+    except OSError:  # not Linux: the watch below ends it
         pass
+    if os.getppid() != parent:
+        os._exit(0)  # the sink process died before the signal was armed
+    threading.Thread(target=_exit_with, args=(parent,), name="agentlog-helper-watch", daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
     except (AttributeError, OSError, ValueError):  # not Linux, or a narrower cpuset: as inherited
         pass
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(0)
 
 
 def helpers_for(cpus: int) -> int:
@@ -126,7 +144,8 @@ class Encoder:
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")  # never fork a process holding chDB's threads
-            self._pool = ProcessPoolExecutor(self.helpers, mp_context=ctx, initializer=_helper_start)
+            self._pool = ProcessPoolExecutor(self.helpers, mp_context=ctx, initializer=_helper_start,
+                                             initargs=(os.getpid(),))
         return self._pool
 
     def helper_pids(self) -> list[int]:
