@@ -12,19 +12,17 @@ through, which has the other core) it is encoded here when it is written.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
 import signal
-import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from agentlog.processors.pipeline import Applied, Record
 from agentlog.schemas.events import EVENT_ADAPTER
+from agentlog.streams.embedded import parent_death
 from agentlog.streams.kafka.accepted import Item, sink_item
 
 log = logging.getLogger("agentlog.sinks")
@@ -39,9 +37,6 @@ TASK_EVENTS = 1000
 """At most this many events go to a helper at once: a helper's peak memory follows what
 it holds at once (the share, its parsed events, rows and documents, both pickles), and a
 group's whole share (14,000 events) took it from 52 to 250 MiB."""
-PR_SET_PDEATHSIG = 1
-PARENT_CHECK_SECONDS = 0.5
-"""How often a helper checks that the sink process that started it is still its parent."""
 
 
 def encode(wanted: Sequence[Wanted]) -> list[Item]:
@@ -56,32 +51,18 @@ def _encode_share(share: list[tuple[int, int, bytes, str, str | None]]) -> list[
 
 
 def _helper_start(parent: int) -> None:
-    """A helper dies with the sink process (even by SIGKILL), leaves ^C to the server, and
-    may run on every core: it only works while the processor is idle and the sink process
-    has taken them all (``cpu_share``); it keeps the sink process's lower priority.
-
-    The death signal is armed only once the helper runs this, after its imports: a sink
-    process killed before then leaves the helper to init, waiting for work that never
-    comes and holding the server's stderr open. So it also checks that ``parent`` is still
-    its parent, now and every half second."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the watch below ends it
-        pass
-    if os.getppid() != parent:
+    """A helper ends with the sink process that started it (even by SIGKILL,
+    ``parent_death``), leaves ^C to the server, and may run on every core: it only works
+    while the processor is idle and the sink process has taken them all (``cpu_share``);
+    it keeps the sink process's lower priority."""
+    if not parent_death.die_with(parent):
         os._exit(0)  # the sink process died before the signal was armed
-    threading.Thread(target=_exit_with, args=(parent,), name="agentlog-helper-watch", daemon=True).start()
+    parent_death.watch(parent, lambda: os._exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
     except (AttributeError, OSError, ValueError):  # not Linux, or a narrower cpuset: as inherited
         pass
-
-
-def _exit_with(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_SECONDS)
-    os._exit(0)
 
 
 def helpers_for(cpus: int) -> int:

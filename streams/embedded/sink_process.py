@@ -15,7 +15,6 @@ on a graceful stop writes and commits what is queued before it exits.
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import logging
 import multiprocessing
@@ -33,6 +32,7 @@ from typing import Any
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sqlite_db import READ_CACHE_KIB
 from agentlog.streams.config import Settings
+from agentlog.streams.embedded import parent_death
 from agentlog.streams.embedded.accepted import AcceptedQueue
 from agentlog.streams.embedded.cpu_share import CpuShare
 from agentlog.streams.embedded.encoding import Encoder, default_helpers
@@ -47,7 +47,6 @@ RETRY_MAX_S = 30.0
 SINKS_LOCK = "sinks.lock"
 """Held by the sink process while it has the stores open; whoever opens them next waits
 for it (a server killed with -9 takes a moment to lose its child)."""
-PR_SET_PDEATHSIG = 1
 
 
 class SinkHost:
@@ -125,19 +124,10 @@ class SinkHost:
                 store.close()
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when the server dies, even by SIGKILL."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the parent check in the loop below still ends it
-        pass
-
-
 def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None:
     """The sink process's entry point (``multiprocessing`` spawn)."""
-    _die_with_parent()
-    if os.getppid() != parent:
-        return  # the server died before this line
+    if not parent_death.die_with(parent):
+        return  # the server died before the signal was armed
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C goes to the server, which stops this
@@ -150,19 +140,12 @@ def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None
     host = SinkHost(settings, cpus)
     listener = Listener(address, family="AF_UNIX", authkey=authkey)
     threading.Thread(target=_serve, args=(listener, host), daemon=True).start()
-    threading.Thread(target=_watch_parent, args=(parent, stop), daemon=True).start()
+    parent_death.watch(parent, stop.set, stop)  # a graceful stop: what is queued is written
     try:
         host.run(stop)
     finally:
         host.close()
         listener.close()
-
-
-def _watch_parent(parent: int, stop: threading.Event) -> None:
-    while not stop.is_set():
-        if os.getppid() != parent:
-            stop.set()
-        stop.wait(0.5)
 
 
 def _serve(listener: Listener, host: SinkHost) -> None:
