@@ -325,6 +325,31 @@ SUMMARY_SHARE = 0.4
 def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int) -> str:
     """The handoff record as text, most actionable first, newest evidence first, cut to
     ``max_tokens``. Observations, what is done and hypotheses stay under separate headings."""
+    return _cut_summary(summary, counter, max_tokens).text
+
+
+@dataclass(frozen=True)
+class _SummaryCut:
+    """A summary rendered under a limit (``_cut_summary``)."""
+
+    text: str
+    tokens: int
+    """The text's tokens, as ``TokenCounter.count`` gives them."""
+    limits: range
+    """The limits that give this very cut: from the tokens its lines take to the least
+    limit at which one more line would fit (each section stops at its first line
+    refused; below that limit every choice is made again the same way)."""
+    left_out: tuple[str, ...]
+    """The source event ids of the observations and hypotheses the limit cut."""
+
+
+def _cut_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int) -> _SummaryCut:
+    """``render_summary`` with its tokens, its limits and what it leaves out.
+
+    A line costs what it costs with its newline: every line starts with a title's letter
+    or an item's ``-``, so the text's count is the sum of its lines' with their newlines
+    (``tokens.pieces``), less the newline the last line does not have. The lines' counts
+    are the ones each cut asks again, kept by the counter."""
     head = ["Summary of earlier work (handoff record):"]
     if summary.get("next_action"):
         head.append(f"Next action: {summary['next_action']}")
@@ -332,23 +357,29 @@ def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: i
     head += [f"Unknown: {u}" for u in summary.get("unknowns", [])]
     if summary.get("modified_files"):
         head.append("Modified files: " + ", ".join(summary["modified_files"]))
-    lines, used = [], 0
+    lines, used, refused_at = [], 0, _NO_LIMIT
     for line in head:
-        cost = counter.count(line) + 1
+        cost = counter.count(line + "\n")
         if used + cost > max_tokens:
+            refused_at = used + cost
             break
         lines.append(line)
         used += cost
-    for title, items in (("Observations (with source events):", summary.get("observations", [])),
-                         ("Done:", summary.get("done", [])),
-                         ("Hypotheses (unverified):", summary.get("hypotheses", []))):  # fmt: skip
+    left_out: list[str] = []
+    for title, key in (("Observations (with source events):", "observations"), ("Done:", "done"),
+                       ("Hypotheses (unverified):", "hypotheses")):  # fmt: skip
+        items = summary.get(key, [])
         chosen: list[str] = []
-        title_cost = counter.count(title) + 1
-        for item in reversed(items):
+        title_cost = counter.count(title + "\n")
+        for at in range(len(items) - 1, -1, -1):  # newest first
+            item = items[at]
             seen = f" (x{item['count']})" if item.get("count", 1) > 1 else ""
             line = f"- {item['text']}{seen} [{', '.join(item.get('source_event_ids') or [item['source_event_id']])}]"
-            cost = counter.count(line) + 1
+            cost = counter.count(line + "\n")
             if used + title_cost + cost > max_tokens:
+                refused_at = min(refused_at, used + title_cost + cost)
+                if key != "done":
+                    left_out += (i["source_event_id"] for i in items[: at + 1])
                 break
             chosen.append(line)
             used += cost
@@ -356,7 +387,12 @@ def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: i
             lines.append(title)
             used += title_cost
             lines += reversed(chosen)
-    return "\n".join(lines)
+    tokens = used - counter.count(lines[-1] + "\n") + counter.count(lines[-1]) if lines else 0
+    return _SummaryCut("\n".join(lines), tokens, range(used, refused_at), tuple(left_out))
+
+
+_NO_LIMIT = 1 << 62
+"""A limit above any a summary can reach."""
 
 
 MEMORY_SHARE = 0.15
@@ -950,25 +986,27 @@ def _failure_items(failures: list[dict[str, Any]]) -> tuple[list[FailureGroup], 
 def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int, covered: set[str],
                         derived: MutableMapping[Any, Any] | None, thread: Any = None) -> tuple[str, list[str], int, int]:  # fmt: skip
     """``_summary`` and its message's tokens, remembered in ``derived`` by the summary's
-    JSON and its arguments (a rolling summary changes only when the stream folds the window
-    into it). The JSON itself is remembered by the summary's identity (a shared state read
-    hands out the same summary until the fold replaces it): the same bytes object, whose
-    hash Python keeps, instead of a serialisation and a hash of it on every request."""
+    JSON and what it leaves to the failures section (a rolling summary changes only when
+    the stream folds the window into it), with the limits that give each cut: the limit
+    moves with the sections before it on most steps, the cut rarely. The JSON itself is
+    remembered by the summary's identity (a shared state read hands out the same summary
+    until the fold replaces it): the same bytes object, whose hash Python keeps, instead
+    of a serialisation and a hash of it on every request."""
     if derived is None:
-        return _summary_with_tokens(summary, counter, max_tokens, covered)
+        return _summary(summary, counter, max_tokens, covered)[0]
     summary_json = _by_identity(derived, ("summary_json", thread), [summary], lambda: orjson.dumps(summary))
-    key = ("summary", counter.encoding_name, summary_json, max_tokens, tuple(sorted(covered)))
-    found = derived.get(key)
+    key = ("summary", counter.encoding_name, summary_json, tuple(sorted(covered)))
+    cuts: tuple[tuple[range, tuple[str, list[str], int, int]], ...] = derived.get(key) or ()
+    found = next((cut for limits, cut in cuts if max_tokens in limits), None)
     if found is None:
-        found = derived[key] = _summary_with_tokens(summary, counter, max_tokens, covered)
+        found, limits = _summary(summary, counter, max_tokens, covered)
+        derived[key] = (*cuts[-(SUMMARY_CUTS - 1):], (limits, found))
     text, items, lost, tokens = found
     return text, list(items), lost, tokens
 
 
-def _summary_with_tokens(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
-                         covered: set[str]) -> tuple[str, list[str], int, int]:  # fmt: skip
-    text, items, lost = _summary(summary, counter, max_tokens, covered)
-    return text, items, lost, message_tokens(counter, {"role": "system", "content": text}) if text else 0
+SUMMARY_CUTS = 8
+"""Cuts of one summary remembered (the limits of the last ones asked)."""
 
 
 _HIT_FIELDS = frozenset({"event_id", "event_ids", "kind", "ts", "snippet"})
@@ -983,20 +1021,19 @@ def cited_ids(summary_text: str) -> set[str]:
 
 
 def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
-             covered: set[str]) -> tuple[str, list[str], int]:  # fmt: skip
+             covered: set[str]) -> tuple[tuple[str, list[str], int, int], range]:  # fmt: skip
     """The summary text without the observations the failures section already shows, the
-    source ids of the items the limit left out and their tokens."""
+    source ids of the items the limit left out, their tokens and the message's, with the
+    limits that give the same (``_SummaryCut.limits``)."""
     def shown(item: dict[str, Any]) -> bool:
         ids = {item.get("source_event_id"), *item.get("source_event_ids", ())}
         return not (ids - {None}) <= covered or not ids - {None}
 
     record = {**summary, "observations": [o for o in summary.get("observations", []) if shown(o)]}
-    text = render_summary(record, counter, max_tokens)
-    whole = render_summary(record, counter, 10**9)
-    items = [i["source_event_id"] for k in ("observations", "hypotheses") for i in record.get(k, [])
-             if f"[{i['source_event_id']}]" not in text]  # fmt: skip
-    lost = counter.count(whole) - counter.count(text) + (MESSAGE_OVERHEAD if whole and not text else 0)
-    return text, items, max(0, lost)
+    cut, whole = _cut_summary(record, counter, max_tokens), _cut_summary(record, counter, _NO_LIMIT)
+    lost = whole.tokens - cut.tokens + (MESSAGE_OVERHEAD if whole.text and not cut.text else 0)
+    tokens = MESSAGE_OVERHEAD + cut.tokens if cut.text else 0
+    return (cut.text, list(cut.left_out), max(0, lost), tokens), cut.limits
 
 
 __all__ = [
