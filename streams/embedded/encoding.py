@@ -13,7 +13,6 @@ through, which has the other core) it is encoded here when it is written.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
 from collections.abc import Sequence
@@ -124,8 +123,8 @@ class Encoder:
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")  # never fork a process holding chDB's threads
-            self._pool = ProcessPoolExecutor(self.helpers, mp_context=ctx, initializer=_helper_start,
+            # spawned: never fork a process holding chDB's threads
+            self._pool = ProcessPoolExecutor(self.helpers, mp_context=parent_death.spawn_context(), initializer=_helper_start,
                                              initargs=(os.getpid(),))
         return self._pool
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import multiprocessing
 import os
 import pickle
 import queue
@@ -239,8 +238,7 @@ class SinkProcess:
         # An abstract socket (Linux): no file to leave behind, no path-length limit.
         self.address = f"\0agentlog-sinks-{os.getpid()}-{secrets.token_hex(8)}"
         self.authkey = secrets.token_bytes(16)
-        ctx = multiprocessing.get_context("spawn")
-        self.process = ctx.Process(target=main, name="agentlog-sinks", daemon=False,
+        self.process = parent_death.spawn_context().Process(target=main, name="agentlog-sinks", daemon=False,
                                    args=(settings.to_env(), self.address, self.authkey, os.getpid()))  # fmt: skip
         # Connections between calls, each used by one call at a time (a call takes one).
         self._idle: list[Connection] = []
