@@ -69,3 +69,20 @@ def test_an_observation_seen_again_and_shown_is_not_listed_as_left_out() -> None
     assert "- pytest -> error (exit 1) (x3) [e1, e7, e9]" in cut.text.splitlines()
     assert cut.left_out == ()
     assert _cut_summary(summary, TokenCounter(), 12).left_out == ("e1",)  # the title and the line do not fit
+
+
+def test_a_summary_cut_is_remembered_for_every_limit_that_gives_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlog.processors import context  # noqa: PLC0415
+
+    made: list[int] = []
+    summarise = context._summary
+    monkeypatch.setattr(context, "_summary", lambda s, c, limit, covered: made.append(limit) or summarise(s, c, limit, covered))
+    summary = {"observations": [{"text": f"pytest -> error {i} (exit 1)", "source_event_id": f"e{i}"} for i in range(40)]}
+    counter, derived = TokenCounter(), {}
+    limits = _cut_summary(summary, counter, 120).limits
+    first = context._remembered_summary(summary, counter, 120, set(), derived)
+    assert [context._remembered_summary(summary, counter, limit, set(), derived) for limit in
+            (limits.start, limits.stop - 1)] == [first, first]  # fmt: skip
+    assert made == [120]  # rendered once for the three limits
+    assert context._remembered_summary(summary, counter, limits.stop, set(), derived) != first
+    assert made == [120, limits.stop]
