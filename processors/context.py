@@ -996,6 +996,7 @@ def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_toke
         return _summary(summary, counter, max_tokens, covered)[0]
     summary_json = _by_identity(derived, ("summary_json", thread), [summary], lambda: orjson.dumps(summary))
     key = ("summary", counter.encoding_name, summary_json, tuple(sorted(covered)))
+    max_tokens = max(0, max_tokens)  # no line fits under 0 either: one cut for all of them
     cuts: tuple[tuple[range, tuple[str, list[str], int, int]], ...] = derived.get(key) or ()
     found = next((cut for limits, cut in cuts if max_tokens in limits), None)
     if found is None:

@@ -1,15 +1,18 @@
-"""A child of the server's (its sink process, an encoding helper) ends with its parent and
-stays quiet about it, whenever the parent is killed: even in the instant between the
+"""A child of the server's (its sink process, an encoding helper) ends with its parent
+without a Traceback, whenever the parent is killed: even in the instant between the
 child's start and the data it starts on (``agentlog.streams.embedded.parent_death``)."""
 
 from __future__ import annotations
 
+import errno
+import gc
 import os
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,32 @@ def test_data_that_fits_goes_into_the_pipe_before_the_start_and_more_does_not() 
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_start_that_fails_for_want_of_descriptors_leaves_none_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[int] = []
+    pipe = os.pipe
+
+    def second_refused() -> tuple[int, int]:
+        if opened:
+            raise OSError(errno.EMFILE, "Too many open files")
+        fds = pipe()
+        opened.extend(fds)
+        return fds
+
+    resource_tracker.ensure_running()  # its own pipe is not the one refused
+    monkeypatch.setattr(os, "pipe", second_refused)
+    with pytest.raises(OSError, match="Too many open files"):
+        spawn_context().Process(target=print).start()
+    monkeypatch.setattr(os, "pipe", pipe)
+    gc.collect()  # the failed process object's finalizer closes what it holds
+    still = [fd for fd in opened if _is_open(fd)]
+    assert len(opened) == 2 and still == []
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False

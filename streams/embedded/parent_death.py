@@ -66,9 +66,10 @@ class _DataFirst(popen_spawn_posix.Popen):
         tracker_fd = resource_tracker.getfd()
         self._fds.append(tracker_fd)
         data = _start_data(self, process_obj)
-        parent_r, child_w = os.pipe()
-        child_r, parent_w = os.pipe()
+        parent_r = child_w = child_r = parent_w = None
         try:
+            parent_r, child_w = os.pipe()
+            child_r, parent_w = os.pipe()
             written = _written_ahead(parent_w, data)
             cmd = spawn.get_command_line(tracker_fd=tracker_fd, pipe_handle=child_r)
             self._fds.extend([child_r, child_w])
@@ -78,9 +79,10 @@ class _DataFirst(popen_spawn_posix.Popen):
                 with open(parent_w, "wb", closefd=False) as pipe:
                     pipe.write(data)
         finally:  # as ``spawn``: the parent keeps its ends until the process object goes
-            self.finalizer = util.Finalize(self, util.close_fds, [parent_r, parent_w])
-            os.close(child_r)
-            os.close(child_w)
+            self.finalizer = util.Finalize(self, util.close_fds, [fd for fd in (parent_r, parent_w) if fd is not None])
+            for fd in (child_r, child_w):
+                if fd is not None:
+                    os.close(fd)
 
 
 def _start_data(popen: popen_spawn_posix.Popen, process_obj: Any) -> bytes:
@@ -103,9 +105,11 @@ PIPE_MAX = 1 << 20
 def _written_ahead(fd: int, data: bytes) -> bool:
     """Whether all of ``data`` went into the empty pipe ``fd`` without blocking (the pipe
     grown to hold it if need be); ``False`` (nothing written) when it cannot hold it."""
+    if len(data) > PIPE_MAX:
+        return False  # no pipe grown for nothing: it would keep that size for the child's life
     try:
         if len(data) > fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ):
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(PIPE_MAX, len(data)))
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, len(data))
         if len(data) > fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ):
             return False
     except (AttributeError, OSError):  # not Linux: an empty pipe holds at least 4 KiB (POSIX: PIPE_BUF)
