@@ -123,9 +123,10 @@ class Encoder:
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # spawned: never fork a process holding chDB's threads
-            self._pool = ProcessPoolExecutor(self.helpers, mp_context=parent_death.spawn_context(), initializer=_helper_start,
-                                             initargs=(os.getpid(),))
+            self._pool = ProcessPoolExecutor(
+                self.helpers, initializer=_helper_start, initargs=(os.getpid(),),
+                mp_context=parent_death.spawn_context(),  # spawned: never fork a process holding chDB's threads
+            )  # fmt: skip
         return self._pool
 
     def helper_pids(self) -> list[int]:

@@ -238,8 +238,10 @@ class SinkProcess:
         # An abstract socket (Linux): no file to leave behind, no path-length limit.
         self.address = f"\0agentlog-sinks-{os.getpid()}-{secrets.token_hex(8)}"
         self.authkey = secrets.token_bytes(16)
-        self.process = parent_death.spawn_context().Process(target=main, name="agentlog-sinks", daemon=False,
-                                   args=(settings.to_env(), self.address, self.authkey, os.getpid()))  # fmt: skip
+        self.process = parent_death.spawn_context().Process(
+            target=main, name="agentlog-sinks", daemon=False,
+            args=(settings.to_env(), self.address, self.authkey, os.getpid()),
+        )  # fmt: skip
         # Connections between calls, each used by one call at a time (a call takes one).
         self._idle: list[Connection] = []
         self._idle_lock = threading.Lock()
