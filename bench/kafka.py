@@ -231,10 +231,16 @@ def warm_up(base: Settings, ns: str, records: list[bytes], split: bool) -> list[
         rates.append(_warm_up_round(base, f"{ns}w{round_no}", records, split))
         print(f"warm-up round {round_no + 1}: {len(records):,} events end to end through a deployment of "
               f"their own at {rates[-1]:,} events/s (not timed below)", flush=True)  # fmt: skip
-        agree = len(rates) >= 2 and abs(rates[-1] - rates[-2]) <= WARM_UP_AGREE * max(rates[-1], rates[-2])
-        if agree and time.monotonic() - t0 >= WARM_UP_SECONDS:
+        if warmed_up(rates, time.monotonic() - t0):
             break
     return rates
+
+
+def warmed_up(rates: list[int], seconds: float) -> bool:
+    """Whether warm-up rounds at ``rates`` (events/s, in order) over ``seconds`` leave the
+    servers warm: the last two agree within ``WARM_UP_AGREE``, after ``WARM_UP_SECONDS``."""
+    agree = len(rates) >= 2 and abs(rates[-1] - rates[-2]) <= WARM_UP_AGREE * max(rates[-1], rates[-2])
+    return agree and seconds >= WARM_UP_SECONDS
 
 
 def _warm_up_round(base: Settings, ns: str, records: list[bytes], split: bool) -> int:
@@ -304,4 +310,4 @@ def run(n_events: int = 100_000, partitions: int = 4, lag_rates: tuple[int, ...]
     return 0
 
 
-__all__ = ["run"]
+__all__ = ["run", "warm_up", "warmed_up"]
