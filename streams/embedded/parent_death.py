@@ -21,6 +21,7 @@ import fcntl
 import io
 import multiprocessing.context
 import os
+import select
 import signal
 import threading
 from collections.abc import Callable
@@ -112,8 +113,8 @@ def _written_ahead(fd: int, data: bytes) -> bool:
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, len(data))
         if len(data) > fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ):
             return False
-    except (AttributeError, OSError):  # not Linux: an empty pipe holds at least 4 KiB (POSIX: PIPE_BUF)
-        if len(data) > 4096:
+    except (AttributeError, OSError):  # not Linux: an empty pipe takes PIPE_BUF bytes at once
+        if len(data) > select.PIPE_BUF:
             return False
     view = memoryview(data)
     while view:
