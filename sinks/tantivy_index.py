@@ -138,17 +138,22 @@ class _TantivySearching:
             self._answers.clear()
             self._holders.clear()
 
-    def _newest_offset(self) -> dict[int, int]:
+    def _newest_offset(self, above: int = -1) -> dict[int, int]:
         """The newest offset the reader sees, recovered from the index itself (no side file
-        to drift): the sink stage commits in offset order, so every offset below it is in."""
+        to drift): the sink stage commits in offset order, so every offset below it is in.
+        ``above``: an offset the reader saw before. Only the documents after it are ranked
+        then (a refresh adds a second's worth; ranking all of a large index took a
+        millisecond, inside the request that followed the refresh); none there, and
+        every document is (a cleared index starts lower)."""
         searcher = self._index.searcher()
         if searcher.num_docs == 0:
             return {}
-        result = searcher.search(tantivy.Query.all_query(), 1, order_by_field="offset", order=tantivy.Order.Desc)
-        if not result.hits:
-            return {}
-        doc = searcher.doc(result.hits[0][1])
-        return {0: int(doc["offset"][0])}
+        newer = tantivy.Query.range_query(self._schema, "offset", tantivy.FieldType.Integer, above + 1, 2**62)
+        for query in (newer, tantivy.Query.all_query()) if above >= 0 else (tantivy.Query.all_query(),):
+            result = searcher.search(query, 1, order_by_field="offset", order=tantivy.Order.Desc)
+            if result.hits:
+                return {0: int(searcher.doc(result.hits[0][1])["offset"][0])}
+        return {}
 
     def _query(self, text: str, filters: SearchFilters, searcher: Any) -> Any:
         """The query of ``search(text, filters)`` as ``searcher`` runs it."""
@@ -459,7 +464,7 @@ class TantivyIndexReader(_TantivySearching):
                 return
             try:
                 self._reload()
-                visible = self._newest_offset()
+                visible = self._newest_offset(self._visible.get(0, -1))
             except ValueError:  # a merge removed a segment as it was opened: keep the last reader
                 return
             self._visible, self._seen = visible, seen

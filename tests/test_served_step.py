@@ -55,6 +55,26 @@ def test_a_reader_of_an_index_another_writer_commits_sees_each_commit_and_only_c
     writer.close()
 
 
+
+def test_a_reader_s_visible_offset_is_the_newest_committed_one_after_every_commit_even_one_that_starts_the_index_again(
+    tmp_path: Path,
+) -> None:
+    """A refresh ranks only the documents after what the reader saw before; a cleared index
+    rewritten to a lower offset, or a commit with nothing newer, is still read right."""
+    writer = TantivySearchIndex(str(tmp_path))
+    reader = TantivyIndexReader(str(tmp_path))
+    committed: list[int] = []
+    for offsets in ([1, 2, 3], [4], [7, 5, 6], [], [8]):
+        writer.add([_doc(i, f"doc {i}") for i in offsets])
+        writer.refresh()
+        committed += offsets
+        assert reader.visible_offsets() == ({0: max(committed)} if committed else {})
+    writer.clear()  # a rebuild starts the index again, refilled before the reader looks
+    writer.add([_doc(1, "doc 1"), _doc(2, "doc 2")])
+    writer.refresh()
+    assert reader.visible_offsets() == {0: 2}  # lower than before the clear: every document ranked
+    writer.close()
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[EmbeddedService]:
     """The embedded service with its sink stage in a process of its own, as ``agentlog run`` has it."""
