@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 
 from agentlog.schemas.snapshot import ThreadSnapshot
+from agentlog.schemas.snapshot_json import SnapshotJson
 from agentlog.sinks import sqlite_db
 from agentlog.sinks.base import StateStore
 
@@ -35,6 +36,9 @@ class SqliteStateStore(StateStore):
         self._db.execute("SELECT * FROM positions").fetchall()
         self._db.execute("SELECT event_id FROM applied LIMIT 1").fetchall()
         self._lock = threading.Lock()
+        # A busy thread's snapshot is written again every checkpoint: its unchanged parts
+        # are kept from the last one (``agentlog.schemas.snapshot_json``).
+        self._json = SnapshotJson()
 
     def applied_count(self) -> int:
         """How many events the last checkpoint had applied (reads every id: not per query)."""
@@ -72,14 +76,15 @@ class SqliteStateStore(StateStore):
     def checkpoint(
         self, snapshots: Sequence[ThreadSnapshot], seen: Sequence[str], offsets: dict[str, int]
     ) -> None:
-        rows = [(s.state.thread_id, s.model_dump_json()) for s in snapshots]
         with self._lock, sqlite_db.transaction(self._db) as db:
+            rows = [(s.state.thread_id, self._json.dumps(s).decode()) for s in snapshots]
             db.executemany("INSERT OR REPLACE INTO thread_state VALUES (?, ?)", rows)
             db.executemany("INSERT OR IGNORE INTO applied VALUES (?)", ((i,) for i in seen))
             db.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)", offsets.items())
 
     def reset(self) -> None:
         with self._lock:
+            self._json.forget()
             self._db.executescript(
                 "DELETE FROM thread_state; DELETE FROM applied; DELETE FROM positions;"
             )

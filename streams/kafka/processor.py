@@ -54,6 +54,7 @@ from yarl import URL
 from agentlog.processors.duplicates import conflicts
 from agentlog.processors.pipeline import Pipeline, Record
 from agentlog.schemas.snapshot import ThreadSnapshot
+from agentlog.schemas.snapshot_json import SnapshotJson
 from agentlog.processors.validation import bounded_letter
 from agentlog.sinks.base import LoggedEvent, StoreError
 from agentlog.schemas.tables import rejected_row
@@ -143,6 +144,7 @@ class KafkaProcessor:
         self.seen = BatchSeen(seen_table.data, settings.dedup_horizon)
         self.pipeline = Pipeline(self.seen, self.load, settings.pairing, settings.max_event_bytes)
         self.unlogged = Unlogged()  # applied, not logged yet: read-your-writes looks here first
+        self.snapshot_json = SnapshotJson()  # a busy thread's unchanged parts, kept from its last write
         self.ready = asyncio.Event()  # set from restored tables until the next revocation
         self.applying = asyncio.Lock()
         self.generation = 0
@@ -244,6 +246,7 @@ class KafkaProcessor:
         async with self.applying:
             await self.event_feed.follow({})
             self.pipeline.threads.clear()
+            self.snapshot_json.forget()
             self.seen.forget()
             self.unlogged.clear()
             self.marks.clear()
@@ -400,7 +403,7 @@ class KafkaProcessor:
             with _writing_partition(p):
                 messages = []
                 for thread_id in group["threads"]:
-                    value = self.pipeline.threads[thread_id].snapshot().model_dump_json().encode()
+                    value = self.snapshot_json.dumps(self.pipeline.threads[thread_id].snapshot())
                     self.states.data[thread_id] = value
                     messages.append((changelog_key(self.app, self.states, thread_id), value))
             futures += await self.changelogs.send(self.states.changelog_topic.get_topic_name(), p, messages)
