@@ -120,10 +120,6 @@ class StateStore(Protocol):
     def checkpoint(
         self, snapshots: Sequence[ThreadSnapshot], seen: Sequence[str], offsets: dict[str, int]
     ) -> None: ...
-    def encode(self, snapshots: Sequence[ThreadSnapshot]) -> list[tuple[str, str]]:
-        """``checkpoint`` in two steps: the snapshots' rows (while the state cannot change)..."""
-    def write(self, rows: Sequence[tuple[str, str]], seen: Sequence[str], offsets: dict[str, int]) -> None:
-        """...then written with the ids and positions, together (any thread, later)."""
     def reset(self) -> None: ...
     def close(self) -> None: ...
 

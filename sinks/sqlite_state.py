@@ -76,16 +76,8 @@ class SqliteStateStore(StateStore):
     def checkpoint(
         self, snapshots: Sequence[ThreadSnapshot], seen: Sequence[str], offsets: dict[str, int]
     ) -> None:
-        self.write(self.encode(snapshots), seen, offsets)
-
-    def encode(self, snapshots: Sequence[ThreadSnapshot]) -> list[tuple[str, str]]:
-        """Each snapshot's row, as ``write`` takes it (encoded while the state cannot change)."""
-        with self._lock:
-            return [(s.state.thread_id, self._json.dumps(s).decode()) for s in snapshots]
-
-    def write(self, rows: Sequence[tuple[str, str]], seen: Sequence[str], offsets: dict[str, int]) -> None:
-        """Encoded snapshots, applied ids and positions, committed together."""
         with self._lock, sqlite_db.transaction(self._db) as db:
+            rows = [(s.state.thread_id, self._json.dumps(s).decode()) for s in snapshots]
             db.executemany("INSERT OR REPLACE INTO thread_state VALUES (?, ?)", rows)
             db.executemany("INSERT OR IGNORE INTO applied VALUES (?)", ((i,) for i in seen))
             db.executemany("INSERT OR REPLACE INTO positions VALUES (?, ?)", offsets.items())

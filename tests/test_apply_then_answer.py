@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,29 +55,21 @@ def in_time(call: Any, seconds: float) -> Any:
     return out[0]
 
 
-@contextmanager
-def live_loops(svc: EmbeddedService, gate: threading.Event) -> Iterator[EmbeddedService]:
-    """``svc`` with the live loops of ``agentlog run`` running; on the way out ``gate``
-    opens (what a test held), the loops stop and ``svc`` closes."""
-    stop = threading.Event()
-    loops = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
-    loops.start()
-    try:
-        yield svc
-    finally:
-        gate.set()
-        stop.set()
-        loops.join(60)
-        svc.close()
-
-
 @pytest.fixture
 def serving(settings: Settings) -> Iterator[tuple[EmbeddedService, GatedLog]]:
     """The live loops of ``agentlog run`` over a log whose writes are held."""
     svc = EmbeddedService(Settings(data_dir=settings.data_dir, sink_flush_ms=1.0))
     gated = GatedLog(svc)
-    with live_loops(svc, gated.gate):
+    stop = threading.Event()
+    loops = threading.Thread(target=svc.run_forever, args=(stop,), daemon=True)
+    loops.start()
+    try:
         yield svc, gated
+    finally:
+        gated.gate.set()
+        stop.set()
+        loops.join(60)
+        svc.close()
 
 
 def test_a_state_read_never_waits_for_a_sink_write_while_serving(serving) -> None:
@@ -579,14 +570,14 @@ def test_while_a_backlog_is_applied_checkpoints_are_spaced_by_their_own_cost_and
     time since; the read that reaches the end takes it on the plain cadence again."""
     svc = EmbeddedService(Settings(data_dir=settings.data_dir, checkpoint_seconds=0, batch_size=10))
     taken: list[int] = []
-    write = svc.states.write
+    write = svc.states.checkpoint
 
-    def slow_disk(rows: Any, seen: Any, offsets: dict[str, int]) -> None:
+    def slow_disk(snapshots: Any, seen: Any, offsets: dict[str, int]) -> None:
         time.sleep(0.2)  # each checkpoint costs 0.2 s: the next is due 2 s later at the earliest
-        write(rows, seen, offsets)
+        write(snapshots, seen, offsets)
         taken.append(offsets["events"])
 
-    svc.states.write = slow_disk  # type: ignore[method-assign]
+    svc.states.checkpoint = slow_disk  # type: ignore[method-assign]
     try:
         svc.publish(b"\n".join(goal(i) for i in range(1, 96)))  # nine whole batches and five
         t0 = time.monotonic()
@@ -606,8 +597,8 @@ def test_while_a_backlog_is_applied_checkpoints_are_spaced_by_their_own_cost_and
 def test_with_a_cheap_checkpoint_a_catch_up_keeps_the_plain_cadence(settings: Settings) -> None:
     svc = EmbeddedService(Settings(data_dir=settings.data_dir, checkpoint_seconds=0, batch_size=10))
     taken: list[int] = []
-    write = svc.states.write
-    svc.states.write = lambda rows, seen, o: (write(rows, seen, o), taken.append(o["events"]))  # type: ignore[method-assign]
+    write = svc.states.checkpoint
+    svc.states.checkpoint = lambda s, seen, o: (write(s, seen, o), taken.append(o["events"]))  # type: ignore[method-assign]
     try:
         svc.publish(b"\n".join(goal(i) for i in range(1, 31)))
         for _ in range(3):

@@ -7,14 +7,11 @@ off the read path (``agentlog.streams.embedded.sink_stage``). A checkpoint (ever
 ``checkpoint_s``; while a backlog is applied, spaced by its own cost: ``CHECKPOINT_SHARE``)
 commits thread snapshots, applied ids and the position together; the queue's rows for a batch are committed before the position moves past it, so a crash
 replays from the checkpoint into the same rows (the sinks take them again idempotently).
-A checkpoint is taken (encoded) and written in two steps: ``agentlog run``'s loop writes
-it without the processor's lock, in the order checkpoints were taken.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,44 +36,18 @@ replays a little more of the topic (the source of truth): nothing accepted is lo
 
 
 class CheckpointedSeen:
-    """Applied ids: those of the last checkpoint written (in the state store), those of
-    checkpoints taken and not written yet, and those since."""
+    """Applied ids: those of the last checkpoint (in the state store) plus those since."""
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self.since_checkpoint: set[str] = set()
-        # Replaced, never changed in place: a read on another thread sees one whole tuple.
-        self.writing: tuple[frozenset[str], ...] = ()
 
     def unseen(self, ids: Sequence[str]) -> set[str]:
-        writing = self.writing
-        fresh = {i for i in ids if i not in self.since_checkpoint and not any(i in w for w in writing)}
-        # Checked here before the store: an id leaves ``writing`` only once the store has it.
+        fresh = {i for i in ids if i not in self.since_checkpoint}
         return self.store.unseen(list(fresh)) if fresh else fresh
 
     def add(self, ids: Iterable[str]) -> None:
         self.since_checkpoint.update(ids)
-
-    def take(self) -> frozenset[str]:
-        """The ids since the last checkpoint, now being written."""
-        taken = frozenset(self.since_checkpoint)
-        self.since_checkpoint = set()
-        self.writing = (*self.writing, taken)
-        return taken
-
-    def written(self, taken: frozenset[str]) -> None:
-        self.writing = tuple(w for w in self.writing if w is not taken)
-
-
-@dataclass(slots=True, frozen=True)
-class TakenCheckpoint:
-    """A checkpoint as the state was when it was taken (under the processor's lock), to be
-    written after: the snapshots' JSON, the applied ids, the position."""
-
-    seq: int
-    rows: list[tuple[str, str]]
-    seen: frozenset[str]
-    offsets: dict[str, int]
 
 
 @dataclass(slots=True)
@@ -108,10 +79,6 @@ class EmbeddedDriver:
         self.dirty: set[str] = set()
         self._last_checkpoint = time.monotonic()
         self._checkpoint_cost = 0.0  # seconds the last checkpoint that wrote took
-        # Checkpoints are written in the order they were taken (``write_checkpoint``).
-        self._turn = threading.Condition()
-        self._taken = self._written = 0
-        self._failed: BaseException | None = None
 
     # -- one step ---------------------------------------------------------------------
 
@@ -120,11 +87,6 @@ class EmbeddedDriver:
         n = self.apply_at_most(self.batch_size)
         self.maybe_checkpoint(catching_up=n == self.batch_size)
         return n
-
-    def step_taking(self) -> tuple[int, TakenCheckpoint | None]:
-        """``step``, a checkpoint that falls due taken but not written (``write_checkpoint``)."""
-        n = self.apply_at_most(self.batch_size)
-        return n, self.take_checkpoint() if self.checkpoint_due(catching_up=n == self.batch_size) else None
 
     def apply_at_most(self, most: int) -> int:
         """Apply the next ``most`` records at most, without a checkpoint."""
@@ -209,58 +171,17 @@ class EmbeddedDriver:
     # -- durability -------------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Take a checkpoint and write it, after every one taken before it (the caller
-        holds the processor's lock)."""
-        taken = self.take_checkpoint()
-        if taken is not None:
-            self.write_checkpoint(taken)
-        else:  # nothing new; what was taken before is written before this returns
-            self.wait_written()
-
-    def wait_written(self) -> None:
-        """Until every checkpoint taken so far is written (or its write failed)."""
-        with self._turn:
-            self._turn.wait_for(lambda: self._written == self._taken)
-
-    def take_checkpoint(self) -> TakenCheckpoint | None:
-        """A checkpoint of the state as it is now, its snapshots encoded (the caller holds
-        the processor's lock, so nothing changes them meanwhile); ``None``: nothing is new
-        since the last one. Its write (``write_checkpoint``) needs no lock of the caller's:
-        the processor's loop writes it after letting the lock go, so a request that comes
-        meanwhile waits for the encoding only, not for the store."""
         if not self.dirty and not self.seen.since_checkpoint and self.events_pos == self._checkpointed:
             self._last_checkpoint = time.monotonic()
-            return None  # nothing new: reads that catch up first cost no write
+            return  # nothing new: reads that catch up first cost no write
         t0 = time.monotonic()
-        rows = self.states.encode([self.pipeline.threads[t].snapshot() for t in self.dirty])
-        self._taken += 1
-        taken = TakenCheckpoint(self._taken, rows, self.seen.take(), {"events": self.events_pos})
+        snapshots = [self.pipeline.threads[t].snapshot() for t in self.dirty]
+        self.states.checkpoint(snapshots, list(self.seen.since_checkpoint), {"events": self.events_pos})
         self._checkpointed = self.events_pos
+        self.seen.since_checkpoint.clear()
         self.dirty.clear()
         self._last_checkpoint = time.monotonic()
         self._checkpoint_cost = self._last_checkpoint - t0
-        return taken
-
-    def write_checkpoint(self, taken: TakenCheckpoint) -> None:
-        """Write ``taken`` once every checkpoint taken before it is written: a later one
-        holds only the threads changed since the earlier, so it must never land first.
-        After a failed write no later one is written (each would build on what is not
-        there): the processor starts again from the last one written."""
-        with self._turn:
-            self._turn.wait_for(lambda: self._written == taken.seq - 1)
-            try:
-                if self._failed is not None:
-                    raise StoreUnavailable("state", self._failed)
-                t0 = time.monotonic()
-                self.states.write(taken.rows, list(taken.seen), taken.offsets)
-                self._checkpoint_cost += time.monotonic() - t0
-                self.seen.written(taken.seen)
-            except BaseException as error:
-                self._failed = self._failed or error
-                raise
-            finally:
-                self._written = taken.seq
-                self._turn.notify_all()
 
     def pending(self) -> int:
         return max(0, self.bus.end_offsets()[0] - self.events_pos)
@@ -277,4 +198,4 @@ class EmbeddedDriver:
         return progress
 
 
-__all__ = ["CHECKPOINT_SHARE", "CheckpointedSeen", "EmbeddedDriver", "Progress", "TakenCheckpoint"]
+__all__ = ["CHECKPOINT_SHARE", "CheckpointedSeen", "EmbeddedDriver", "Progress"]

@@ -83,10 +83,7 @@ class LiveLoops:
                         self.driver = self._new_driver()
                     rebuild = False
                 with self.lock:
-                    driver = self.driver
-                    n, taken = driver.step_taking()
-                if taken is not None:  # written without the lock: a request waits for its encoding only
-                    driver.write_checkpoint(taken)
+                    n = self.driver.step()
                 unsettled += n
                 if n == 0 and unsettled >= SETTLE_AFTER_EVENTS and self._frozen:
                     gc_heap.settle()  # idle: one collection now spares every later full pass

@@ -159,11 +159,6 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         self._close_stores(quiet=True)
 
     def _new_driver(self) -> EmbeddedDriver:
-        """A driver from the last checkpoint written: one the current driver took and is
-        still writing (the processor's loop writes without the lock) is waited for first."""
-        old = self.__dict__.get("driver")
-        if old is not None:
-            old.wait_written()
         s = self.settings
         return EmbeddedDriver(
             self.reader, self.queue, self.states, s.pairing,
