@@ -13,9 +13,13 @@ kept, with the entries it was written from; the next checkpoint reuses it while 
 keys hold the same objects (an identity check, in C, that reads no item), and writes
 again only the runs where an entry was added, replaced or removed.
 
-The bytes are ``ThreadSnapshot.model_dump_json()``'s (orjson writes these dataclasses as
-pydantic does; a test holds the two equal on random threads); a snapshot orjson cannot
-write (a string that is not valid Unicode) is left to pydantic, its answer or its error.
+The bytes are ``ThreadSnapshot.model_dump_json()``'s for every snapshot the processors
+make (orjson writes these dataclasses as pydantic does; a test holds the two equal on
+random threads). An int in a float field would be written ``5`` where pydantic writes
+``5.0``: the same value once loaded, and the processors keep those fields floats. A
+snapshot orjson cannot write (a string that is not valid Unicode) is left to pydantic,
+its answer or its error. A thread's first snapshot here is pydantic's too: runs are made
+from its second on.
 
 Pure: no I/O. One ``SnapshotJson`` per store, for the threads it checkpoints most recently.
 """
@@ -61,24 +65,26 @@ class _Run:
 
 
 class _ThreadRuns:
-    """One thread's kept runs, by (field, position of the run)."""
+    """One thread's kept runs, per map, by the position of the run."""
 
     def __init__(self) -> None:
-        self.runs: dict[tuple[str, int], _Run] = {}
+        self.runs: dict[str, dict[int, _Run]] = {}
 
     def map_json(self, name: str, mapping: dict[str, Any]) -> bytes:
         if len(mapping) < CHUNK_ITEMS:
+            self.runs.pop(name, None)  # a map that shrank lets its runs (and their items) go
             return orjson.dumps(mapping)
+        runs = self.runs.setdefault(name, {})
         keys, values = list(mapping), list(mapping.values())
         parts = []
         for start in range(0, len(keys), CHUNK_ITEMS):
             run_keys, run_values = keys[start : start + CHUNK_ITEMS], values[start : start + CHUNK_ITEMS]
-            kept = self.runs.get((name, start))
+            kept = runs.get(start)
             if kept is None or kept.keys != run_keys or kept.values != run_values:
-                kept = self.runs[(name, start)] = _Run(run_keys, run_values)
+                kept = runs[start] = _Run(run_keys, run_values)
             parts.append(kept.json)
-        for position in [k for k in self.runs if k[0] == name and k[1] >= len(keys)]:
-            del self.runs[position]  # the map shrank: what its runs held is let go
+        for start in [k for k in runs if k >= len(keys)]:
+            del runs[start]
         return b"{" + b",".join(parts) + b"}"
 
     def object_json(self, obj: Any, names: list[str], kept: frozenset[str], prefix: str) -> bytes:
@@ -104,10 +110,14 @@ class SnapshotJson:
 
     def dumps(self, snapshot: ThreadSnapshot) -> bytes:
         thread_id = snapshot.state.thread_id
-        runs = self._threads.pop(thread_id, None) or _ThreadRuns()
-        self._threads[thread_id] = runs
+        runs = self._threads.pop(thread_id, None)
+        self._threads[thread_id] = runs or _ThreadRuns()
         if len(self._threads) > self.threads_kept:
             self._threads.popitem(last=False)
+        if runs is None:
+            # A thread's first snapshot here: making runs costs more than writing it whole,
+            # and a catch-up across more threads than are kept would make them every time.
+            return snapshot.model_dump_json().encode()
         try:
             return b"".join((
                 b'{"state":', runs.object_json(snapshot.state, _STATE_NAMES, KEPT_STATE_FIELDS, "state."),
