@@ -3,7 +3,8 @@ own consume path on this machine, printed by ``agentlog bench --only kafka`` nex
 bare kafka-python loop and the real worker.
 
 Run as ``python -m agentlog.bench.faust_ceiling worker`` with ``BENCH_BOOTSTRAP``,
-``BENCH_TOPIC`` and ``BENCH_EVENTS`` set; logs ``events_per_s=N`` (faust sends prints to its log) and exits.
+``BENCH_TOPIC`` and ``BENCH_EVENTS`` set (and ``BENCH_DATADIR``, faust's data directory,
+which the caller removes); logs ``events_per_s=N`` (faust sends prints to its log) and exits.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import faust
 from agentlog.streams.kafka.topics import MAX_MESSAGE_BYTES
 
 app = faust.App(f"agentlog-ceiling-{os.getpid()}", broker=f"kafka://{os.environ.get('BENCH_BOOTSTRAP', '')}",
-                store="memory://", datadir=tempfile.mkdtemp(prefix="agentlog-ceiling-"), web_enabled=False, consumer_auto_offset_reset="earliest", autodiscover=False,
+                store="memory://", datadir=os.environ.get("BENCH_DATADIR") or tempfile.mkdtemp(prefix="agentlog-ceiling-"),
+                web_enabled=False, consumer_auto_offset_reset="earliest", autodiscover=False,
                 consumer_max_fetch_size=MAX_MESSAGE_BYTES)  # fmt: skip
 source = app.topic(os.environ.get("BENCH_TOPIC", "unset"), key_serializer="raw", value_serializer="raw")
 wanted = int(os.environ.get("BENCH_EVENTS", "0"))

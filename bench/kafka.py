@@ -127,9 +127,12 @@ def bare_loop(bootstrap: str, records: list[bytes], ns: str) -> dict[str, Any]:
 
 def faust_ceiling(bootstrap: str, n_events: int, ns: str) -> int:
     """events/s of a faust agent that only takes batches off the bare loop's topic."""
-    env = {**os.environ, "BENCH_BOOTSTRAP": bootstrap, "BENCH_TOPIC": f"{ns}.bare", "BENCH_EVENTS": str(n_events)}
-    out = subprocess.run([sys.executable, "-m", "agentlog.bench.faust_ceiling", "worker", "-l", "warn"], env=env,
-                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    # Its data directory is made and removed here: the agent ends with os._exit.
+    with tempfile.TemporaryDirectory(prefix="agentlog-ceiling-") as datadir:
+        env = {**os.environ, "BENCH_BOOTSTRAP": bootstrap, "BENCH_TOPIC": f"{ns}.bare", "BENCH_EVENTS": str(n_events),
+               "BENCH_DATADIR": datadir}  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "agentlog.bench.faust_ceiling", "worker", "-l", "warn"], env=env,
+                             capture_output=True, text=True, timeout=900)  # fmt: skip
     found = re.search(r"events_per_s=(\d+)", out.stdout + out.stderr)  # faust logs what it prints
     if found is None:
         raise RuntimeError("the faust ceiling run printed no figure: " + out.stderr[-2000:])
