@@ -141,15 +141,18 @@ class _TantivySearching:
     def _newest_offset(self, above: int = -1) -> dict[int, int]:
         """The newest offset the reader sees, recovered from the index itself (no side file
         to drift): the sink stage commits in offset order, so every offset below it is in.
-        ``above``: an offset the reader saw before. Only the documents after it are ranked
-        then (a refresh adds a second's worth; ranking all of a large index took a
-        millisecond, inside the request that followed the refresh); none there, and
-        every document is (a cleared index starts lower)."""
+        ``above``: an offset the reader saw before. The documents after it are ranked
+        first (a refresh adds a second's worth; ranking all of a large index took a
+        millisecond, inside the request that followed the refresh), and every document
+        only when none is newer (a cleared index refilled lower)."""
         searcher = self._index.searcher()
         if searcher.num_docs == 0:
             return {}
-        newer = tantivy.Query.range_query(self._schema, "offset", tantivy.FieldType.Integer, above + 1, 2**62)
-        for query in (newer, tantivy.Query.all_query()) if above >= 0 else (tantivy.Query.all_query(),):
+        queries = [tantivy.Query.all_query()]
+        if above >= 0:
+            queries.insert(0, tantivy.Query.range_query(self._schema, "offset", tantivy.FieldType.Integer,
+                                                        above + 1, 2**62))  # fmt: skip
+        for query in queries:
             result = searcher.search(query, 1, order_by_field="offset", order=tantivy.Order.Desc)
             if result.hits:
                 return {0: int(searcher.doc(result.hits[0][1])["offset"][0])}
