@@ -26,6 +26,7 @@ import base64
 import binascii
 import math
 import re
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, MutableMapping
 from functools import lru_cache
@@ -136,8 +137,14 @@ def _redact_host_passwords(text: str) -> str:
 
 _BEARER = re.compile(r"\b((?i:bearer|token)[ \t]+)[A-Za-z0-9._~+/\-]{12,}=*")
 _BASIC = re.compile(r"\b((?i:basic)[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
-_MYSQL_FLAG = re.compile(
-    r"(\b(?:mysql|mysqldump|mysqladmin|mysqlsh|mariadb|mariadb-dump)\b[^\n|;&]*?[ \t]-p)(?![ \t])[^\s]+")
+# A MySQL client's ``-pPASSWORD``: the first ``-p`` flag after the client's name in the same
+# command (up to a newline, ``|``, ``;`` or ``&``). Found flag by flag (``_mysql_passwords``):
+# one lazy pattern from the name to the flag restarted at every name, and a line of
+# "mysql mysql mysql ..." took seconds per 60 KB, growing with the square of its length.
+_MYSQL_CLIENT = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mysqlsh|mariadb|mariadb-dump)\b")
+_P_FLAG = re.compile(r"[ \t]-p(?=\S)")
+_COMMAND_END = re.compile(r"[\n|;&]")
+_NON_SPACE = re.compile(r"\S+")
 
 # Rules about a named secret; they run only when the text holds one of these words.
 _NAMED_HINTS = ("key", "secret", "token", "pass", "pwd", "auth", "credential", "cookie")
@@ -219,6 +226,36 @@ def _high_entropy(match: re.Match[str]) -> str:
     return token
 
 
+def _mysql_passwords(text: str) -> str:
+    """Each MySQL client's first ``-p`` flag value in its command, ``[REDACTED]``: the flags
+    and the command ends are each found once, and each client name looks its flag up
+    (``bisect``), so the cost grows with the text, whatever it repeats."""
+    flags = [m.end() for m in _P_FLAG.finditer(text)]  # where each flag's value starts
+    if not flags:
+        return text
+    ends = [m.start() for m in _COMMAND_END.finditer(text)]
+    out: list[str] = []
+    done = 0
+    for client in _MYSQL_CLIENT.finditer(text):
+        if client.start() < done:
+            continue  # inside a value already replaced
+        i = bisect_left(flags, client.end() + 3)  # a flag " -p" starts at the name's end or after it
+        if i == len(flags):
+            break  # no flag after this name, nor after any later one
+        value_at = flags[i]
+        j = bisect_left(ends, client.end())
+        if j < len(ends) and ends[j] < value_at:
+            continue  # its command ended before the flag
+        value = _NON_SPACE.match(text, value_at)
+        assert value is not None  # a flag is followed by a non-space character
+        out += (text[done:value_at], REDACTED)
+        done = value.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
 def redact(text: str) -> str:
     """``text`` with every secret-looking span replaced by ``[REDACTED]``."""
     if not text:
@@ -234,7 +271,7 @@ def redact(text: str) -> str:
     if "@" in text and ":" in text:
         text = _redact_host_passwords(text)
     if "mysql" in lowered or "mariadb" in lowered:
-        text = _MYSQL_FLAG.sub(_keep_prefix, text)
+        text = _mysql_passwords(text)
     if "bearer" in lowered or "token" in lowered:
         text = _BEARER.sub(_keep_prefix, text)
     if "basic" in lowered:
