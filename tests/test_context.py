@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentlog.processors.context import BudgetTooSmall, message_tokens
@@ -117,3 +119,24 @@ def test_an_event_quoting_a_special_token_never_stops_the_threads_context(servic
         ctx = context_for(service, "t1", budget)
         assert ctx["meta"]["used_tokens"] <= budget
         assert "<|endoftext|>" in "\n".join(m.get("content") or "" for m in ctx["messages"])
+
+
+@pytest.mark.parametrize("run", ["A", " ", "\n", "é"])
+def test_a_message_of_one_unbroken_run_gets_its_context_in_moments_at_any_budget(service: EmbeddedService, run: str) -> None:
+    """A megabyte-sized "word" is accepted at publish: every context of its thread still
+    answers (it took minutes, and a megabyte of spaces never finished), within its budget."""
+    service.publish(b"\n".join([
+        raw("g", "goal", {"text": "summarise the attachment"}, 0),
+        raw("u1", "message", {"role": "user", "text": run * (900_000 // len(run.encode()))}, 1),
+        raw("a1", "message", {"role": "assistant", "text": "reading it"}, 2),
+    ]))  # fmt: skip
+    service.catch_up()
+    for budget in (50, 8000, 1_000_000):
+        started = time.perf_counter()
+        try:
+            ctx = context_for(service, "t1", budget)
+        except BudgetTooSmall as err:
+            assert err.needed > budget
+        else:
+            assert ctx["meta"]["used_tokens"] <= budget
+        assert time.perf_counter() - started < 20.0

