@@ -101,11 +101,17 @@ _PROVIDER = re.compile("|".join((
     r"\bAIza[0-9A-Za-z_\-]{35}\b",  # Google
     r"\bxox[abprse]-[A-Za-z0-9\-]{10,}",  # Slack
     r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
-    r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
 )))
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-]{15}")
 
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]+(?=@)")  # redis://:pw@
+# A URL's password (``redis://:pw@``, ``postgres://app:pw@db``): the part after the user's
+# ``:`` up to the ``@``. Found from each ``://`` (``_url_passwords``): one pattern that
+# tried a scheme at every word start read a long dotted run ("a.a.a…") to its end each time.
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_URL_USER_THEN_PASSWORD = re.compile(r"[^\s:/@]*:([^\s@/]+)(?=@)")
+# A JWT: ``eyJ…`` (8+), ``.``, 8+, ``.``, 8+ of ``[A-Za-z0-9_-]``. Found by its dotted
+# segments (``_jwts``): one pattern tried at every ``eyJ`` read a long "-eyJ-eyJ…" to its end.
+_TOKEN_RUN = re.compile(r"(?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]+")
 # The same without a scheme (``admin:pw@db.internal:5432/app``, a DSN's user part): only
 # before a host that looks like one (dotted, localhost, or with a port), so ``12:30@home``
 # stays; a user part inside a URL (after ``/``) is the rule above's. Found from the ``:``
@@ -226,6 +232,79 @@ def _high_entropy(match: re.Match[str]) -> str:
     return token
 
 
+def _url_passwords(text: str) -> str:
+    """Each URL password ``[REDACTED]``, found from each ``://``: its scheme is the run of
+    scheme characters before it (from its first letter at a word start), its user and
+    password the text after it up to an ``@``. Each character is read a bounded number of
+    times: the runs before two ``://`` never overlap (``:`` is not a scheme character)."""
+    out: list[str] = []
+    done = 0
+    for sep in re.finditer("://", text):
+        at = sep.start()
+        if at < done:
+            continue  # inside a password already replaced
+        start = at
+        while start > done and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < at and not (text[start].isascii() and text[start].isalpha() and _word_starts(text, start)):
+            start += 1
+        if start == at:
+            continue  # no scheme: no letter starts a word before the "://"
+        rest = _URL_USER_THEN_PASSWORD.match(text, sep.end())
+        if rest is None:
+            continue
+        out += (text[done:rest.start(1)], REDACTED)
+        done = rest.end(1)
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _jwts(text: str) -> str:
+    """Each JWT ``[REDACTED]``: in each run of ``[A-Za-z0-9_.-]``, three ``.``-separated
+    segments, the first holding ``eyJ`` at a word start with 8+ characters after it (from
+    the first such ``eyJ``), the other two 8+ long; the search goes on after the third."""
+    out: list[str] = []
+    done = 0
+    for run in _TOKEN_RUN.finditer(text):
+        if run.group().count(".") < 2 or "eyJ" not in run.group():
+            continue
+        offset, segments = run.start(), run.group().split(".")
+        i = 0
+        while i + 2 < len(segments):
+            first, second, third = segments[i : i + 3]
+            begin = _jwt_start(first, offset > run.start() or _word_starts(text, offset))
+            if begin is not None and len(second) >= 8 and len(third) >= 8:
+                out += (text[done : offset + begin], REDACTED)
+                done = offset + len(first) + len(second) + len(third) + 2
+                offset, i = done + 1, i + 3
+                continue
+            offset, i = offset + len(first) + 1, i + 1
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _word_starts(text: str, at: int) -> bool:
+    """Whether a word starts at ``at`` (``\\b`` before a word character): nothing before it,
+    or a character that is not one of ``\\w`` (``isalnum`` or ``_``, as ``re`` has it)."""
+    return at == 0 or not (text[at - 1].isalnum() or text[at - 1] == "_")
+
+
+def _jwt_start(segment: str, word_at_start: bool) -> int | None:
+    """Where a JWT's first part starts in ``segment`` (one dot-free piece of a run): its
+    first ``eyJ`` at a word start (after a ``-``, or at the segment's start when
+    ``word_at_start``) with 8+ after it."""
+    at = segment.find("eyJ")
+    while at != -1 and len(segment) - at - 3 >= 8:
+        if segment[at - 1] == "-" if at else word_at_start:
+            return at
+        at = segment.find("eyJ", at + 1)
+    return None
+
+
 def _mysql_passwords(text: str) -> str:
     """Each MySQL client's first ``-p`` flag value in its command, ``[REDACTED]``: the flags
     and the command ends are each found once, and each client name looks its flag up
@@ -264,10 +343,12 @@ def redact(text: str) -> str:
     # dozen regex passes per event would dominate the indexing path.
     long_run = _LONG_RUN.search(text) is not None
     if long_run or "PRIVATE KEY" in text:
+        if "eyJ" in text:  # first: a key pattern inside a JWT would leave the JWT's other parts
+            text = _jwts(text)
         text = _PROVIDER.sub(REDACTED, text)
     lowered = text.lower()
     if "://" in lowered:
-        text = _URL_PASSWORD.sub(_keep_prefix, text)
+        text = _url_passwords(text)
     if "@" in text and ":" in text:
         text = _redact_host_passwords(text)
     if "mysql" in lowered or "mariadb" in lowered:

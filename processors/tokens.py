@@ -47,14 +47,18 @@ def pieces(text: str) -> list[str]:
     (another newline, spaces, a carriage return) or, in o200k_base, a ``/``. So a cut
     after a newline followed by anything else separates the same pre-tokens the whole
     text has (a property test checks it on both encodings)."""
+    # Each piece's lines are gathered and joined once: adding each line to the piece as it
+    # came copied the piece every time (a megabyte of newlines is one piece).
     first, *rest = text.split("\n")
-    out = [first]
+    out: list[str] = []
+    lines = [first]
     for part in rest:
         if part and not part[0].isspace() and part[0] != "/":
-            out[-1] += "\n"
-            out.append(part)
+            out.append("\n".join(lines) + "\n")
+            lines = [part]
         else:
-            out[-1] += "\n" + part
+            lines.append(part)
+    out.append("\n".join(lines))
     return out
 
 

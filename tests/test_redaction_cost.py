@@ -1,10 +1,13 @@
 """Redaction runs on every text an event carries, at every read and every index write: no
 text, however it repeats a rule's words, may make it take more than a moment.
 
-The MySQL ``-p`` rule was one lazy pattern from a client's name to its flag, restarted at
-every name: a 60 KB line of "mysql mysql ..." took four seconds, growing with the square of
-its length. It is now found flag by flag; its answers are the old pattern's (kept here as
-the oracle)."""
+Three rules were single patterns retried at every possible start, each retry reading to the
+end of a long run, so their cost grew with the square of the text: the MySQL ``-p`` rule
+(from every client name: 60 KB of "mysql mysql ..." took four seconds), the URL password
+rule (a scheme tried at every word start of "a.a.a…") and the JWT rule (at every "eyJ" of
+"-eyJ-eyJ…"). A 300 KB message stalled the sink and every state read for fifty seconds.
+Each is now found from its anchor; its answers are the old pattern's (kept here as the
+oracle)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.processors.redaction import REDACTED, _mysql_passwords, redact
+from agentlog.processors.redaction import REDACTED, _jwts, _mysql_passwords, _url_passwords, redact
+from agentlog.processors.tokens import pieces
 
 OLD_MYSQL_FLAG = re.compile(
     r"(\b(?:mysql|mysqldump|mysqladmin|mysqlsh|mariadb|mariadb-dump)\b[^\n|;&]*?[ \t]-p)(?![ \t])[^\s]+")
@@ -46,11 +50,46 @@ def test_the_mysql_password_rule_on_commands_as_written(text: str) -> None:
     assert _mysql_passwords(text) == old_rule(text)
 
 
+OLD_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]+(?=@)")
+OLD_JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")
+
+URL_PIECES = ["a", "Z", "9", "+", ".", "-", "_", "é", "://", ":", "/", "@", " ", "\n", "pw", "user", "redis",
+              "postgres", "db.internal", ":5432", "%40", "x://", "://:", "a.a.a"]  # fmt: skip
+JWT_PIECES = ["eyJ", "eyJhbGciOi", ".", "-", "_", "a", "Z", "9", "abcdefgh", "12345678", " ", "é", "x", "..",
+              "-eyJ", "sk-", ":"]  # fmt: skip
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(URL_PIECES), max_size=30).map("".join))
+def test_the_url_password_rule_redacts_exactly_what_the_single_pattern_did(text: str) -> None:
+    assert _url_passwords(text) == OLD_URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(JWT_PIECES), max_size=30).map("".join))
+def test_the_jwt_rule_redacts_exactly_what_the_single_pattern_did(text: str) -> None:
+    assert _jwts(text) == OLD_JWT.sub(REDACTED, text)
+
+
+@pytest.mark.parametrize("text", [
+    "connect redis://:hunter22@cache:6379/0 and postgres://app:s3cr3t@db.internal:5432/x",
+    "éredis://:pw@h", "_x://u:pw@h", "see a.b+c-d://u:p:w@h then x://y@z",
+    "Authorization: eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijkl end",
+    "éeyJabcdefghi.abcdefghi.abcdefghi", "-eyJabcdefghi.abcdefghi.abcdefghi.eyJabcdefghi.abcdefghi.abcdefghi",
+])  # fmt: skip
+def test_the_url_and_jwt_rules_on_text_as_written(text: str) -> None:
+    assert _url_passwords(text) == OLD_URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED, text)
+    assert _jwts(text) == OLD_JWT.sub(REDACTED, text)
+
+
 HOSTILE = {  # each ends with a command whose password must still go
     "client names without a flag": "mysql " * 100_000 + "\nmysql -pS3cret",
     "client names and a flag far away": "mariadb x " * 60_000 + " -pS3cret",
     "a flag after every name": "mysql -pS3cret " * 40_000,
     "names across many commands": "mysql;" * 100_000 + "mysql -pS3cret",
+    "a dotted run before a scheme": "a." * 300_000 + " redis://:S3cret@cache",
+    "a run of eyJ without dots": "-eyJ" * 150_000 + " postgres://u:S3cret@db",
+    "a run of eyJ with dots far away": "-eyJ" * 150_000 + ".x.y mysql -pS3cret",
 }
 
 
@@ -63,3 +102,12 @@ def test_no_text_that_repeats_a_rules_words_takes_redaction_more_than_a_moment(n
     redacted = redact(text)
     assert time.perf_counter() - started < 5.0
     assert "S3cret" not in redacted
+
+
+def test_a_megabyte_of_newlines_is_cut_into_pieces_in_moments() -> None:
+    """``pieces`` added each line to its piece as it came, copying the piece every time: a
+    megabyte of newlines (one piece) took seconds, growing with the square of its length."""
+    started = time.perf_counter()
+    cut = pieces("\n" * 1_000_000 + "x\n/y\n" * 1_000)
+    assert time.perf_counter() - started < 5.0
+    assert "".join(cut) == "\n" * 1_000_000 + "x\n/y\n" * 1_000 and len(cut) == 1_001
