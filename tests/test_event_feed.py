@@ -130,3 +130,77 @@ def test_the_feed_returns_no_aborted_record_and_tells_how_far_it_read_past_what_
     assert offsets == [0, 1, 2]  # the aborted records are not returned
     assert end == 6 and passed == {0: end}  # 3 records, 2 aborted ones, their marker
     assert nothing_past_the_end == {}
+
+
+def break_coordinator(feed: EventFeed) -> None:
+    """What aiokafka#796 leaves: the consumer's coordination task ended on an assertion
+    (the assignment changed under it), so every later call on the consumer re-raises it."""
+    coordinator = feed.consumer._coordinator  # type: ignore[union-attr]
+
+    async def dies() -> None:
+        raise AssertionError("assert assignment is not None and assignment.active")
+
+    coordinator._coordination_task.cancel()
+    coordinator._coordination_task = asyncio.ensure_future(dies())
+
+
+async def take_until(feed: EventFeed, count: int, rounds: int = 100) -> list[int]:
+    offsets: list[int] = []
+    for _ in range(rounds):
+        if len(offsets) >= count:
+            break
+        got, _ = await feed.take(7, timeout_ms=200)
+        offsets += [r.offset for r in got]
+    return offsets
+
+
+def test_a_feed_whose_consumer_breaks_replaces_it_and_delivers_every_record_once_in_order(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    ns = published(tmp_path, kafka_bootstrap, 50)
+
+    async def read() -> tuple[list[int], list[int], int]:
+        feed = EventFeed(kafka_bootstrap, topic(EVENTS, ns), processor_group(ns))
+        await feed.follow({0: None})
+        try:
+            before = await take_until(feed, 10)
+            break_coordinator(feed)
+            await asyncio.sleep(0)
+            after = await take_until(feed, 50 - len(before))
+            return before, after, feed.replaced
+        finally:
+            await feed.stop()
+
+    before, after, replaced = asyncio.run(read())
+    assert before + after == list(range(50))  # nothing skipped, nothing twice
+    assert replaced == 1
+
+
+def test_a_follow_or_rewind_given_to_a_broken_feed_is_where_its_new_consumer_reads(
+    tmp_path: Path, kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    # faust's on_restored follows again after a rebalance, the moment the race breaks the
+    # consumer; a dropped batch rewinds. Either must hold on the consumer that replaces it.
+    ns = published(tmp_path, kafka_bootstrap, 30)
+
+    async def read() -> tuple[dict[int, int], list[int], list[int], int]:
+        feed = EventFeed(kafka_bootstrap, topic(EVENTS, ns), processor_group(ns))
+        await feed.follow({0: None})
+        try:
+            await take_until(feed, 5)
+            break_coordinator(feed)
+            await asyncio.sleep(0)
+            followed = await feed.follow({0: 20})
+            from_follow = await take_until(feed, 10)
+            break_coordinator(feed)
+            await asyncio.sleep(0)
+            assert await feed.take(7, timeout_ms=200) == ([], {})  # finds it broken, lets it go
+            feed.rewind(0, 3)
+            from_rewind = await take_until(feed, 27)
+            return followed, from_follow, from_rewind, feed.replaced
+        finally:
+            await feed.stop()
+
+    followed, from_follow, from_rewind, replaced = asyncio.run(read())
+    assert followed == {0: 20} and from_follow == list(range(20, 30))
+    assert from_rewind == list(range(3, 30)) and replaced == 2
