@@ -32,7 +32,7 @@ PRIVILEGED_WORDS = frozenset({
 _HOSTILE = re.compile(
     r"ignore\s+(?:all\s+|any\s+|the\s+)?(?:previous|prior|above|earlier|preceding)|disregard\s+(?:all|any|the|previous|prior)|"
     r"forget\s+(?:all|everything|previous|prior)|system\s*(?:prompt|override|message)|you\s+are\s+now|new\s+instructions|"
-    r"developer\s+mode|jailbreak|memory\.md|\bmemory\s*[:=\]]|\[\s*memory|<\|[a-z_]+\|>|\[/?inst\]|^\s*#{2,}\s*(?:system|instruction)|"
+    r"developer\s+mode|jailbreak|memory\.md|\bmemory\s*[:=\]]|\[\s*memory|<\|[a-z_]+\|>|\[/?inst\]|^[^\S\n]*#{2,}\s*(?:system|instruction)|"
     r"\b(?:preference|instruction|policy|rule|permission|system|approval)s?\.[a-z0-9_]|"
     r"以前の指示|これまでの指示|指示を無視|システムプロンプト|忽略(?:之前|以上|上面|所有|先前)|无视(?:之前|以上)|系统提示|新的指令",
     re.IGNORECASE | re.MULTILINE,
