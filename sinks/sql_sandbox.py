@@ -102,6 +102,16 @@ _NODE = re.compile(r"^(?P<indent> *)(?P<kind>[A-Za-z]+)(?: (?P<rest>.*))?$")
 _ALIAS_OR_COUNT = re.compile(r" \((?:alias .*|children \d+)\)$")
 
 
+def _bare_name(rest: str) -> str:
+    """A node's name without its ``(alias ...)`` and ``(children N)``. Only a line ending
+    in ')' can hold either: on any other, the pattern would read to the end from every
+    " (alias " it holds (quadratic on a literal full of them)."""
+    for _ in range(2):
+        if rest.endswith(")"):
+            rest = _ALIAS_OR_COUNT.sub("", rest)
+    return rest.strip()
+
+
 class SqlRefused(StoreError):
     """The statement is not one the sandbox runs; the message says what to do."""
 
@@ -257,7 +267,7 @@ class SqlPolicy:
             raise SqlRefused("FORMAT is not allowed here: use --format table|json|csv")
 
     def _check_node(self, kind: str, rest: str) -> None:
-        name = _ALIAS_OR_COUNT.sub("", _ALIAS_OR_COUNT.sub("", rest)).strip()
+        name = _bare_name(rest)
         if kind == "Set":
             raise SqlRefused("SETTINGS are not allowed: the sandbox sets its own limits")
         if kind == "Function":

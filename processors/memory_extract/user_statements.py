@@ -47,9 +47,11 @@ TRIGGERS: tuple[tuple[re.Pattern[str], bool], ...] = (
 
 _IS = (
     re.compile(r"^(?:(?:the|our)\s+)?(?P<x>[^,:;=?]{1,60}?)(?:\s+(?:for|of|in)\s+this\s+project)?\s+(?:is|are)\s+(?:now\s+)?(?P<y>\S.*)$", _I),
-    re.compile(r"^(?:このプロジェクトの|私たちの|うちの|我々の)?(?P<x>[^、,。は]{1,30})は\s*(?P<y>.+?)\s*(?:です|だ|である|になります)?(?:よ|ね)?[。！!]?$"),
+    re.compile(r"^(?:このプロジェクトの|私たちの|うちの|我々の)?(?P<x>[^、,。は]{1,30})は\s*(?P<y>.*?\S)\s*(?:です|だ|である|になります)?(?:よ|ね)?[。！!]?$"),
     re.compile(r"^(?:这个项目的|本项目的|我们的|项目的)?(?P<x>[^，,。是为]{1,30})(?:是|为)\s*(?P<y>.+?)[。！!]?$"),
 )  # fmt: skip
+r"""A value ends on a visible character (``.*?\S``): a lazy value followed by ``\s*`` would
+read each white space run again from each of its characters."""
 _REQUEST = re.compile(r"(?:ください|下さい|して|しないで|すること|ように|してね|请|吧)$|^请")
 """A value that asks for something (「スカッシュマージしてください」, 请使用): a request, not a value."""
 _NEGATED = re.compile(r"^(?:not|no\s+longer|never|ではない|じゃない|不是|没有)\b", _I)
