@@ -21,7 +21,6 @@ candidates into a view. Claims, leases, fencing and storage are the adapters' bu
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ import orjson
 
 from agentlog.processors.memory_extract.proposals import Rejected, validate
 from agentlog.processors.memory_extract.thread import Finding, scan
+from agentlog.processors.path_glob import glob_matches
 from agentlog.processors.redaction import REDACTED, is_secret_name, mask_secret_keys, redact
 from agentlog.schemas.events import Envelope
 
@@ -270,7 +270,7 @@ def _recheck_fires(condition: str | None, c: Candidate, touches: Sequence[FileTo
     pattern = spec.get("path")
     if isinstance(pattern, str):
         for t in touches:
-            if t.project == c.project and t.at_ms > c.observed_ms and fnmatch.fnmatch(t.path, pattern):
+            if t.project == c.project and t.at_ms > c.observed_ms and glob_matches(t.path, pattern):
                 return f"recheck: {t.path} changed after the fact was observed"
     commit_range = spec.get("commits")
     if isinstance(commit_range, str) and (left := _left_range(commit_range, c, commits)):
@@ -325,7 +325,7 @@ def consolidate(
         if ranked[0].source_event_id in withdrawn and ranked[0].value != best.value:
             # The winning source was withdrawn and an older value resurfaces: never trust it silently.
             status, note = "needs_refresh", f"fell back after revoking {ranked[0].source_event_id}"
-            if any(fnmatch.fnmatch(key, pattern) for pattern in risky):
+            if any(glob_matches(key, pattern) for pattern in risky):
                 status, note = "unknown", f"unknown, needs check (high-risk key; {note})"
         fired = _recheck_fires(best.recheck_when, best, touches, now_ms, commits)
         if fired and status == "ok":
