@@ -229,7 +229,7 @@ def matches_of(prepared: Iterable[Prepared], terms: list[str], filters: SearchFi
     for doc, scored in prepared:
         if not filters_match(doc, filters):
             continue
-        s = score_of(unique, scored) if terms else 1.0
+        s = score_of(unique, scored) if terms else 0.0 if wanted else 1.0  # as ``active_score``
         score = s + EXACT_BOOST * len(wanted & scored.terms) if wanted else s + 0.0
         if score:
             matches.append((score, doc))

@@ -178,7 +178,9 @@ def active_score(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     ``scorable(doc)``, when the caller keeps it between searches."""
     if not filters_match(doc, filters):
         return 0.0
-    s = score(terms, scored or scorable(doc)) if terms else 1.0
+    # A query of neither words nor identifiers matches every document; one of identifiers
+    # alone (a sha256 is too long a word to index), only those that hold one.
+    s = score(terms, scored or scorable(doc)) if terms else 0.0 if exact_terms else 1.0
     # As the index: an identifier of the query held exactly by the document matches it
     # (even with no word of the text in common) and ranks it first.
     exact = set(exact_terms) & set(doc.get("terms", ()))
@@ -201,4 +203,22 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     return hit_of(doc, terms, s) if s else None
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "snippet", "term_weight", "tokenize"]
+def searches_nothing(query: str) -> str | None:
+    """The warning a search answer carries when ``query`` holds no word the index keeps and
+    no identifier (only punctuation, or one word over 40 characters): like an empty query,
+    it lists every event under the filters, which its asker may not expect."""
+    if not query.strip() or tokenize(query) or identifiers(query):
+        return None
+    return (f"the query {query[:60]!r} holds no word to search for (punctuation is not indexed, nor a "
+            "word over 40 characters): every event under the filters is listed, newest first")
+
+
+def with_query_warning(answer: dict[str, Any]) -> dict[str, Any]:
+    """A search answer with ``searches_nothing``'s warning added when it applies."""
+    warning = searches_nothing(str(answer.get("query", "")))
+    if warning is not None and warning not in answer.get("warnings", []):  # a served answer has it
+        answer["warnings"] = [*answer.get("warnings", []), warning]
+    return answer
+
+
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "searches_nothing", "snippet", "term_weight", "tokenize", "with_query_warning"]

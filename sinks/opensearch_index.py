@@ -133,11 +133,11 @@ class OpenSearchIndex(SearchIndex):
         # A text match, or an identifier held exactly, which scores a constant far above
         # any text score (as tantivy's query does).
         should: list[dict[str, Any]] = [
-            {"multi_match": {"query": " ".join(terms), "fields": ["text", "path"], "operator": "or"}},
+            *([{"multi_match": {"query": " ".join(terms), "fields": ["text", "path"], "operator": "or"}}] if terms else []),
             *({"constant_score": {"filter": {"term": {"terms": t}}, "boost": EXACT_BOOST}} for t in exact),
         ]
-        must: list[dict[str, Any]] = (
-            [{"bool": {"should": should, "minimum_should_match": 1}}] if terms else [{"match_all": {}}]
+        must: list[dict[str, Any]] = (  # no word and no identifier: everything under the filters
+            [{"bool": {"should": should, "minimum_should_match": 1}}] if should else [{"match_all": {}}]
         )  # fmt: skip
         flt: list[dict[str, Any]] = [
             {"term": {field: value}}

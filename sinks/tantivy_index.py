@@ -160,9 +160,9 @@ class _TantivySearching:
 
     def _query(self, text: str, filters: SearchFilters, searcher: Any) -> Any:
         """The query of ``search(text, filters)`` as ``searcher`` runs it."""
-        terms = tokenize(text)
+        terms, idents = tokenize(text), identifiers(text)
         clauses: list[tuple[Any, Any]] = []
-        if terms:
+        if terms or idents:  # a query of one long identifier (a sha256) has no word terms
             should = [
                 (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, term))
                 for term in terms
@@ -172,7 +172,7 @@ class _TantivySearching:
             should += [
                 (tantivy.Occur.Should, tantivy.Query.const_score_query(
                     tantivy.Query.term_query(self._schema, "terms", ident), EXACT_BOOST))
-                for ident in identifiers(text)
+                for ident in idents
             ]  # fmt: skip
             clauses.append((tantivy.Occur.Must, tantivy.Query.boolean_query(should)))
         else:

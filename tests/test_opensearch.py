@@ -112,6 +112,19 @@ def test_an_exact_identifier_ranks_first_ahead_of_loosely_related_hits_on_opense
         service.close()
 
 
+def test_a_query_of_one_long_identifier_finds_only_the_events_that_hold_it_on_opensearch(os_settings: Settings) -> None:
+    sha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    service = EmbeddedService(os_settings)
+    try:
+        service.publish(b"\n".join([raw("a", "message", {"role": "user", "text": "deploy the build"}, 0),
+                                    raw("b", "tool_result", {"call_id": "k", "output": f"sha256 {sha} ok"}, 1)]))
+        service.catch_up()
+        assert [h["event_id"] for h in service.search(sha)["hits"]] == ["b"]
+        assert len(service.search("?!")["hits"]) == 2  # no word, no identifier: everything, as tantivy
+    finally:
+        service.close()
+
+
 def test_an_opensearch_index_created_before_the_terms_field_gains_it_and_keeps_working(os_settings: Settings) -> None:
     from agentlog.sinks.opensearch_index import index_body
     from agentlog.schemas.search import SearchFilters

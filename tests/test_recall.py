@@ -109,6 +109,35 @@ def test_read_your_writes_matches_an_exact_identifier_as_the_index_does() -> Non
     assert max(hits, key=lambda h: h.score).event_id == "e5"
 
 
+SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+"""An identifier too long to be a word of the index (over 40 characters)."""
+
+
+def test_a_query_of_one_long_identifier_finds_only_the_events_that_hold_it(service: EmbeddedService) -> None:
+    # It was a query of no words, which matched every event at score 1.0.
+    _publish(service, [raw("a", "message", {"role": "user", "text": "deploy the build"}, 0),
+                       raw("b", "tool_result", {"call_id": "k", "output": f"sha256 {SHA} ok"}, 1),
+                       raw("c", "message", {"role": "assistant", "text": "all good"}, 2)])  # fmt: skip
+    assert [h["event_id"] for h in service.search(SHA)["hits"]] == ["b"]
+    service.publish(raw("d", "message", {"role": "user", "text": f"is {SHA} the right one?"}, 3))
+    found = service.search(SHA, thread_id="t1", drain=False)["hits"]  # "d" is not indexed: read-your-writes
+    assert {(h["event_id"], h["source"]) for h in found} == {("b", "index"), ("d", "active")}
+
+
+def test_read_your_writes_answers_a_query_of_identifiers_alone_as_the_index_does() -> None:
+    texts = ["deploy the build", f"sha256 {SHA} ok", "all good"]
+    records = [Record(0, i, raw(f"e{i}", "message", {"role": "user", "text": t}, i)) for i, t in enumerate(texts)]
+    pipeline = Pipeline()
+    applied = pipeline.process(records).applied
+    state = pipeline.threads["t1"].state
+    hits = active_hits([(a.event, a.record.offset) for a in applied], tokenize(SHA), SearchFilters("t1"),
+                       state.window_id, set(), state.closed_windows, identifiers(SHA))  # fmt: skip
+    assert [h.event_id for h in hits] == ["e1"]
+    everything = active_hits([(a.event, a.record.offset) for a in applied], tokenize("?!"), SearchFilters("t1"),
+                             state.window_id, set(), state.closed_windows, identifiers("?!"))  # fmt: skip
+    assert len(everything) == 3  # no word and no identifier: as an empty query, everything
+
+
 def test_recall_puts_the_exact_identifier_first(service: EmbeddedService) -> None:
     lines = [raw("g", "goal", {"text": "fix the cache"}, 0)]
     lines += [raw(f"l{i}", "message", {"role": "assistant", "text": t}, 1 + i) for i, t in enumerate(LOOSE)]
@@ -276,3 +305,23 @@ def test_a_recalled_error_event_shows_its_code(service: EmbeddedService) -> None
     _publish(service, lines)
     hits, text = _recall(context_for(service, "t1", 1500))
     assert hits == ["e1"] and "E_MIGRATION_LOCK" in text
+
+
+def test_a_search_of_no_word_and_no_identifier_says_it_lists_everything(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient  # noqa: PLC0415
+
+    from agentlog.streams.api.http import build_app  # noqa: PLC0415
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+
+    service = EmbeddedService(Settings(data_dir=tmp_path))
+    try:
+        _publish(service, [raw("a", "message", {"role": "user", "text": "deploy the build"}, 0)])
+        with TestClient(build_app(service), base_url="http://localhost") as http:
+            for q in ('"', "(((", "x" * 50):
+                answer = http.get("/search", params={"q": q}).json()
+                assert [h["event_id"] for h in answer["hits"]] == ["a"]
+                assert any("holds no word to search for" in w for w in answer["warnings"]), q
+            for q in ("deploy", "", SHA):  # a word, the documented empty query, an identifier: no warning
+                assert http.get("/search", params={"q": q}).json()["warnings"] == [], q
+    finally:
+        service.close()
