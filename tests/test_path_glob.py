@@ -57,3 +57,31 @@ def test_consolidating_a_hostile_recheck_glob_against_a_hostile_path_ends_at_onc
     mem.consolidate()
     assert time.perf_counter() - started < 3.0
     assert mem.show("svc")["facts"][0]["status"] == "ok"  # no real path changed
+
+
+def test_a_listed_file_whose_path_holds_glob_or_json_characters_is_rechecked_by_that_path_alone(
+    settings: Settings, mem: Memory,  # noqa: F811
+) -> None:  # fmt: skip
+    # The condition was built by pasting the path into JSON text: a '"' broke it, and a
+    # listed directory's '*' or '[' read as a glob that other paths matched.
+    def listing(eid: str, directory: str, t: float) -> list[bytes]:
+        return [raw(f"{eid}c", "tool_call", {"call_id": eid, "tool_name": "bash",
+                                             "arguments": {"command": f"ls {directory}"}}, t, project="svc"),
+                raw(eid, "tool_result", {"call_id": eid, "output": "app.yaml\n", "status": "ok", "exit_code": 0},
+                    t + 1, project="svc")]  # fmt: skip
+
+    publish(settings, *listing("l1", "'we\"ird[1]'", 0), *listing("l2", "'a*b'", 2))
+    mem.extract()
+    mem.consolidate()
+    status = lambda: {f["key"]: f["status"] for f in mem.show("svc")["facts"]}  # noqa: E731
+    assert status() == {'file.we"ird[1]/app.yaml': "ok", "file.a*b/app.yaml": "ok"}
+    publish(settings, raw("fc1", "file_change", {"path": "weird1/app.yaml", "change": "modified"}, 10, project="svc"),
+            raw("fc2", "file_change", {"path": "a-other-b/app.yaml", "change": "modified"}, 11, project="svc"))  # fmt: skip
+    mem.extract()
+    mem.consolidate()
+    assert status() == {'file.we"ird[1]/app.yaml': "ok", "file.a*b/app.yaml": "ok"}  # other files: no recheck
+    publish(settings, raw("fc3", "file_change", {"path": 'we"ird[1]/app.yaml', "change": "modified"}, 12,
+                          project="svc"))  # fmt: skip
+    mem.extract()
+    mem.consolidate()
+    assert status()['file.we"ird[1]/app.yaml'] == "needs_refresh"

@@ -6,10 +6,13 @@ same events give the same findings, so a replay extracts the same candidates."""
 
 from __future__ import annotations
 
+import glob
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from agentlog.processors.memory_extract import approvals, origin, tool_observations, user_statements
 from agentlog.schemas.events import Envelope
@@ -52,9 +55,9 @@ class _Walk:
 def _recheck(key: str, commit: str | None) -> str | None:
     """A test status holds for the code it ran on; a file's existence until that path changes."""
     if key.startswith("tests.") and commit:
-        return f'{{"commits":"{commit}..{commit}"}}'
-    if key.startswith("file."):
-        return f'{{"path":"{key[5:]}"}}'
+        return orjson.dumps({"commits": f"{commit}..{commit}"}).decode()
+    if key.startswith("file."):  # the listed name itself, even one holding '"', '*' or '['
+        return orjson.dumps({"path": glob.escape(key[5:])}).decode()
     return None
 
 
