@@ -300,7 +300,7 @@ class SqlPolicy:
         database, _, table = name.partition(".") if "." in name else ("", "", name)
         if database in ("", self.database) and table in self.tables:
             return
-        if database == "" and table not in self.existing_tables:
+        if database == "" and table not in self.existing_tables and not _names_a_file(table):
             return  # a WITH name (the engine refuses a table that does not exist)
         raise SqlRefused(f"table {name!r} is not readable; the tables are {', '.join(sorted(self.tables))}")
 
@@ -312,6 +312,13 @@ class SqlPolicy:
         table = rest if dot and first == self.database else name
         if hidden or (table in self.existing_tables and table not in self.tables):
             raise SqlRefused(f"{name!r} is not readable; the tables are {', '.join(sorted(self.tables))}")
+
+
+def _names_a_file(table: str) -> bool:
+    """A name no table of ours has and that the embedded engine would look for as a file
+    (a path, or a name too long for one): refused here with the tables there are, instead
+    of the engine's read-only or file-system error (which named the server's directory)."""
+    return "/" in table or "\\" in table or len(table.encode()) > 255
 
 
 def _construct(kind: str) -> str:

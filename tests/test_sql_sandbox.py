@@ -259,3 +259,12 @@ _OLD_ALIAS_OR_COUNT = re.compile(r" \((?:alias .*|children \d+)\)$")
                 max_size=16).map("".join))  # fmt: skip
 def test_a_nodes_bare_name_is_what_it_was_before_the_linear_check(rest: str) -> None:
     assert _bare_name(rest) == _OLD_ALIAS_OR_COUNT.sub("", _OLD_ALIAS_OR_COUNT.sub("", rest)).strip()
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../../etc/hostname", "a" * 300, "x\\y"])
+def test_a_table_name_the_engine_would_read_as_a_file_is_refused_with_the_tables_there_are(
+    sandboxed: EmbeddedService, name: str,
+) -> None:  # fmt: skip
+    with pytest.raises(SqlRefused, match="not readable; the tables are events, rejected_events, tool_calls") as refused:
+        sandboxed.sql(f"SELECT * FROM `{name}`")
+    assert os.getcwd() not in str(refused.value)  # the engine's error named the server's directory
