@@ -325,3 +325,17 @@ def test_a_search_of_no_word_and_no_identifier_says_it_lists_everything(tmp_path
                 assert http.get("/search", params={"q": q}).json()["warnings"] == [], q
     finally:
         service.close()
+
+
+def test_the_cli_prints_a_search_s_warning_as_it_is_and_the_hits_on_stdout(cli_env: dict[str, str]) -> None:
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    line = raw("a", "message", {"role": "user", "text": "deploy the build"}, 0)
+    subprocess.run([sys.executable, "-m", "agentlog", "publish", "-"], input=line, env=cli_env, check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "agentlog", "search", '"'], env=cli_env, capture_output=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0 and b"deploy the build" in proc.stdout
+    assert b"agentlog: warning: the query '\"' holds no word to search for" in proc.stderr, proc.stderr
+    assert b"stale" not in proc.stderr  # no store is failing

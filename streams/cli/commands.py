@@ -71,7 +71,7 @@ def _answer(args: argparse.Namespace, settings: Settings, ask: Callable[[Service
     """A query command: ``ask`` the deployment's service, then show the answer."""
     with backend(settings) as svc:
         result = ask(svc)
-    render.warn(result.get("warnings", []))  # why the answer may be stale, on stderr
+    render.warn(result.get("warnings", []))  # on stderr: a failing store, a query of no word
     render.show(result, args.json, as_text)
     return 0
 

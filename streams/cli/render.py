@@ -30,9 +30,10 @@ def show(result: Any, as_json: bool, as_text: Callable[[Any], None]) -> None:
 
 
 def warn(warnings: list[str]) -> None:
-    """Why an answer may be stale (a store is failing), on stderr: stdout stays the answer."""
+    """What the answer's reader should know (a failing store, a query that searched for
+    nothing), on stderr: stdout stays the answer."""
     for warning in warnings:
-        print(f"agentlog: warning: the answer may be stale: {warning}", file=sys.stderr)
+        print(f"agentlog: warning: {warning}", file=sys.stderr)
 
 
 @contextmanager

@@ -187,4 +187,4 @@ class LiveLoops:
 
     def warnings(self) -> list[str]:
         """Why an answer may be stale right now (empty when it is not)."""
-        return [f"{store} failing: {error}" for store, error in self.failing.items()]
+        return [f"{store} failing (the answer may be stale): {error}" for store, error in self.failing.items()]
