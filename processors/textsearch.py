@@ -214,11 +214,11 @@ def searches_nothing(query: str) -> str | None:
 
 
 def with_query_warning(answer: dict[str, Any]) -> dict[str, Any]:
-    """A search answer with ``searches_nothing``'s warning added when it applies."""
+    """A search answer (a new one) with ``searches_nothing``'s warning when it applies."""
     warning = searches_nothing(str(answer.get("query", "")))
-    if warning is not None and warning not in answer.get("warnings", []):  # a served answer has it
-        answer["warnings"] = [*answer.get("warnings", []), warning]
-    return answer
+    if warning is None:
+        return answer
+    return {**answer, "warnings": [*answer.get("warnings", []), warning]}
 
 
 __all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "searches_nothing", "snippet", "term_weight", "tokenize", "with_query_warning"]

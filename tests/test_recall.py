@@ -323,6 +323,8 @@ def test_a_search_of_no_word_and_no_identifier_says_it_lists_everything(tmp_path
                 assert any("holds no word to search for" in w for w in answer["warnings"]), q
             for q in ("deploy", "", SHA):  # a word, the documented empty query, an identifier: no warning
                 assert http.get("/search", params={"q": q}).json()["warnings"] == [], q
+        # The service says it, so every way in does: HTTP above, the CLI, the client in-process.
+        assert any("holds no word to search for" in w for w in service.search("(((")["warnings"])
     finally:
         service.close()
 

@@ -28,7 +28,6 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.processors.context import BudgetTooSmall
-from agentlog.processors.textsearch import with_query_warning
 from agentlog.processors.state_sections import (
     ACCEPT_PATCHES_HEADER, KNOWN_HEADER, PATCHED_HEADER, SECTIONS_HEADER, UNCHANGED_HEADER, parse_held,
 )  # fmt: skip
@@ -254,8 +253,7 @@ def build_app(service: Service, policy: Policy | None = None, identity: dict[str
              responses=errors(400, *READS))  # fmt: skip
     def search(q: Annotated[SearchQuery, Query()]) -> Response:
         bounds = q.bounds()
-        return json(with_query_warning(
-            service.search(q.q, q.thread, q.kind, q.tool, q.window, q.project, q.after, *bounds, q.limit)))
+        return json(service.search(q.q, q.thread, q.kind, q.tool, q.window, q.project, q.after, *bounds, q.limit))
 
     @app.get("/events/{event_id}", name="read", summary="the original event, by id",
              responses=errors(400, 404, *READS))  # fmt: skip

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentlog.processors.textsearch import with_query_warning
 from agentlog.schemas.event_docs import reference
 from agentlog.schemas.event_schema import payload_schema, schema_text
 from agentlog.schemas.events import KINDS
@@ -92,10 +91,10 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     def ask(svc: Service) -> dict[str, Any]:
-        return with_query_warning(svc.search(args.query, thread_id=args.thread, kind=args.kind, tool_name=args.tool,
-                                             window_id=args.window, project=args.project, after=args.after,
-                                             since_ms=time_bound_ms(args.since), until_ms=time_bound_ms(args.until),
-                                             limit=args.limit))  # fmt: skip
+        return svc.search(args.query, thread_id=args.thread, kind=args.kind, tool_name=args.tool,
+                          window_id=args.window, project=args.project, after=args.after,
+                          since_ms=time_bound_ms(args.since), until_ms=time_bound_ms(args.until),
+                          limit=args.limit)  # fmt: skip
 
     return _answer(args, settings, ask, render.print_search)
 

@@ -24,7 +24,7 @@ from agentlog.processors.compaction import Summariser
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
 from agentlog.processors.state_sections import Held, Patch, StateBody
-from agentlog.processors.textsearch import EXACT_BOOST, MAX_TERM_SCORE, identifiers, tokenize
+from agentlog.processors.textsearch import EXACT_BOOST, MAX_TERM_SCORE, identifiers, tokenize, with_query_warning
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
@@ -466,7 +466,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         active fallback covers a thread's own events either way; a search across threads
         needs the index)."""
         filters = SearchFilters(thread_id, window_id, kind, tool_name, project, since_ms, until_ms)
-        return self.search_begun(query, filters, limit, after, drain)()
+        return with_query_warning(self.search_begun(query, filters, limit, after, drain)())
 
     def search_begun(self, query: str, filters: SearchFilters, limit: int = 10, after: str | None = None,
                      drain: bool = True) -> Callable[[], dict[str, Any]]:  # fmt: skip

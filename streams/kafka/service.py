@@ -21,7 +21,7 @@ import orjson
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.records import active_hits
 from agentlog.processors.redaction import redact_if
-from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.processors.textsearch import identifiers, tokenize, with_query_warning
 from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.thread_list import log_row, log_ts, select_rows, thread_row
 from agentlog.processors.validation import validate
@@ -176,7 +176,7 @@ class StoreQueries:
         out: dict[str, Any] = {"query": query, "hits": [h.as_dict() for h in merged]}
         if index_error is not None:
             out["index_error"] = index_error
-        return out
+        return with_query_warning(out)
 
     def _active_hits(self, query: str, thread_id: str, filters: SearchFilters) -> list[Hit]:
         """The thread's matching events that the index cannot show yet (read-your-writes)."""
