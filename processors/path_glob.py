@@ -4,7 +4,7 @@ publisher sends.
 A fact's ``recheck_when`` may name a glob, matched against the path of every later file
 change of its project on each consolidation. ``fnmatch`` turns a glob into a pattern
 whose cost is the path's length times the glob's: a 100,000-character path against a
-50,000-character glob took 13 s, per pair. Here a glob of ``*`` and plain characters (the
+50,000-character glob took seconds, per pair. Here a glob of ``*`` and plain characters (the
 common kind) is matched piece by piece with ``str.find``, linear in the path; any other
 glob goes to ``fnmatch``, within lengths no real path or glob reaches.
 """

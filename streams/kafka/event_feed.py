@@ -203,19 +203,18 @@ class EventFeed:
 
     async def end_offsets(self, partitions: list[int]) -> dict[int, int]:
         wanted = [TopicPartition(self.topic, p) for p in partitions]
-        for attempt in range(2):
-            if self.consumer is None:
-                await self.follow(dict(self.next_offsets))  # a broken one replaced, or the first
-            consumer = self.consumer
-            assert consumer is not None
-            try:
-                ends = await consumer.end_offsets(wanted)
-                return {tp.partition: offset for tp, offset in ends.items()}
-            except _BROKEN as error:
-                if attempt:
-                    raise
-                await self._discard(consumer, error)
-        raise AssertionError("unreachable")
+        try:
+            return await self._ends(wanted)
+        except _BROKEN as error:  # replaced once, as a follow is
+            await self._discard(self.consumer, error)
+            return await self._ends(wanted)
+
+    async def _ends(self, wanted: list[TopicPartition]) -> dict[int, int]:
+        if self.consumer is None:
+            await self.follow(dict(self.next_offsets))  # a broken one replaced, or the first
+        assert self.consumer is not None
+        ends = await self.consumer.end_offsets(wanted)
+        return {tp.partition: offset for tp, offset in ends.items()}
 
     async def commit(self, offsets: Mapping[int, int]) -> None:
         """Tell watchers how far this worker has applied (a failure only delays them)."""
