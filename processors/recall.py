@@ -23,6 +23,7 @@ from agentlog.processors.fold import digest
 from agentlog.processors.records import searchable
 from agentlog.processors.truncation import clip_at_word
 from agentlog.processors.textsearch import identifiers, snippet, tokenize
+from agentlog.processors.words import is_one_character_word
 from agentlog.schemas.events import Envelope
 
 FAILURE_SNIPPET_CHARS = 320
@@ -46,6 +47,12 @@ again earlier before last latest happened happen output result results
 """Words that would match most events: asked about, they only add noise."""
 
 
+def _telling(word: str) -> bool:
+    """Whether a word of a question is worth searching for: not a stop word, and not a lone
+    letter or digit, unless it is a CJK character (a word of its own there: 東, 京)."""
+    return word not in STOP_WORDS and (len(word) > 1 or is_one_character_word(word))
+
+
 def recall_query(state: Mapping[str, Any], latest_text: str | None, query: str | None) -> str:
     """What recall searches for: ``query`` if given, else the latest user message and the
     goal, without stop words, identifiers whole (an empty string: nothing to recall)."""
@@ -53,7 +60,7 @@ def recall_query(state: Mapping[str, Any], latest_text: str | None, query: str |
         return query
     goal = (state.get("goal") or {}).get("text") or ""
     text = f"{latest_text or ''}\n{goal}"
-    words = [t for t in tokenize(text) if t not in STOP_WORDS and len(t) > 1]
+    words = [t for t in tokenize(text) if _telling(t)]
     kept = list(dict.fromkeys([*identifiers(text), *words]))
     return " ".join(kept[:MAX_QUERY_TERMS])
 
@@ -67,7 +74,7 @@ FAILURE_NOISE = frozenset({"code", "codes", "status", "exit", "message", "reason
 
 
 def _terms(text: str) -> str:
-    words = [t for t in tokenize(text) if t not in STOP_WORDS and len(t) > 1]
+    words = [t for t in tokenize(text) if _telling(t)]
     return " ".join(list(dict.fromkeys([*identifiers(text), *words]))[:MAX_QUERY_TERMS])
 
 

@@ -1,7 +1,7 @@
 """Keyword matching shared by the read-your-writes fallback and snippet making.
 
-The tokenizer mirrors the search engines' default analyzers (split on anything that is
-not a letter or digit, lowercase), so an ``active`` hit matches what the index would.
+Words are ``agentlog.processors.words``' (the same rule the engines' analyzers are made
+from), so an ``active`` hit matches what the index would.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from operator import itemgetter
 from dataclasses import dataclass
 from typing import Any
 
+from agentlog.processors.words import tokenize
 from agentlog.schemas.search import Hit, SearchFilters
 
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 SNIPPET_CHARS = 160
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_./:\-]*[A-Za-z0-9])?")
@@ -50,10 +50,6 @@ def identifiers(text: str) -> list[str]:
     # Each distinct token is judged once (a log repeats its words).
     found = [t for t in dict.fromkeys(_IDENTIFIER.findall(text)) if _is_identifier(t)]
     return found[:MAX_IDENTIFIERS]
-
-
-def tokenize(text: str) -> list[str]:
-    return [t.lower() for t in _TOKEN.findall(text) if len(t) <= 40]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,11 @@ class StoreError(RuntimeError):
     """A store refused or failed an operation; the message says what to do."""
 
 
+class OutdatedStore(StoreError):
+    """A derived store made by an older version in a form this one cannot use (another
+    schema, another word rule): nothing is wrong with it, it is made again from the topic."""
+
+
 class StaleToken(RuntimeError):
     """The caller's lease expired or a newer fencing token exists: it may not publish."""
 
@@ -108,6 +113,12 @@ class SearchIndex(Protocol):
 
     def clear(self) -> None: ...
     def close(self) -> None: ...
+
+    @property
+    def warnings(self) -> list[str]:
+        """What every search answer says of this index (an analyzer older than the word
+        rule, until a rebuild): nothing, unless an engine says otherwise."""
+        return []
 
 
 class StateStore(Protocol):

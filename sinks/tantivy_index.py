@@ -19,9 +19,10 @@ import orjson
 import tantivy
 
 from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet, tokenize
+from agentlog.processors.words import MAX_WORD_BYTES, RUST_WORD, WORDS_VERSION
 from agentlog.schemas.tables import SEARCH_FIELDS
 from agentlog.schemas.search import Hit, SearchFilters
-from agentlog.sinks.base import SearchIndex, StoreError
+from agentlog.sinks.base import OutdatedStore, SearchIndex, StoreError
 
 SEARCH_THREADS = 4
 """Searches one index runs at once beside their callers (``search_later``)."""
@@ -38,13 +39,31 @@ most ``ln(1 + 2 * docs)`` (under 23 for 2**32 documents) and ``k1`` 1.2. A query
 than ``EXACT_BOOST / MAX_CLAUSE_SCORE`` clauses cannot score ``EXACT_BOOST`` by its text."""
 
 
+WORDS_TOKENIZER = f"agentlog_words_v{WORDS_VERSION}"
+"""The text fields' analyzer, by the name the index's ``meta.json`` records (its version in
+it): an index made with another is rebuilt (``_check_schema``)."""
+
+
+def _words_analyzer() -> Any:
+    """``agentlog.processors.words``' rule: its Rust regex, words over ``MAX_WORD_BYTES`` bytes
+    dropped (tantivy's filter keeps those under its limit), then lowercased."""
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(RUST_WORD))
+            .filter(tantivy.Filter.remove_long(MAX_WORD_BYTES + 1)).filter(tantivy.Filter.lowercase()).build())  # fmt: skip
+
+
+def _with_words(index: Any) -> Any:
+    """``index`` able to analyse its text fields (a writer looks the tokenizer up by name)."""
+    index.register_tokenizer(WORDS_TOKENIZER, _words_analyzer())
+    return index
+
+
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     for f in SEARCH_FIELDS:
         if f.type == "keyword":
             builder.add_text_field(f.name, stored=f.stored, tokenizer_name="raw")
         elif f.type == "text":
-            builder.add_text_field(f.name, stored=f.stored, tokenizer_name="default")
+            builder.add_text_field(f.name, stored=f.stored, tokenizer_name=WORDS_TOKENIZER)
         elif f.type == "long":
             builder.add_integer_field(f.name, stored=f.stored, indexed=True, fast=True)
         else:  # dates are kept as the producer's RFC 3339 string; ranges use ts_ms
@@ -53,19 +72,27 @@ def _schema() -> tantivy.Schema:
 
 
 def _check_schema(path: str) -> None:
-    """An index written with other fields (one built before ``terms``) cannot answer this
-    schema's queries: say so, and the data directory moves it aside and rebuilds it from
-    the topic (``agentlog.streams.embedded.datadir.open_derived``)."""
+    """An index written with other fields (one built before ``terms``), or whose text was
+    split into words by another rule (before CJK characters were words), cannot answer
+    this schema's queries: say so, and the data directory moves it aside and rebuilds it
+    from the topic (``agentlog.streams.embedded.datadir.open_derived``)."""
     meta = os.path.join(path, "meta.json")
     if not os.path.exists(meta):
         return
     with open(meta, "rb") as f:
-        fields = {entry["name"] for entry in orjson.loads(f.read()).get("schema", [])}
+        schema = orjson.loads(f.read()).get("schema", [])
+    fields = {entry["name"] for entry in schema}
     wanted = {f.name for f in SEARCH_FIELDS}
     if fields != wanted:
         missing = ", ".join(sorted(wanted - fields)) or "none"
-        raise StoreError(f"the search index in {path} was built with another schema (missing fields: {missing}); "
+        raise OutdatedStore(f"the search index in {path} was built with another schema (missing fields: {missing}); "
                          "it is rebuilt from the topic")  # fmt: skip
+    texts = {f.name for f in SEARCH_FIELDS if f.type == "text"}
+    tokenizers = {(entry.get("options", {}).get("indexing") or {}).get("tokenizer") for entry in schema
+                  if entry["name"] in texts}  # fmt: skip
+    if tokenizers != {WORDS_TOKENIZER}:
+        raise OutdatedStore(f"the search index in {path} split its text into words by an older rule "
+                         f"({', '.join(sorted(map(str, tokenizers)))}); it is rebuilt from the topic")  # fmt: skip
 
 
 _ONE_TERM_EACH = frozenset({"thread_id", "project"})
@@ -119,7 +146,7 @@ class _TantivySearching:
         self._scoring = 0  # searches given to those threads and not finished
 
     def _open(self) -> Any:
-        index = tantivy.Index(self._schema, path=self.path, reuse=True)
+        index = _with_words(tantivy.Index(self._schema, path=self.path, reuse=True))
         # The reader changes only when this index reloads it (a refresh), never on its
         # own after a background merge: a search's answer stays the same between
         # refreshes, so it can be remembered until the next one (``_answers``).
@@ -443,7 +470,7 @@ class TantivyIndexReader(_TantivySearching):
         super().__init__(path)
         try:
             _check_schema(path)
-            self._index = tantivy.Index.open(path)
+            self._index = _with_words(tantivy.Index.open(path))
             self._index.config_reader("Manual")
         except ValueError as error:
             raise StoreError(f"cannot read the search index in {path}: {error}") from error

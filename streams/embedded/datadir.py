@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentlog.sinks.base import MemoryStore, StoreError
+from agentlog.sinks.base import MemoryStore, OutdatedStore, StoreError
 from agentlog.sinks.memory_sqlite import SqliteMemoryStore
 from agentlog.sinks.sqlite_db import held_here
 
@@ -93,10 +93,11 @@ def open_sqlite(path: Path, opener: Callable[[str], Any], help_text: Callable[[P
     raise CorruptStore(f"{path} is unreadable ({problem}); {help_text(path)}", problem)
 
 
-def move_aside(path: Path) -> Path:
-    """Rename a damaged store (and a SQLite file's -wal and -shm) to ``<name>.corrupt-<time>``."""
+def move_aside(path: Path, why: str = "corrupt") -> Path:
+    """Rename a damaged (or ``why``) store, and a SQLite file's -wal and -shm, to
+    ``<name>.<why>-<time>``."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    target = path.with_name(f"{path.name}.{why}-{stamp}")
     for suffix in ("-wal", "-shm", ""):  # the WAL first: never left beside a new database
         part = path.with_name(path.name + suffix)
         if part.exists():
@@ -120,8 +121,10 @@ def open_derived(path: Path, opener: Callable[[str], Any], notes: list[str]) -> 
             raise
         reason = error.problem if isinstance(error, CorruptStore) else str(error).replace(str(path), store_name(path))
         reason = " ".join(reason.split())
-        aside = move_aside(path)
-        notes.append(f"{store_name(path)} was corrupt ({reason[:120]}; moved to {aside.name})")
+        outdated = isinstance(error, OutdatedStore)
+        aside = move_aside(path, "outdated" if outdated else "corrupt")
+        was = "was made by an older version" if outdated else "was corrupt"
+        notes.append(f"{store_name(path)} {was} ({reason[:160]}; moved to {aside.name})")
         return opener(str(path))
 
 

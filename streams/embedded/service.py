@@ -513,7 +513,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
             "index_visible_offset": visible,
             # The index may lack recent events (refresh interval) or a failing store's.
             "stale": bool(self.failing) or visible < self.driver.events_pos,
-            "warnings": self.warnings(),
+            "warnings": [*self.warnings(), *self.index.warnings],  # an outdated OpenSearch index's too
         }
 
     def exact_holders(self, query: str, thread_id: str, kind: str | None = None, project: str | None = None,

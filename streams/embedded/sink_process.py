@@ -136,7 +136,11 @@ def main(env: dict[str, str], address: str, authkey: bytes, parent: int) -> None
     cpus = CpuShare(settings.sink_spare_cpus)  # before chDB and tantivy start their threads
     hold = os.open(settings.path(SINKS_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(hold, fcntl.LOCK_EX)  # released by the kernel when this process ends, however
-    host = SinkHost(settings, cpus)
+    try:
+        host = SinkHost(settings, cpus)
+    except StoreError as error:  # the server opens the stores itself, moves a bad one aside, rebuilds
+        log.info("the sink process cannot open its stores: %s", error)
+        raise SystemExit(1) from None
     listener = Listener(address, family="AF_UNIX", authkey=authkey)
     threading.Thread(target=_serve, args=(listener, host), daemon=True).start()
     parent_death.watch(parent, stop.set, stop)  # a graceful stop: what is queued is written
@@ -321,6 +325,9 @@ class Remote:
 
     search_later = None
     """Not a search started beside the caller: a forwarded call is I/O, asked in order."""
+    warnings: list[str] = []  # noqa: RUF012 - never changed
+    """A search answer says nothing of the sink process's index (tantivy: an outdated one is
+    rebuilt when opened)."""
     exact_holders = None
     """Not looked up apart from a search: a forwarded call costs more than it saves."""
 

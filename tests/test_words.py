@@ -1,0 +1,133 @@
+"""What a word is: one rule for the read-your-writes scan and the embedded index, and a
+word inside a Chinese or Japanese sentence is found (each such character is a word)."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pytest
+import tantivy
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from agentlog.processors.recall import recall_query
+from agentlog.processors.words import is_one_character_word, tokenize
+from agentlog.sinks.tantivy_index import _words_analyzer
+from agentlog.schemas.tables import SEARCH_FIELDS
+from agentlog.streams.api.context import context_for
+from agentlog.streams.config import Settings
+from agentlog.streams.embedded.service import EmbeddedService
+from tests.helpers import raw
+
+JA = "東京に行きました。サーバーの設定を確認してください"
+ZH = "数据库连接超时，请检查配置文件"
+
+# Letters and digits of many scripts, CJK at its range edges, marks, punctuation, the
+# underscore, long runs: where two regex engines could disagree.
+_ALPHABET = st.sampled_from(list(
+    "aZ9_ -.:/\n\tÉéßİıΣςЖж١٢½①ⅫĀ̀\u0301\u200d한국어단어ก่า"
+    "東京大阪々〆〇ぁゖゝゞゟァヺー・ヿㇰㇿ㐀䶿一鿿豈﫿ｦﾝﾞﾟ𠀀𪛖𱍊、。！？「」"
+))  # fmt: skip
+
+
+def _assigned(text: str) -> str:
+    """Characters this Python's Unicode database knows: one assigned since (tantivy's regex
+    crate follows a newer Unicode) may be a letter there and unassigned here."""
+    return "".join(c for c in text if unicodedata.category(c) != "Cn")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_ALPHABET, st.text(min_size=1, max_size=3)), max_size=80).map("".join).map(_assigned))
+@example("a" * 40 + " " + "b" * 41 + " " + "é" * 20 + " " + "é" * 21)
+@example(JA + " " + ZH + " Hello_World ERR_042")
+def test_the_index_splits_text_into_the_same_words_as_the_read_your_writes_scan(text: str) -> None:
+    assert _words_analyzer().analyze(text) == tokenize(text)
+
+
+def test_each_chinese_or_japanese_character_is_a_word_and_punctuation_is_not() -> None:
+    assert tokenize("東京に行きました") == ["東", "京", "に", "行", "き", "ま", "し", "た"]
+    assert tokenize("サーバー・設定") == ["サ", "ー", "バ", "ー", "設", "定"]  # the middle dot separates
+    assert tokenize("한국어 단어 Hello_World") == ["한국어", "단어", "hello", "world"]  # Hangul keeps its words
+    assert is_one_character_word("東") and not is_one_character_word("a") and not is_one_character_word("東京")
+
+
+def test_a_word_longer_than_forty_bytes_is_not_a_word() -> None:
+    assert tokenize("a" * 40) == ["a" * 40] and tokenize("a" * 41) == []
+    assert tokenize("é" * 20) == ["é" * 20] and tokenize("é" * 21) == []  # two bytes each
+
+
+def test_a_question_in_japanese_searches_for_its_characters() -> None:
+    query = recall_query({"thread_id": "t1"}, "サーバーの設定は?", None)
+    assert set("サバ設定").issubset(query.split())  # single letters elsewhere are dropped; these are words
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> EmbeddedService:
+    s = EmbeddedService(Settings(data_dir=tmp_path / "data"))
+    yield s
+    s.close()
+
+
+def _ids(answer: dict) -> list[str]:
+    return [h["event_id"] for h in answer["hits"]]
+
+
+def test_a_word_inside_a_japanese_sentence_is_found_before_and_after_it_is_indexed(service: EmbeddedService) -> None:
+    service.publish(b"\n".join([raw("ja", "message", {"role": "user", "text": JA}, 0),
+                                raw("zh", "message", {"role": "user", "text": ZH}, 1),
+                                raw("en", "message", {"role": "user", "text": "tokyo is far"}, 2)]))  # fmt: skip
+    active = service.search("東京", thread_id="t1", drain=False)  # nothing written to the index yet
+    assert _ids(active) == ["ja"] and active["hits"][0]["source"] == "active"
+    indexed = service.search("東京")
+    assert _ids(indexed) == ["ja"] and indexed["hits"][0]["source"] == "index"
+    assert _ids(service.search("配置")) == ["zh"]
+    assert _ids(service.search("設定")) == ["ja"]  # both sentences hold no other 設 or 定
+
+
+def test_recall_brings_back_the_japanese_message_that_answers_the_question(service: EmbeddedService) -> None:
+    service.publish(b"\n".join([
+        raw("g", "goal", {"text": "リリースを出す"}, 0),
+        raw("m1", "message", {"role": "user", "text": "デプロイ先は大阪のクラスタです"}, 1),
+        *[raw(f"a{i}", "message", {"role": "assistant", "text": f"了解しました {i}"}, 2 + i) for i in range(5)],
+        raw("ws", "window_switch", {"new_window_id": "w2"}, 20),
+        raw("ask", "message", {"role": "user", "text": "デプロイ先はどこでしたか？"}, 21),
+    ]))  # fmt: skip
+    service.catch_up()
+    ctx = context_for(service, "t1", 4000)
+    recalled = next(s for s in ctx["sections"] if s["name"] == "recall")["hits"]
+    assert recalled and recalled[0] == "m1"
+
+
+def test_an_index_that_split_words_by_the_older_rule_is_rebuilt_from_the_topic(tmp_path: Path,
+                                                                               capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    settings_ = Settings(data_dir=tmp_path / "data")
+    service = EmbeddedService(settings_)
+    service.publish(raw("ja", "message", {"role": "user", "text": JA}, 0))
+    service.catch_up()
+    service.close()
+    index_dir = settings_.path("index")
+    for f in index_dir.iterdir():  # the index as the older rule wrote it: tantivy's default analyzer
+        f.unlink() if f.is_file() else None
+    builder = tantivy.SchemaBuilder()
+    for f in SEARCH_FIELDS:
+        if f.type == "long":
+            builder.add_integer_field(f.name, stored=f.stored, indexed=True, fast=True)
+        else:
+            builder.add_text_field(f.name, stored=f.stored, tokenizer_name="default" if f.type == "text" else "raw")
+    old = tantivy.Index(builder.build(), path=str(index_dir))
+    writer = old.writer()
+    writer.add_document(tantivy.Document(event_id="ja", thread_id="t1", text=JA, offset=1))
+    writer.commit()
+    writer.wait_merging_threads()
+    assert old.searcher().search(old.parse_query("東京", ["text"]), 5).count == 0  # the old rule: one long word
+    del writer, old
+    service = EmbeddedService(settings_)
+    try:
+        notice = capfd.readouterr().err
+        assert "index/ was made by an older version (" in notice and "older rule" in notice, notice
+        assert [p.name.startswith("index.outdated-") for p in settings_.data_dir.iterdir()].count(True) == 1
+        found = service.search("東京")
+        assert _ids(found) == ["ja"] and found["hits"][0]["source"] == "index"
+    finally:
+        service.close()
