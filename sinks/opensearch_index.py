@@ -8,6 +8,8 @@ refresh interval: searches really are eventually consistent.
 
 from __future__ import annotations
 
+import copy
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -18,9 +20,12 @@ from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import OpenSearchException
 
 from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet, tokenize
+from agentlog.processors.words import JAVA_WORD, MAX_WORD_BYTES, WORDS_VERSION
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
 from agentlog.sinks.base import SearchIndex, StoreError, redact_url
+
+log = logging.getLogger("agentlog.sinks")
 
 BULK_DOCS = 5000
 """Documents per bulk request (well under OpenSearch's 100 MB request limit)."""
@@ -30,22 +35,29 @@ _TYPES = {"keyword": {"type": "keyword"}, "text": {"type": "text", "analyzer": "
           "long": {"type": "long"}}  # fmt: skip
 
 
-# Tokenise as tantivy's default analyzer and ``agentlog.processors.textsearch.tokenize`` do (split
-# on anything not a letter or digit, lowercase, drop tokens over 40 chars), so both
-# engines, and the read-your-writes fallback, find the same events for the same query.
+# Words as ``agentlog.processors.words`` has them (tantivy's analyzer and the read-your-
+# writes scan are made from the same rule), so both engines, and the read-your-writes
+# fallback, find the same events for the same query: each match of the pattern a word
+# (``group: 0``), lowercased, those over ``MAX_WORD_BYTES`` characters dropped.
 ANALYSIS = {
-    "tokenizer": {"agentlog_words": {"type": "pattern", "pattern": "[^\\p{L}\\p{N}]+"}},
-    "filter": {"agentlog_length": {"type": "length", "max": 40}},
+    "tokenizer": {"agentlog_words": {"type": "pattern", "pattern": JAVA_WORD, "group": 0}},
+    "filter": {"agentlog_length": {"type": "length", "max": MAX_WORD_BYTES}},
     "analyzer": {"agentlog": {"type": "custom", "tokenizer": "agentlog_words",
                               "filter": ["lowercase", "agentlog_length"]}},
 }  # fmt: skip
 
+OUTDATED_WORDS = ("the search index {index} splits text into words by an older rule (a run of Chinese or "
+                  "Japanese is one word there, so a search for a word inside it finds nothing): "
+                  "`agentlog rebuild` makes the index again")  # fmt: skip
+
 
 def index_body(refresh_interval: str = "1s") -> dict[str, Any]:
+    """A new index's settings and mappings (a fresh copy: changing it changes no other)."""
     return {
         "settings": {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": refresh_interval,
-                     "analysis": ANALYSIS},
-        "mappings": {"dynamic": "strict", "properties": {f.name: _TYPES[f.type] for f in SEARCH_FIELDS}},
+                     "analysis": copy.deepcopy(ANALYSIS)},
+        "mappings": {"dynamic": "strict", "_meta": {"words": WORDS_VERSION},
+                     "properties": {f.name: _TYPES[f.type] for f in SEARCH_FIELDS}},
     }
 
 
@@ -54,9 +66,10 @@ class OpenSearchIndex(SearchIndex):
 
     def __init__(self, url: str, index: str = SEARCH_INDEX_NAME, refresh_interval: str = "1s",
                  **client_options: Any) -> None:  # fmt: skip
-        self.index = index
+        self.index, self.refresh_interval = index, refresh_interval
         self._client = OpenSearch(hosts=[url], timeout=30, **client_options)
         self._lock = threading.Lock()
+        self.outdated_words = False  # made with an older word rule (``_add_missing_fields``)
         try:
             if not self._client.indices.exists(index=index):
                 self._client.indices.create(index=index, body=index_body(refresh_interval))
@@ -75,12 +88,23 @@ class OpenSearchIndex(SearchIndex):
         """An index created before a field of ``SEARCH_FIELDS`` (``terms``) gains it by a
         put-mapping (adding a field is allowed on a live index): old documents simply lack
         it (no exact matches until they are indexed again: ``agentlog rebuild``), new ones
-        have it, and the strict mapping accepts them."""
+        have it, and the strict mapping accepts them. An index whose analyzer splits words
+        by an older rule cannot change it while open (other workers write it): every
+        search says so until ``agentlog rebuild`` makes it again (``clear``)."""
         mapping = self._client.indices.get_mapping(index=self.index)
         known = set().union(*(m["mappings"].get("properties", {}) for m in mapping.values()))
         missing = {f.name: _TYPES[f.type] for f in SEARCH_FIELDS if f.name not in known}
         if missing:
             self._client.indices.put_mapping(index=self.index, body={"properties": missing})
+        versions = {(m["mappings"].get("_meta") or {}).get("words") for m in mapping.values()}
+        if versions != {WORDS_VERSION}:
+            self.outdated_words = True
+            log.warning("%s", OUTDATED_WORDS.format(index=self.index))
+
+    @property
+    def warnings(self) -> list[str]:
+        """What every search answer says of this index."""
+        return [OUTDATED_WORDS.format(index=self.index)] if self.outdated_words else []
 
     def add(self, docs: Sequence[dict[str, Any]], new: bool = False) -> None:  # an index op upserts anyway
         # The bulk body is built with orjson: the client's own JSON encoding of every
@@ -167,9 +191,19 @@ class OpenSearchIndex(SearchIndex):
         return hits
 
     def clear(self) -> None:
+        """No documents left (``agentlog rebuild`` adds them all again); an index whose
+        words are split by an older rule is made again, with the current analyzer."""
         with self._lock:
-            self._client.delete_by_query(index=self.index, body={"query": {"match_all": {}}},
-                                         refresh=True, conflicts="proceed")  # fmt: skip
+            if not self.outdated_words:
+                self._client.delete_by_query(index=self.index, body={"query": {"match_all": {}}},
+                                             refresh=True, conflicts="proceed")  # fmt: skip
+                return
+            try:
+                self._client.indices.delete(index=self.index)
+                self._client.indices.create(index=self.index, body=index_body(self.refresh_interval))
+            except OpenSearchException as error:
+                raise StoreError(f"cannot make the index {self.index} again: {error}") from error
+            self.outdated_words = False
 
     def close(self) -> None:
         self._client.close()

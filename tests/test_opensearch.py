@@ -158,3 +158,63 @@ def test_a_path_too_long_for_a_keyword_term_is_indexed_without_its_exact_term(os
         assert [h["event_id"] for h in service.search("read", limit=5)["hits"]] == ["c"]
     finally:
         service.close()
+
+
+WORD_SAMPLES = ["東京に行きました。サーバーの設定を確認してください", "数据库连接超时，请检查配置文件",
+                "한국어 단어 Hello_World ERR_042 ΟΔΟΣ οδός", "ｻｰﾊﾞｰ ・ 々〆〇 𠀋 ①½", "a" * 40 + " " + "b" * 41]  # fmt: skip
+
+
+def test_opensearch_splits_text_into_the_same_words_as_the_embedded_engines(os_settings: Settings) -> None:
+    from agentlog.processors.words import tokenize
+
+    index = OpenSearchIndex(os_settings.opensearch_url, os_settings.opensearch_index)  # type: ignore[arg-type]
+    for text in WORD_SAMPLES:
+        analyzed = index._client.indices.analyze(index=index.index, body={"analyzer": "agentlog", "text": text})
+        assert [t["token"] for t in analyzed["tokens"]] == tokenize(text), text
+
+
+def test_a_word_inside_a_japanese_sentence_is_found_on_opensearch(os_settings: Settings) -> None:
+    service = EmbeddedService(os_settings)
+    try:
+        service.publish(b"\n".join([raw("ja", "message", {"role": "user", "text": WORD_SAMPLES[0]}, 0),
+                                    raw("zh", "message", {"role": "user", "text": WORD_SAMPLES[1]}, 1)]))  # fmt: skip
+        service.catch_up()
+        found = service.search("東京", limit=5)
+        assert [h["event_id"] for h in found["hits"]] == ["ja"] and found["hits"][0]["source"] == "index"
+        assert [h["event_id"] for h in service.search("配置", limit=5)["hits"]] == ["zh"]
+        assert found["warnings"] == []
+    finally:
+        service.close()
+
+
+def test_an_index_with_the_older_word_rule_says_so_until_a_rebuild_makes_it_again(os_settings: Settings) -> None:
+    from agentlog.processors.words import WORDS_VERSION
+    from agentlog.sinks.opensearch_index import index_body
+    from agentlog.schemas.search import SearchFilters
+
+    url, name = os_settings.opensearch_url, os_settings.opensearch_index
+    old = index_body()  # as an older version created it: letters and digits split on the rest, no version
+    old["settings"]["analysis"]["tokenizer"]["agentlog_words"] = {"type": "pattern", "pattern": "[^\\p{L}\\p{N}]+"}
+    del old["mappings"]["_meta"]
+    client = OpenSearchIndex(url, name)._client
+    client.indices.delete(index=name)
+    client.indices.create(index=name, body=old)
+    doc = {"event_id": "ja", "thread_id": "t1", "window_id": "w0", "kind": "message", "tool_name": "",
+           "project": "", "agent_id": "main", "repo_commit": "", "error_code": "", "ts": "2026-01-01T00:00:00Z",
+           "ts_ms": 1767225600000, "offset": 1, "path": "", "text": WORD_SAMPLES[0], "terms": []}  # fmt: skip
+    client.index(index=name, id="ja", body=doc, refresh=True)
+    index = OpenSearchIndex(url, name)
+    assert index.outdated_words and "agentlog rebuild" in index.warnings[0]
+    assert index.search("東京", SearchFilters()) == []  # the whole sentence is one word there
+    service = EmbeddedService(os_settings)
+    try:
+        assert any("agentlog rebuild" in w for w in service.search("東京")["warnings"])  # every answer says so
+    finally:
+        service.close()
+    index.clear()  # what `agentlog rebuild` does first: the index is made again, with the current rule
+    assert not index.outdated_words and index.warnings == []
+    assert client.indices.get_mapping(index=name)[name]["mappings"]["_meta"] == {"words": WORDS_VERSION}
+    index.add([doc])
+    index.refresh()
+    assert [h.event_id for h in index.search("東京", SearchFilters())] == ["ja"]
+    assert not OpenSearchIndex(url, name).outdated_words  # opened again: current

@@ -176,6 +176,8 @@ class StoreQueries:
         out: dict[str, Any] = {"query": query, "hits": [h.as_dict() for h in merged]}
         if index_error is not None:
             out["index_error"] = index_error
+        if self.index.warnings:  # an index made with an older word rule says so
+            out["warnings"] = list(self.index.warnings)
         return with_query_warning(out)
 
     def _active_hits(self, query: str, thread_id: str, filters: SearchFilters) -> list[Hit]:
