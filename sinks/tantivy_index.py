@@ -75,24 +75,28 @@ def _check_schema(path: str) -> None:
     """An index written with other fields (one built before ``terms``), or whose text was
     split into words by another rule (before CJK characters were words), cannot answer
     this schema's queries: say so, and the data directory moves it aside and rebuilds it
-    from the topic (``agentlog.streams.embedded.datadir.open_derived``)."""
+    from the topic (``agentlog.streams.embedded.datadir.open_derived``), as it does an
+    index whose ``meta.json`` it cannot read."""
     meta = os.path.join(path, "meta.json")
     if not os.path.exists(meta):
         return
     with open(meta, "rb") as f:
-        schema = orjson.loads(f.read()).get("schema", [])
-    fields = {entry["name"] for entry in schema}
+        data = f.read()
+    try:
+        schema = orjson.loads(data)["schema"]
+        fields = {entry["name"]: (entry.get("options", {}).get("indexing") or {}) for entry in schema}
+        tokenizers = {str(fields[f.name].get("tokenizer")) for f in SEARCH_FIELDS if f.type == "text" and f.name in fields}
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise StoreError(f"the search index in {path} has a meta.json that does not describe an index "
+                         f"({type(error).__name__}: {str(error)[:80]})") from error  # fmt: skip
     wanted = {f.name for f in SEARCH_FIELDS}
-    if fields != wanted:
-        missing = ", ".join(sorted(wanted - fields)) or "none"
-        raise OutdatedStore(f"the search index in {path} was built with another schema (missing fields: {missing}); "
-                         "it is rebuilt from the topic")  # fmt: skip
-    texts = {f.name for f in SEARCH_FIELDS if f.type == "text"}
-    tokenizers = {(entry.get("options", {}).get("indexing") or {}).get("tokenizer") for entry in schema
-                  if entry["name"] in texts}  # fmt: skip
+    if set(fields) != wanted:
+        missing = ", ".join(sorted(wanted - set(fields))) or "none"
+        raise OutdatedStore(f"the search index in {path} was built with another schema "
+                            f"(missing fields: {missing}); it is rebuilt from the topic")  # fmt: skip
     if tokenizers != {WORDS_TOKENIZER}:
         raise OutdatedStore(f"the search index in {path} split its text into words by an older rule "
-                         f"({', '.join(sorted(map(str, tokenizers)))}); it is rebuilt from the topic")  # fmt: skip
+                            f"({', '.join(sorted(tokenizers))}); it is rebuilt from the topic")  # fmt: skip
 
 
 _ONE_TERM_EACH = frozenset({"thread_id", "project"})

@@ -131,3 +131,20 @@ def test_an_index_that_split_words_by_the_older_rule_is_rebuilt_from_the_topic(t
         assert _ids(found) == ["ja"] and found["hits"][0]["source"] == "index"
     finally:
         service.close()
+
+
+@pytest.mark.parametrize("meta", [b"{not json", b"[]", b'{"schema": 7}', b'{"schema": [1, 2]}',
+                                  b'{"schema": [{"name": "text", "options": 5}]}', b'{"schema": [{}]}'])  # fmt: skip
+def test_an_index_whose_meta_json_is_not_an_index_is_moved_aside_and_rebuilt(tmp_path: Path, meta: bytes) -> None:
+    settings_ = Settings(data_dir=tmp_path / "data")
+    service = EmbeddedService(settings_)
+    service.publish(raw("ja", "message", {"role": "user", "text": JA}, 0))
+    service.catch_up()
+    service.close()
+    (settings_.path("index") / "meta.json").write_bytes(meta)
+    service = EmbeddedService(settings_)
+    try:
+        assert _ids(service.search("東京")) == ["ja"]
+        assert any(p.name.startswith("index.corrupt-") for p in settings_.data_dir.iterdir())
+    finally:
+        service.close()
