@@ -16,6 +16,7 @@ Pure: the adapter (``agentlog.streams.api.recall``) runs the searches and reads.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -47,10 +48,30 @@ again earlier before last latest happened happen output result results
 """Words that would match most events: asked about, they only add noise."""
 
 
+CJK_STOP_CHARACTERS = frozenset("的了是吗呢吧啊这那个我你他她它们请什么哪怎样")
+"""Chinese characters of grammar and pronouns: in a question, they match most messages."""
+
+
 def _telling(word: str) -> bool:
     """Whether a word of a question is worth searching for: not a stop word, and not a lone
-    letter or digit, unless it is a CJK character (a word of its own there: 東, 京)."""
-    return word not in STOP_WORDS and (len(word) > 1 or is_one_character_word(word))
+    letter or digit, unless it is a CJK character (a word of its own there: 東, 京). Not a
+    lone hiragana: in a Japanese question those are particles and endings (の, は, です),
+    and the meaning is in its kanji and katakana; a question of hiragana alone keeps them."""
+    if word in STOP_WORDS or word in CJK_STOP_CHARACTERS:
+        return False
+    return len(word) > 1 or (is_one_character_word(word) and not _HIRAGANA.fullmatch(word))
+
+
+_HIRAGANA = re.compile("[\u3041-\u309f]")
+
+
+def _question_words(text: str) -> list[str]:
+    """The words of a question recall searches for, each once, in order."""
+    words = tokenize(text)
+    telling = [t for t in words if _telling(t)]
+    if not telling and any(_HIRAGANA.fullmatch(t) for t in words):
+        telling = [t for t in words if t not in CJK_STOP_CHARACTERS]  # all kana: nothing else to go on
+    return list(dict.fromkeys(telling))
 
 
 def recall_query(state: Mapping[str, Any], latest_text: str | None, query: str | None) -> str:
@@ -60,7 +81,7 @@ def recall_query(state: Mapping[str, Any], latest_text: str | None, query: str |
         return query
     goal = (state.get("goal") or {}).get("text") or ""
     text = f"{latest_text or ''}\n{goal}"
-    words = [t for t in tokenize(text) if _telling(t)]
+    words = _question_words(text)
     kept = list(dict.fromkeys([*identifiers(text), *words]))
     return " ".join(kept[:MAX_QUERY_TERMS])
 
@@ -74,7 +95,7 @@ FAILURE_NOISE = frozenset({"code", "codes", "status", "exit", "message", "reason
 
 
 def _terms(text: str) -> str:
-    words = [t for t in tokenize(text) if _telling(t)]
+    words = _question_words(text)
     return " ".join(list(dict.fromkeys([*identifiers(text), *words]))[:MAX_QUERY_TERMS])
 
 

@@ -14,7 +14,7 @@ from operator import itemgetter
 from dataclasses import dataclass
 from typing import Any
 
-from agentlog.processors.words import tokenize
+from agentlog.processors.words import MAX_QUERY_WORDS, tokenize, word_counts
 from agentlog.schemas.search import Hit, SearchFilters
 
 SNIPPET_CHARS = 160
@@ -64,8 +64,8 @@ class Scorable:
 
     @classmethod
     def of(cls, text: str, terms: frozenset[str] = frozenset()) -> Scorable:
-        tokens = tokenize(text)
-        return cls(Counter(tokens), len(tokens), terms)
+        counts = word_counts(text)
+        return cls(counts, sum(counts.values()), terms)
 
     def length_norm(self) -> float:
         return 1.0 + 0.25 * (self.length / 50.0)
@@ -201,20 +201,30 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
 
 def searches_nothing(query: str) -> str | None:
     """The warning a search answer carries when ``query`` holds no word the index keeps and
-    no identifier (only punctuation, or one word over 40 characters): like an empty query,
+    no identifier (only punctuation, or one word over 40 bytes): like an empty query,
     it lists every event under the filters, which its asker may not expect."""
     if not query.strip() or tokenize(query) or identifiers(query):
         return None
     return (f"the query {query[:60]!r} holds no word to search for (punctuation is not indexed, nor a "
-            "word over 40 characters): every event under the filters is listed, newest first")
+            "word over 40 bytes): every event under the filters is listed, newest first")
+
+
+def searches_part(query: str) -> str | None:
+    """The warning a search answer carries when ``query`` holds more distinct words than a
+    search looks for (``query_words``): the rest were not searched."""
+    distinct = len(set(tokenize(query)))
+    if distinct <= MAX_QUERY_WORDS:
+        return None
+    return f"the query holds {distinct:,} distinct words: only its first {MAX_QUERY_WORDS} were searched for"
 
 
 def with_query_warning(answer: dict[str, Any]) -> dict[str, Any]:
-    """A search answer (a new one) with ``searches_nothing``'s warning when it applies."""
-    warning = searches_nothing(str(answer.get("query", "")))
-    if warning is None:
+    """A search answer (a new one) with the warnings its query calls for, if any."""
+    query = str(answer.get("query", ""))
+    found = [w for w in (searches_nothing(query), searches_part(query)) if w is not None]
+    if not found:
         return answer
-    return {**answer, "warnings": [*answer.get("warnings", []), warning]}
+    return {**answer, "warnings": [*answer.get("warnings", []), *found]}
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "searches_nothing", "snippet", "term_weight", "tokenize", "with_query_warning"]
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "searches_nothing", "searches_part", "snippet", "term_weight", "tokenize", "with_query_warning"]

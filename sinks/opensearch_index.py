@@ -19,8 +19,8 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import OpenSearchException
 
-from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet, tokenize
-from agentlog.processors.words import JAVA_WORD, MAX_WORD_BYTES, WORDS_VERSION
+from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet
+from agentlog.processors.words import JAVA_WORD, MAX_WORD_BYTES, WORDS_VERSION, query_words
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
 from agentlog.sinks.base import SearchIndex, StoreError, redact_url
@@ -152,7 +152,7 @@ class OpenSearchIndex(SearchIndex):
         return {h["_id"] for h in found}
 
     def search(self, query: str, filters: SearchFilters, limit: int = 10) -> list[Hit]:
-        terms = tokenize(query)
+        terms = query_words(query)
         exact = identifiers(query)
         # A text match, or an identifier held exactly, which scores a constant far above
         # any text score (as tantivy's query does).

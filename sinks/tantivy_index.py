@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import tantivy
 
-from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet, tokenize
-from agentlog.processors.words import MAX_WORD_BYTES, RUST_WORD, WORDS_VERSION
+from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet
+from agentlog.processors.words import MAX_WORD_BYTES, RUST_WORD, WORDS_VERSION, query_words
 from agentlog.schemas.tables import SEARCH_FIELDS
 from agentlog.schemas.search import Hit, SearchFilters
 from agentlog.sinks.base import OutdatedStore, SearchIndex, StoreError
@@ -91,12 +91,11 @@ def _check_schema(path: str) -> None:
                          f"({type(error).__name__}: {str(error)[:80]})") from error  # fmt: skip
     wanted = {f.name for f in SEARCH_FIELDS}
     if set(fields) != wanted:
-        missing = ", ".join(sorted(wanted - set(fields))) or "none"
-        raise OutdatedStore(f"the search index in {path} was built with another schema "
-                            f"(missing fields: {missing}); it is rebuilt from the topic")  # fmt: skip
+        missing = sorted(wanted - set(fields))
+        named = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "") or "none"
+        raise OutdatedStore(f"the search index in {path} was built with another schema (missing fields: {named})")
     if tokenizers != {WORDS_TOKENIZER}:
-        raise OutdatedStore(f"the search index in {path} split its text into words by an older rule "
-                            f"({', '.join(sorted(tokenizers))}); it is rebuilt from the topic")  # fmt: skip
+        raise OutdatedStore(f"the search index in {path} splits its text into words by an older rule")
 
 
 _ONE_TERM_EACH = frozenset({"thread_id", "project"})
@@ -191,7 +190,7 @@ class _TantivySearching:
 
     def _query(self, text: str, filters: SearchFilters, searcher: Any) -> Any:
         """The query of ``search(text, filters)`` as ``searcher`` runs it."""
-        terms, idents = tokenize(text), identifiers(text)
+        terms, idents = query_words(text), identifiers(text)
         clauses: list[tuple[Any, Any]] = []
         if terms or idents:  # a query of one long identifier (a sha256) has no word terms
             should = [
@@ -240,7 +239,7 @@ class _TantivySearching:
         ``None`` when there are more (which of them a search ranks first takes the scores),
         or when the text could score ``EXACT_BOOST`` on its own. Looking up a tool event's
         partner (``call:<call_id>``) needs only these."""
-        exact, clauses = identifiers(query), len(tokenize(query)) * len(_TEXT_FIELDS)
+        exact, clauses = identifiers(query), len(query_words(query)) * len(_TEXT_FIELDS)
         clauses += len(self._filter_clauses(filters))
         if not exact or clauses * MAX_CLAUSE_SCORE >= EXACT_BOOST:
             return None

@@ -218,3 +218,16 @@ def test_an_index_with_the_older_word_rule_says_so_until_a_rebuild_makes_it_agai
     index.refresh()
     assert [h.event_id for h in index.search("東京", SearchFilters())] == ["ja"]
     assert not OpenSearchIndex(url, name).outdated_words  # opened again: current
+
+
+def test_a_query_of_a_thousand_kanji_is_answered_on_opensearch(os_settings: Settings) -> None:
+    service = EmbeddedService(os_settings)
+    try:
+        service.publish(raw("ja", "message", {"role": "user", "text": WORD_SAMPLES[0]}, 0))
+        service.catch_up()
+        query = "東京" + "".join(chr(0x4E00 + i) for i in range(1000))  # 2,000 clauses, were there one a word a field
+        answer = service.search(query)
+        assert [h["event_id"] for h in answer["hits"]] == ["ja"]
+        assert any("only its first 256" in w for w in answer["warnings"])
+    finally:
+        service.close()

@@ -3,8 +3,13 @@ word inside a Chinese or Japanese sentence is found (each such character is a wo
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import unicodedata
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 import pytest
 import tantivy
@@ -12,7 +17,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentlog.processors.recall import recall_query
-from agentlog.processors.words import is_one_character_word, tokenize
+from collections import Counter
+
+from agentlog.processors.words import MAX_QUERY_WORDS, is_one_character_word, query_words, tokenize, word_counts
 from agentlog.sinks.tantivy_index import _words_analyzer
 from agentlog.schemas.tables import SEARCH_FIELDS
 from agentlog.streams.api.context import context_for
@@ -45,6 +52,19 @@ def test_the_index_splits_text_into_the_same_words_as_the_read_your_writes_scan(
     assert _words_analyzer().analyze(text) == tokenize(text)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_ALPHABET, st.text(min_size=1, max_size=3)), max_size=120).map("".join))
+@example("ΟΔΟΣ 東京 Σa " + "é" * 21 + " ・ー")
+def test_word_counts_are_the_counts_of_the_words(text: str) -> None:
+    assert word_counts(text) == Counter(tokenize(text))
+
+
+def test_a_query_looks_for_each_word_once_and_its_first_256_only() -> None:
+    assert query_words("cache miss cache MISS") == ["cache", "miss"]
+    many = "".join(chr(0x4E00 + i) for i in range(1000))
+    assert query_words(many) == [chr(0x4E00 + i) for i in range(MAX_QUERY_WORDS)]
+
+
 def test_each_chinese_or_japanese_character_is_a_word_and_punctuation_is_not() -> None:
     assert tokenize("東京に行きました") == ["東", "京", "に", "行", "き", "ま", "し", "た"]
     assert tokenize("サーバー・設定") == ["サ", "ー", "バ", "ー", "設", "定"]  # the middle dot separates
@@ -57,9 +77,12 @@ def test_a_word_longer_than_forty_bytes_is_not_a_word() -> None:
     assert tokenize("é" * 20) == ["é" * 20] and tokenize("é" * 21) == []  # two bytes each
 
 
-def test_a_question_in_japanese_searches_for_its_characters() -> None:
-    query = recall_query({"thread_id": "t1"}, "サーバーの設定は?", None)
-    assert set("サバ設定").issubset(query.split())  # single letters elsewhere are dropped; these are words
+def test_a_question_in_japanese_searches_for_its_kanji_and_katakana_not_its_particles() -> None:
+    query = recall_query({"thread_id": "t1"}, "すみません、以前に話していた件ですが、本番サーバーのパスワードはどこですか？", None)
+    assert set("本番サバパスワド以前話件").issubset(query.split())
+    assert not set("すみませのはどこでか").intersection(query.split())  # particles and endings match everything
+    assert recall_query({"thread_id": "t1"}, "ありがとう", None).split() == list("ありがとう")  # nothing else to go on
+    assert "的" not in recall_query({"thread_id": "t1"}, "数据库的配置在哪里", None).split()
 
 
 @pytest.fixture
@@ -99,6 +122,28 @@ def test_recall_brings_back_the_japanese_message_that_answers_the_question(servi
     assert recalled and recalled[0] == "m1"
 
 
+def test_a_query_of_a_thousand_kanji_is_answered_and_says_what_was_searched(service: EmbeddedService) -> None:
+    service.publish(raw("ja", "message", {"role": "user", "text": JA}, 0))
+    query = "".join(chr(0x4E00 + i) for i in range(1000)) + "東京"
+    for answer in (service.search(query, thread_id="t1", drain=False), service.search(query)):
+        assert any(f"{len(set(query)):,} distinct words: only its first 256" in w for w in answer["warnings"])
+    assert service.search("東京 東京")["warnings"] == []
+
+
+def test_recall_of_a_japanese_question_is_not_led_by_messages_that_share_only_particles(service: EmbeddedService) -> None:
+    unrelated = ["今日はいい天気ですね", "それはどうですか", "ランチは何にしますか", "会議は何時からですか",
+                 "それでいいですか", "明日はどこに行きますか", "これは何ですか", "そうですね、わかりました"]  # fmt: skip
+    service.publish(b"\n".join([
+        raw("ans", "message", {"role": "user", "text": "本番サーバーのパスワードは金庫の prod/db にあります。"}, 0),
+        *[raw(f"u{i}", "message", {"role": "user", "text": t}, 1 + i) for i, t in enumerate(unrelated)],
+        raw("ws", "window_switch", {"new_window_id": "w2"}, 20),
+        raw("ask", "message", {"role": "user", "text": "すみません、本番サーバーのパスワードはどこですか？"}, 21),
+    ]))  # fmt: skip
+    service.catch_up()
+    recalled = next(s for s in context_for(service, "t1", 700)["sections"] if s["name"] == "recall")["hits"]
+    assert recalled[0] == "ans" and not set(recalled) & {f"u{i}" for i in range(8)}
+
+
 def test_an_index_that_split_words_by_the_older_rule_is_rebuilt_from_the_topic(tmp_path: Path,
                                                                                capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     settings_ = Settings(data_dir=tmp_path / "data")
@@ -126,6 +171,7 @@ def test_an_index_that_split_words_by_the_older_rule_is_rebuilt_from_the_topic(t
     try:
         notice = capfd.readouterr().err
         assert "index/ was made by an older version (" in notice and "older rule" in notice, notice
+        assert "safe to delete" in notice and "(default)" not in notice
         assert [p.name.startswith("index.outdated-") for p in settings_.data_dir.iterdir()].count(True) == 1
         found = service.search("東京")
         assert _ids(found) == ["ja"] and found["hits"][0]["source"] == "index"
@@ -148,3 +194,20 @@ def test_an_index_whose_meta_json_is_not_an_index_is_moved_aside_and_rebuilt(tmp
         assert any(p.name.startswith("index.corrupt-") for p in settings_.data_dir.iterdir())
     finally:
         service.close()
+
+
+def test_a_query_of_bytes_that_are_not_utf8_gets_the_same_answer_with_a_server_as_without(
+        cli_env: dict[str, str], start_server: Any) -> None:  # fmt: skip
+    def search(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "agentlog", "search", b"\xff\xfe", "--json"], env=env,
+                              capture_output=True, timeout=120, check=False)  # fmt: skip
+
+    subprocess.run([sys.executable, "-m", "agentlog", "publish", "-"], env=cli_env, check=True, timeout=120,
+                   input=raw("ja", "message", {"role": "user", "text": JA}, 0))  # fmt: skip
+    alone = search(cli_env)
+    _url, env = start_server()
+    served = search(env)
+    assert alone.returncode == served.returncode == 0, (alone.stderr, served.stderr)
+    for answer in (alone, served):
+        found = orjson.loads(answer.stdout)
+        assert [h["event_id"] for h in found["hits"]] == ["ja"] and "holds no word" in found["warnings"][-1]

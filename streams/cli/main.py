@@ -6,6 +6,7 @@ on stderr and an exit status."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sqlite3
@@ -21,8 +22,22 @@ from agentlog.streams.embedded.datadir import diagnose
 from agentlog.streams.runtime import tune_gc
 
 
+def _text_arguments(args: argparse.Namespace) -> None:
+    """A query given in bytes that are not UTF-8 (Python reads them as surrogates) is read
+    as the HTTP API reads such a query, each bad byte as U+FFFD: the same answer with a
+    server as without (the client could not send the surrogates at all)."""
+    query = getattr(args, "query", None)
+    if isinstance(query, str) and not query.isascii():
+        try:
+            raw = query.encode("utf-8", "surrogateescape")  # the bytes as given
+        except UnicodeEncodeError:  # a surrogate no byte decodes to (a caller's own string)
+            raw = query.encode("utf-8", "replace")
+        args.query = raw.decode("utf-8", "replace")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _text_arguments(args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr,

@@ -121,10 +121,13 @@ def open_derived(path: Path, opener: Callable[[str], Any], notes: list[str]) -> 
             raise
         reason = error.problem if isinstance(error, CorruptStore) else str(error).replace(str(path), store_name(path))
         reason = " ".join(reason.split())
-        outdated = isinstance(error, OutdatedStore)
-        aside = move_aside(path, "outdated" if outdated else "corrupt")
-        was = "was made by an older version" if outdated else "was corrupt"
-        notes.append(f"{store_name(path)} {was} ({reason[:160]}; moved to {aside.name})")
+        if isinstance(error, OutdatedStore):  # nothing wrong with it: the old copy can go
+            aside = move_aside(path, "outdated")
+            notes.append(f"{store_name(path)} was made by an older version ({reason[:160]}; the old copy is "
+                         f"{aside.name}, safe to delete)")  # fmt: skip
+        else:
+            aside = move_aside(path)
+            notes.append(f"{store_name(path)} was corrupt ({reason[:120]}; moved to {aside.name})")
         return opener(str(path))
 
 

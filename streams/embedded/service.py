@@ -24,7 +24,8 @@ from agentlog.processors.compaction import Summariser
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.records import active_hits
 from agentlog.processors.state_sections import Held, Patch, StateBody
-from agentlog.processors.textsearch import EXACT_BOOST, MAX_TERM_SCORE, identifiers, tokenize, with_query_warning
+from agentlog.processors.textsearch import EXACT_BOOST, MAX_TERM_SCORE, identifiers, with_query_warning
+from agentlog.processors.words import query_words
 from agentlog.processors.thread_list import select_rows, thread_row
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
@@ -525,7 +526,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         search can tell (more than ``limit`` of them, a long query, an index that cannot)."""
         check_search_limit(limit)
         holders = getattr(self.index, "exact_holders", None)
-        if holders is None or len(set(tokenize(query))) * MAX_TERM_SCORE >= EXACT_BOOST:
+        if holders is None or len(query_words(query)) * MAX_TERM_SCORE >= EXACT_BOOST:
             return None
         if not self.serving and self._unindexed() > ACTIVE_SCAN_LIMIT:
             return None  # the search writes the index first
@@ -556,7 +557,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
                      visible: int) -> list[Hit | Pending]:  # fmt: skip
         """The thread's accepted events after ``visible``, what the index shows (read-your-
         writes): the best ``2 * limit``, enough whatever the index answers."""
-        terms = tokenize(query)
+        terms = query_words(query)
         with self.lock:
             tp = self.driver.pipeline.threads.get(thread_id)
             current_window = tp.state.window_id if tp is not None else DEFAULT_WINDOW

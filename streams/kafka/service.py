@@ -21,7 +21,8 @@ import orjson
 from agentlog.processors.compaction import Summariser
 from agentlog.processors.records import active_hits
 from agentlog.processors.redaction import redact_if
-from agentlog.processors.textsearch import identifiers, tokenize, with_query_warning
+from agentlog.processors.textsearch import identifiers, with_query_warning
+from agentlog.processors.words import query_words
 from agentlog.schemas.snapshot import ThreadSnapshot
 from agentlog.processors.thread_list import log_row, log_ts, select_rows, thread_row
 from agentlog.processors.validation import validate
@@ -190,7 +191,7 @@ class StoreQueries:
         except StoreError:  # the log is out of reach (a sink process down): the pending ones still answer
             recent = self.unlogged.of(thread_id)[-RECENT:]
         events = ((e, logged.offset) for logged in recent if isinstance(e := validate(logged.raw), Envelope))
-        matches = active_hits(events, tokenize(query), filters, snapshot.state.window_id, set(),
+        matches = active_hits(events, query_words(query), filters, snapshot.state.window_id, set(),
                               snapshot.state.closed_windows, identifiers(query))  # fmt: skip
         try:
             visible = self.index.visible_ids([h.event_id for h in matches])
