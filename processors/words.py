@@ -91,8 +91,8 @@ def tokenize(text: str) -> list[str]:
     """The words of ``text``, lowercased, in order (repeats kept)."""
     if text.isascii():  # most text an agent logs: no CJK, a character is a byte (a third faster)
         return [w.lower() for w in _ASCII_WORD.findall(text) if len(w) <= MAX_WORD_BYTES]
-    words = [w.lower() for w in PYTHON_WORD.findall(text) if len(w) <= _SHORT or _fits(w)]
-    return words if "Σ" not in text else [_lower(w) for w in PYTHON_WORD.findall(text) if len(w) <= _SHORT or _fits(w)]
+    lower = _lower if "Σ" in text else str.lower
+    return [lower(w) for w in PYTHON_WORD.findall(text) if len(w) <= _SHORT or _fits(w)]
 
 
 def word_counts(text: str) -> Counter[str]:
