@@ -41,7 +41,7 @@ than ``EXACT_BOOST / MAX_CLAUSE_SCORE`` clauses cannot score ``EXACT_BOOST`` by 
 
 WORDS_TOKENIZER = f"agentlog_words_v{WORDS_VERSION}"
 """The text fields' analyzer, by the name the index's ``meta.json`` records (its version in
-it): an index made with another is rebuilt (``_check_schema``)."""
+it): an index made with another is rebuilt (``check_schema``)."""
 
 
 def _words_analyzer() -> Any:
@@ -71,7 +71,7 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
-def _check_schema(path: str) -> None:
+def check_schema(path: str) -> None:
     """An index written with other fields (one built before ``terms``), or whose text was
     split into words by another rule (before CJK characters were words), cannot answer
     this schema's queries: say so, and the data directory moves it aside and rebuilds it
@@ -374,7 +374,7 @@ class TantivySearchIndex(_TantivySearching, SearchIndex):
         os.makedirs(path, exist_ok=True)
         super().__init__(path)
         try:
-            _check_schema(path)
+            check_schema(path)
             self._index = self._open()
             self._writer = self._index.writer(heap_size=heap_bytes, num_threads=1)
         except ValueError as error:
@@ -472,7 +472,7 @@ class TantivyIndexReader(_TantivySearching):
     def __init__(self, path: str) -> None:
         super().__init__(path)
         try:
-            _check_schema(path)
+            check_schema(path)
             self._index = _with_words(tantivy.Index.open(path))
             self._index.config_reader("Manual")
         except ValueError as error:
@@ -531,4 +531,4 @@ class TantivyIndexReader(_TantivySearching):
         self._stop_searching()
 
 
-__all__ = ["TantivyIndexReader", "TantivySearchIndex"]
+__all__ = ["TantivyIndexReader", "TantivySearchIndex", "check_schema"]

@@ -144,15 +144,9 @@ def test_recall_of_a_japanese_question_is_not_led_by_messages_that_share_only_pa
     assert recalled[0] == "ans" and not set(recalled) & {f"u{i}" for i in range(8)}
 
 
-def test_an_index_that_split_words_by_the_older_rule_is_rebuilt_from_the_topic(tmp_path: Path,
-                                                                               capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    settings_ = Settings(data_dir=tmp_path / "data")
-    service = EmbeddedService(settings_)
-    service.publish(raw("ja", "message", {"role": "user", "text": JA}, 0))
-    service.catch_up()
-    service.close()
-    index_dir = settings_.path("index")
-    for f in index_dir.iterdir():  # the index as the older rule wrote it: tantivy's default analyzer
+def _older_rule_index(index_dir: Path) -> Any:
+    """The index as the older rule wrote it (tantivy's default analyzer), holding JA."""
+    for f in index_dir.iterdir():
         f.unlink() if f.is_file() else None
     builder = tantivy.SchemaBuilder()
     for f in SEARCH_FIELDS:
@@ -165,8 +159,19 @@ def test_an_index_that_split_words_by_the_older_rule_is_rebuilt_from_the_topic(t
     writer.add_document(tantivy.Document(event_id="ja", thread_id="t1", text=JA, offset=1))
     writer.commit()
     writer.wait_merging_threads()
+    return old
+
+
+def test_an_index_that_split_words_by_the_older_rule_is_rebuilt_from_the_topic(tmp_path: Path,
+                                                                               capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    settings_ = Settings(data_dir=tmp_path / "data")
+    service = EmbeddedService(settings_)
+    service.publish(raw("ja", "message", {"role": "user", "text": JA}, 0))
+    service.catch_up()
+    service.close()
+    old = _older_rule_index(settings_.path("index"))
     assert old.searcher().search(old.parse_query("東京", ["text"]), 5).count == 0  # the old rule: one long word
-    del writer, old
+    del old
     service = EmbeddedService(settings_)
     try:
         notice = capfd.readouterr().err
@@ -211,3 +216,22 @@ def test_a_query_of_bytes_that_are_not_utf8_gets_the_same_answer_with_a_server_a
     for answer in (alone, served):
         found = orjson.loads(answer.stdout)
         assert [h["event_id"] for h in found["hits"]] == ["ja"] and "holds no word" in found["warnings"][-1]
+
+
+def test_a_kafka_worker_on_an_older_rule_index_says_to_rebuild_and_a_rebuild_remakes_it(tmp_path: Path,
+                                                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from agentlog.streams.kafka.app import run_worker
+    from agentlog.streams.wiring import open_search_index, outdated_index
+
+    settings_ = Settings(data_dir=tmp_path / "worker", kafka_bootstrap="127.0.0.1:9")  # never reached
+    settings_.path("index").mkdir()
+    _older_rule_index(settings_.path("index"))
+    assert "older rule" in (outdated_index(settings_) or "")
+    assert run_worker(settings_) == 2  # refused before any broker is asked
+    assert "run `agentlog rebuild`" in capsys.readouterr().err
+    index = open_search_index(settings_, remake_outdated=True)  # what a rebuild opens
+    try:
+        assert outdated_index(settings_) is None
+        assert [p.name.startswith("index.outdated-") for p in settings_.data_dir.iterdir()].count(True) == 1
+    finally:
+        index.close()

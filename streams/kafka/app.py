@@ -31,6 +31,7 @@ from agentlog.streams.kafka.processor import KafkaProcessor, changelog_key
 from agentlog.streams.kafka.service import WorkerService
 from agentlog.streams.memory import runner as memory_runner
 from agentlog.streams.kafka.topics import ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ready_to_serve, topic, worker_group
+from agentlog.streams.wiring import outdated_index
 
 def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
     """The worker's faust app and its two tables (thread snapshots, dedup ids), declared
@@ -124,6 +125,10 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
     if role != "all" and not settings.opensearch_url:
         print("agentlog: a processor with its sinks elsewhere needs a shared search index: set "
               "AGENTLOG_OPENSEARCH_URL (tantivy keeps its files in one process)", file=sys.stderr)  # fmt: skip
+        return 2
+    if (outdated := outdated_index(settings)) is not None:  # its words are split by an older rule
+        print(f"agentlog: {outdated}: stop the workers and run `agentlog rebuild`, which makes it again "
+              "from the log", file=sys.stderr)  # fmt: skip
         return 2
     if not ready_to_serve(settings):
         return 2

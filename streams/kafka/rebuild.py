@@ -39,7 +39,7 @@ def rebuild_on_kafka(settings: Settings, on_progress: Progress | None = None) ->
         _require_log_caught_up(watch, f"{group}-log-sink", topic(ACCEPTED, settings.kafka_namespace))
     finally:
         watch.close()
-    log_store, index = open_log_store(settings), open_search_index(settings)
+    log_store, index = open_log_store(settings), open_search_index(settings, remake_outdated=True)
     try:
         replay = replay_log(log_store, index, settings.pairing, on_progress)
     finally:
