@@ -50,6 +50,7 @@ again earlier before last latest happened happen output result results
 
 CJK_STOP_CHARACTERS = frozenset("的了是吗呢吧啊这那个我你他她它们请什么哪怎样")
 """Chinese characters of grammar and pronouns: in a question, they match most messages."""
+_HIRAGANA = re.compile("[\u3041-\u309f]")
 
 
 def _telling(word: str) -> bool:
@@ -60,9 +61,6 @@ def _telling(word: str) -> bool:
     if word in STOP_WORDS or word in CJK_STOP_CHARACTERS:
         return False
     return len(word) > 1 or (is_one_character_word(word) and not _HIRAGANA.fullmatch(word))
-
-
-_HIRAGANA = re.compile("[\u3041-\u309f]")
 
 
 def _question_words(text: str) -> list[str]:
