@@ -199,32 +199,28 @@ def active_hit(doc: dict[str, Any], terms: list[str], filters: SearchFilters,
     return hit_of(doc, terms, s) if s else None
 
 
-def searches_nothing(query: str) -> str | None:
-    """The warning a search answer carries when ``query`` holds no word the index keeps and
-    no identifier (only punctuation, or one word over 40 bytes): like an empty query,
-    it lists every event under the filters, which its asker may not expect."""
-    if not query.strip() or tokenize(query) or identifiers(query):
-        return None
-    return (f"the query {query[:60]!r} holds no word to search for (punctuation is not indexed, nor a "
-            "word over 40 bytes): every event under the filters is listed, newest first")
-
-
-def searches_part(query: str) -> str | None:
-    """The warning a search answer carries when ``query`` holds more distinct words than a
-    search looks for (``query_words``): the rest were not searched."""
+def query_warnings(query: str) -> list[str]:
+    """What a search answer says of its query: one that holds no word the index keeps and
+    no identifier (only punctuation, or one word over 40 bytes) lists every event under
+    the filters, like an empty query, which its asker may not expect; one of more distinct
+    words than a search looks for (``query_words``) was searched for its first ones only."""
+    if not query.strip():
+        return []
     distinct = len(set(tokenize(query)))
-    if distinct <= MAX_QUERY_WORDS:
-        return None
-    return f"the query holds {distinct:,} distinct words: only its first {MAX_QUERY_WORDS} were searched for"
+    if distinct == 0 and not identifiers(query):
+        return [f"the query {query[:60]!r} holds no word to search for (punctuation is not indexed, nor a "
+                "word over 40 bytes): every event under the filters is listed, newest first"]
+    if distinct > MAX_QUERY_WORDS:
+        return [f"the query holds {distinct:,} distinct words: only its first {MAX_QUERY_WORDS} were searched for"]
+    return []
 
 
 def with_query_warning(answer: dict[str, Any]) -> dict[str, Any]:
     """A search answer (a new one) with the warnings its query calls for, if any."""
-    query = str(answer.get("query", ""))
-    found = [w for w in (searches_nothing(query), searches_part(query)) if w is not None]
+    found = query_warnings(str(answer.get("query", "")))
     if not found:
         return answer
     return {**answer, "warnings": [*answer.get("warnings", []), *found]}
 
 
-__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "searches_nothing", "searches_part", "snippet", "term_weight", "tokenize", "with_query_warning"]
+__all__ = ["EXACT_BOOST", "MAX_IDENTIFIERS", "MAX_TERM_SCORE", "LN2", "SNIPPET_CHARS", "Scorable", "active_hit", "active_score", "document_filter", "final_score", "hit_of", "scorable", "identifiers", "pair_term", "filters_match", "score", "score_of", "query_warnings", "snippet", "term_weight", "tokenize", "with_query_warning"]

@@ -325,9 +325,13 @@ class Remote:
 
     search_later = None
     """Not a search started beside the caller: a forwarded call is I/O, asked in order."""
-    warnings: list[str] = []  # noqa: RUF012 - never changed
-    """A search answer says nothing of the sink process's index (tantivy: an outdated one is
-    rebuilt when opened)."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """A search answer says nothing of the sink process's index (tantivy: an outdated
+        one is rebuilt when opened)."""
+        return []
+
     exact_holders = None
     """Not looked up apart from a search: a forwarded call costs more than it saves."""
 
