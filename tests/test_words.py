@@ -235,3 +235,14 @@ def test_a_kafka_worker_on_an_older_rule_index_says_to_rebuild_and_a_rebuild_rem
         assert [p.name.startswith("index.outdated-") for p in settings_.data_dir.iterdir()].count(True) == 1
     finally:
         index.close()
+
+
+def test_a_kafka_query_with_no_worker_on_an_older_rule_index_says_what_to_do(cli_env: dict[str, str]) -> None:
+    index_dir = Path(cli_env["AGENTLOG_DATA_DIR"]) / "index"
+    index_dir.mkdir(parents=True)
+    _older_rule_index(index_dir)
+    env = {**cli_env, "AGENTLOG_KAFKA_BOOTSTRAP": "127.0.0.1:9", "AGENTLOG_HTTP_PORT": "9"}  # nothing answers there
+    done = subprocess.run([sys.executable, "-m", "agentlog", "search", "東京"], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 1 and "older rule: stop the workers and run `agentlog rebuild`" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -13,7 +13,7 @@ import sqlite3
 import sys
 
 from agentlog.processors.context import BudgetTooSmall
-from agentlog.sinks.base import StaleToken, StoreError
+from agentlog.sinks.base import OutdatedStore, StaleToken, StoreError
 from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
 from agentlog.streams.cli.commands import UsageError
 from agentlog.streams.cli.parser import build_parser
@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except sqlite3.DatabaseError as error:  # a store went bad while in use
         print(f"agentlog: error: {diagnose(settings, error) if settings else error}", file=sys.stderr)
+        return 1
+    except OutdatedStore as error:  # a Kafka deployment's tantivy index (the embedded one heals itself)
+        print(f"agentlog: error: {error}: stop the workers and run `agentlog rebuild`, which makes it again "
+              "from the log", file=sys.stderr)  # fmt: skip
         return 1
     except (StoreError, Unavailable, NotServedHere, UsageError, OSError, ValueError) as error:
         print(f"agentlog: error: {error}", file=sys.stderr)
