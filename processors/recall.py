@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from agentlog.processors.fold import digest
@@ -92,9 +93,22 @@ so a long failing log is not outranked by every short message that shares a word
 FAILURE_NOISE = frozenset({"code", "codes", "status", "exit", "message", "reason", "why"})
 
 
+REMEMBERED_CHARS = 4096
+"""Texts up to this long have their search terms remembered (``_terms``): every context
+of a thread asks them of the same latest message and goal, twice (its searches are begun
+early, then read). A longer one is read each time: a cache of them would hold megabytes."""
+
+
 def _terms(text: str) -> str:
+    return _remembered_terms(text) if len(text) <= REMEMBERED_CHARS else _terms_of(text)
+
+
+def _terms_of(text: str) -> str:
     words = _question_words(text)
     return " ".join(list(dict.fromkeys([*identifiers(text), *words]))[:MAX_QUERY_TERMS])
+
+
+_remembered_terms = lru_cache(maxsize=1024)(_terms_of)
 
 
 def recall_searches(state: Mapping[str, Any], latest_text: str | None,
@@ -116,7 +130,15 @@ def recall_searches(state: Mapping[str, Any], latest_text: str | None,
 
 
 def asks_about_failure(text: str | None) -> bool:
-    return bool(FAILURE_WORDS.intersection(tokenize(text or "")))
+    text = text or ""
+    return _remembered_failure(text) if len(text) <= REMEMBERED_CHARS else _about_failure(text)
+
+
+def _about_failure(text: str) -> bool:
+    return bool(FAILURE_WORDS.intersection(tokenize(text)))
+
+
+_remembered_failure = lru_cache(maxsize=1024)(_about_failure)
 
 
 def _failed(event: Envelope) -> bool:

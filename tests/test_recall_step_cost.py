@@ -243,3 +243,19 @@ def test_a_service_that_cannot_begin_a_search_reads_nothing_before_its_window(sp
     context_for(service, "t1", 4000)
     names = [name for name, _, _ in service.calls]
     assert names[: names.index("window")] == ["state", "orphans"], names
+
+
+def test_a_contexts_search_terms_are_worked_out_once_per_text_and_never_remembered_for_a_long_one() -> None:
+    from agentlog.processors import recall  # noqa: PLC0415
+
+    state = {"goal": {"text": "keep the checkout healthy"}}
+    question = "what did pytest say about component 77? ERR_007 failed"
+    first = recall.recall_searches(state, question, None)
+    before = recall._remembered_terms.cache_info().hits
+    assert recall.recall_searches(state, question, None) == first  # the same searches, from memory
+    assert recall._remembered_terms.cache_info().hits == before + 2  # the question's and the goal's
+    long_question = "component " * (recall.REMEMBERED_CHARS // 10 + 1) + "ERR_007 failed"
+    size = recall._remembered_terms.cache_info().currsize
+    searches = recall.recall_searches(state, long_question, None)
+    assert searches[0] == ("ERR_007 component err 007", "error")  # worked out as ever
+    assert recall._remembered_terms.cache_info().currsize == size + 0  # only the goal, known already
