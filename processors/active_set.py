@@ -14,15 +14,12 @@ Pure: the caller reads the events and says what the index shows.
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-
-import numpy as np
 
 from agentlog.processors.records import Match, Prepared, best_of, matches_of, prepare, prepared_doc, tool_of
 from agentlog.processors.textsearch import EXACT_BOOST, LN2, document_filter, final_score, hit_of, term_weight
@@ -34,13 +31,6 @@ SEARCHES_KEPT = 64
 
 Answer = tuple[int, list[Match], dict[str, Hit]]
 """How many prepared events a search has scored, its best matches, their hits by id."""
-Contender = tuple[int, float | None, int]
-"""A document that may be among a search's best: its position, the sum of its query
-terms' weights (``None``: it holds none) and how many of the query's identifiers it holds."""
-MANY_DOCUMENTS = 128
-"""Documents a search adds up at once from which numpy does it (``ActiveSet._matches``):
-measured on generated agent traffic, numpy costs 10 µs more at 100 of them, and at 1,000
-under half of the loop's 0.38 ms."""
 
 
 @dataclass(slots=True)
@@ -81,10 +71,9 @@ class ActiveSet:
         # Token (and exact term) -> the positions of the documents holding it, ascending:
         # a search scores only those (any other scores 0 and is no match). Each token's
         # ``term_weight`` in each of them alongside: a search adds those up term by term.
-        # Machine arrays: a search hands a term's postings to numpy whole (``_matches``).
-        self._postings: dict[str, array[int]] = {}
-        self._weights: dict[str, array[float]] = {}
-        self._exact: dict[str, array[int]] = {}
+        self._postings: dict[str, list[int]] = {}
+        self._weights: dict[str, list[float]] = {}
+        self._exact: dict[str, list[int]] = {}
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
         # Per filters, whether each prepared document passes them (a document never
         # changes): a new query's search looks each one up instead of comparing again.
@@ -135,16 +124,11 @@ class ActiveSet:
         self._prepared.append(prepared)
         scored = prepared[1]
         length_norm = scored.length_norm()
-        postings, weights, exact = self._postings, self._weights, self._exact
         for token, tf in scored.counts.items():
-            if token not in postings:
-                postings[token], weights[token] = array("q"), array("d")
-            postings[token].append(position)
-            weights[token].append(term_weight(tf, length_norm))
+            self._postings.setdefault(token, []).append(position)
+            self._weights.setdefault(token, []).append(term_weight(tf, length_norm))
         for term in prepared[1].terms:
-            if term not in exact:
-                exact[term] = array("q")
-            exact[term].append(position)
+            self._exact.setdefault(term, []).append(position)
         self.chars += len(prepared[0]["text"]) + len(prepared[0]["path"]) + 256
 
     def hits(self, terms: list[str], filters: SearchFilters, exact: Sequence[str], keep: int) -> list[Hit]:
@@ -196,24 +180,7 @@ class ActiveSet:
         the documents holding a term of the query are visited, once per term they hold.
         Each document's weights are added in the order of the query's term set, as
         ``score_of`` adds them, so every score is the same float. ``keep``: only matches
-        that can be among the best ``keep`` of them are given (``best_of`` answers the same).
-        A few documents (the events since the search was last asked) are added up here,
-        many (a new query over a thousand unindexed events) by numpy, whose fixed cost per
-        call is more than the work of a few."""
-        few = len(self._prepared) - start < MANY_DOCUMENTS
-        contenders = (self._contenders_few if few else self._contenders_many)(start, terms, filters, exact, keep)
-        prepared = self._prepared
-        matches: list[Match] = []
-        for position, total, boost in contenders:
-            score = final_score(total) if total is not None else 0.0
-            score = score + EXACT_BOOST * boost if boost else score + 0.0
-            if score:
-                matches.append((score, prepared[position][0]))
-        return matches
-
-    def _contenders_few(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str],
-                        keep: int | None) -> list[Contender]:  # fmt: skip
-        """``_matches``' contenders, added up in Python."""
+        that can be among the best ``keep`` of them are given (``best_of`` answers the same)."""
         totals: dict[int, float] = {}
         for term in set(terms):
             held = self._postings.get(term)
@@ -227,59 +194,18 @@ class ActiveSet:
             if held:
                 for position in held[bisect_left(held, start):]:
                     boosts[position] = boosts.get(position, 0) + 1
-        passing = self._passes(filters)
+        prepared, passing = self._prepared, self._passes(filters)
         positions = [p for p in sorted(totals.keys() | boosts.keys()) if passing[p]]
         if keep is not None and len(positions) > keep:
             positions = _contenders(positions, totals, boosts, keep)
-        return [(p, totals.get(p), boosts.get(p, 0)) for p in positions]
-
-    def _contenders_many(self, start: int, terms: list[str], filters: SearchFilters, exact: Sequence[str],
-                         keep: int | None) -> list[Contender]:  # fmt: skip
-        """``_contenders_few``, added up by numpy: ``np.bincount`` adds each document's
-        weights in the order given (the query's term set), to 0.0, as the loop does."""
-        size = len(self._prepared) - start
-        scored = [self._postings_from(term, start) for term in set(terms)]
-        totals, held = _summed([p for p, _ in scored], [w for _, w in scored], start, size)
-        _, boosts = _summed([self._exact_from(term, start) for term in frozenset(exact)], None, start, size)
-        passing = np.array(self._passes(filters)[start:], dtype=bool)
-        positions = np.flatnonzero(((held > 0) | (boosts > 0)) & passing)
-        if keep is not None and len(positions) > keep:  # as ``_contenders``
-            rough = totals[positions] * LN2 + EXACT_BOOST * boosts[positions]
-            floor = np.partition(rough, len(rough) - keep)[len(rough) - keep] - ROUNDING_MARGIN
-            positions = positions[rough >= floor]
-        return [(start + p, total if matched else None, boost) for p, total, matched, boost in zip(
-            positions.tolist(), totals[positions].tolist(), held[positions].tolist(), boosts[positions].tolist())]
-
-    def _postings_from(self, term: str, start: int) -> tuple[np.ndarray, np.ndarray]:
-        """The positions from ``start`` on of the documents holding ``term``, and its weight in each."""
-        held = self._postings.get(term)
-        if held is None:
-            return _numbers(array("q")), _numbers(array("d"))
-        first = bisect_left(held, start)
-        return _numbers(held[first:]), _numbers(self._weights[term][first:])
-
-    def _exact_from(self, term: str, start: int) -> np.ndarray:
-        """The positions from ``start`` on of the documents holding the identifier ``term``."""
-        held = self._exact.get(term, array("q"))
-        return _numbers(held[bisect_left(held, start):])
-
-
-def _numbers(column: array[Any]) -> np.ndarray:
-    """A slice's numbers (a slice of an ``array`` is a copy): a view of a kept array would
-    pin its buffer, and the next event's ``append`` would fail."""
-    return np.frombuffer(column, dtype=np.float64 if column.typecode == "d" else np.int64)
-
-
-def _summed(positions: list[np.ndarray], weights: list[np.ndarray] | None, start: int,
-            size: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """Per document from position ``start`` on (``size`` of them): the sum of its
-    ``weights``, added in the order given, and how many of ``positions`` hold it."""
-    if not positions:
-        return np.zeros(size), np.zeros(size, dtype=np.int64)
-    every = np.concatenate(positions) - start
-    held = np.bincount(every, minlength=size)
-    totals = np.bincount(every, weights=np.concatenate(weights), minlength=size) if weights else np.zeros(size)
-    return totals, held
+        matches: list[Match] = []
+        for position in positions:
+            total = totals.get(position)
+            score = final_score(total) if total is not None else 0.0
+            score = score + EXACT_BOOST * boosts[position] if position in boosts else score + 0.0
+            if score:
+                matches.append((score, prepared[position][0]))
+        return matches
 
 
 ROUNDING_MARGIN = 1e-5
