@@ -140,10 +140,12 @@ class _Shape:
 @dataclass(slots=True)
 class _Shapes:
     """The window's units as ``_Shape``s, oldest first, and what pairing the events after
-    them needs: the calls shown (call id -> its shape's index), those answered, and the
-    results met (``orphaned``: those that were orphans, which no unit shows). The events
-    shaped are known by their ids (an id is one accepted event, which never changes): no
-    event is held here beyond what the cache counts."""
+    them needs: the calls shown (call id -> its shape's index), those answered, the
+    results met (``orphaned``: those that were orphans, which no unit shows) and those
+    that came before their call (``early``: call id -> the result's id and part, shown
+    in the call's unit when it comes). The events shaped are known by their ids (an id is
+    one accepted event, which never changes): no event is held here beyond what the cache
+    counts."""
 
     event_ids: tuple[str, ...] = ()
     shapes: list[_Shape] = field(default_factory=list)
@@ -151,6 +153,7 @@ class _Shapes:
     answered: set[str] = field(default_factory=set)
     results: list[str] = field(default_factory=list)
     orphaned: set[str] = field(default_factory=set)
+    early: dict[str, tuple[str, Part]] = field(default_factory=dict)
 
     def extended(self, events: list[Envelope], orphans: set[str]) -> _Shapes | None:
         """A copy to shape ``events`` with, when they are these events and more after them
@@ -161,7 +164,7 @@ class _Shapes:
         if orphans.intersection(self.results) != self.orphaned:
             return None
         return _Shapes(self.event_ids, self.shapes.copy(), self.calls.copy(), self.answered.copy(),
-                       self.results.copy(), self.orphaned.copy())  # fmt: skip
+                       self.results.copy(), self.orphaned.copy(), self.early.copy())  # fmt: skip
 
     def add(self, events: Sequence[Envelope], orphans: set[str], part_of: Callable[[Envelope], Part]) -> None:
         """Shape ``events`` (the window's, after those shaped): messages and tool pairs,
@@ -176,7 +179,12 @@ class _Shapes:
                 if p.call_id in calls:
                     continue
                 calls[p.call_id] = len(shapes)
-                shapes.append(_Shape((event_id,), None, part_of(e), p.call_id, p.tool_name))
+                waited = self.early.pop(p.call_id, None)  # its result came first, and waited for it
+                if waited is not None:
+                    answered.add(p.call_id)
+                event_ids = (event_id,) if waited is None else (event_id, waited[0])
+                shapes.append(_Shape(event_ids, None, part_of(e), p.call_id, p.tool_name,
+                                     None if waited is None else waited[1]))  # fmt: skip
             elif kind == "tool_result":
                 self.results.append(event_id)
                 if event_id in orphans:
@@ -184,9 +192,13 @@ class _Shapes:
                     continue
                 p = e.payload
                 at = calls.get(p.call_id)
-                if at is None or p.call_id in answered:
-                    continue  # its call is outside the window, or the first result already won
-                answered.add(p.call_id)
+                if at is None:
+                    # Before its call (the pipeline holds it for the call, as here), or its
+                    # call is outside the window (it never comes: nothing is shown).
+                    self.early.setdefault(p.call_id, (event_id, part_of(e)))
+                    continue
+                if p.call_id in answered:
+                    continue  # the first result already won
                 call = shapes[at]
                 shapes[at] = _Shape((*call.event_ids, event_id), None, call.part, call.call_id, call.tool_name, part_of(e))
         self.event_ids += tuple(map(_EVENT_ID, events))

@@ -140,3 +140,19 @@ def test_a_message_of_one_unbroken_run_gets_its_context_in_moments_at_any_budget
         else:
             assert ctx["meta"]["used_tokens"] <= budget
         assert time.perf_counter() - started < 20.0
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_result_that_arrives_before_its_call_is_shown_with_it_once_the_call_comes(service: EmbeddedService,
+                                                                                    apart: bool) -> None:  # fmt: skip
+    early = raw("rA", "tool_result", {"call_id": "A", "output": "ERR_EARLY 3 tests failed", "status": "error"}, 5)
+    call = raw("cA", "tool_call", {"call_id": "A", "tool_name": "pytest", "arguments": {}}, 4)
+    service.publish(b"\n".join([raw("u1", "message", {"role": "user", "text": "run the tests"}, 1), early]))
+    if apart:  # a context of the waiting result first: the next one's window extends it
+        waiting = context_for(service, "t1", 1000)
+        assert "ERR_EARLY" not in str(waiting["messages"])  # no call to show it with yet
+    service.publish(call)
+    ctx = context_for(service, "t1", 1000)
+    tool = [m for m in ctx["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool] == ["[status: error] ERR_EARLY 3 tests failed"]
+    assert [c["id"] for m in ctx["messages"] for c in m.get("tool_calls", [])] == ["A"]
