@@ -66,8 +66,11 @@ def message_tokens(counter: TokenCounter, message: dict[str, Any], new: bool = F
     (``TokenCounter.count_new``: the same number, sooner)."""
     count = counter.count_new if new else counter.count
     n = MESSAGE_OVERHEAD + count(message.get("content") or "")
+    # A call's id is sent twice (with the call, and with its result): an agent's ids (24
+    # random characters) cost more tokens than a short result, and nothing bounds them.
+    n += counter.count(message.get("tool_call_id") or "")
     for call in message.get("tool_calls", ()):
-        n += counter.count(call["function"]["name"]) + count(call["function"]["arguments"])
+        n += counter.count(call["id"]) + counter.count(call["function"]["name"]) + count(call["function"]["arguments"])
     return n
 
 
@@ -268,15 +271,15 @@ def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars
         # The window's parts so far and those of the events added now (their size with them).
         derived[key] = WindowParts(known | made, shaped, kept.chars + sum(map(_part_chars, made.values())))  # type: ignore[union-attr, index]
     missing = message_tokens(counter, {"role": "tool", "content": MISSING_RESULT})
-    return [_ShapedUnit(s, _shape_tokens(s, missing), (s.event_ids, output_budget_chars, redact_secrets))
+    return [_ShapedUnit(s, _shape_tokens(s, missing, counter), (s.event_ids, output_budget_chars, redact_secrets))
             for s in shaped.shapes]  # fmt: skip
 
 
-def _shape_tokens(shape: _Shape, missing: int) -> int:
-    """The unit's messages' tokens (``missing``: a synthetic result's)."""
+def _shape_tokens(shape: _Shape, missing: int, counter: TokenCounter) -> int:
+    """The unit's messages' tokens (``missing``: a synthetic result's, but for its call's id)."""
     if shape.role is not None:
         return shape.part.tokens
-    return shape.part.tokens + (missing if shape.result is None else shape.result.tokens)
+    return shape.part.tokens + (missing + counter.count(shape.call_id) if shape.result is None else shape.result.tokens)
 
 
 def _part_maker(output_budget_chars: int, redact_secrets: bool, memo: TextMemo | None, counter: TokenCounter | None,

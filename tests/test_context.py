@@ -156,3 +156,31 @@ def test_a_result_that_arrives_before_its_call_is_shown_with_it_once_the_call_co
     tool = [m for m in ctx["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool] == ["[status: error] ERR_EARLY 3 tests failed"]
     assert [c["id"] for m in ctx["messages"] for c in m.get("tool_calls", [])] == ["A"]
+
+
+def _sent_tokens(messages: list[dict]) -> int:
+    """What a model is sent, counted here field by field: every text, every call's id, name
+    and arguments, the id each result answers, and each message's overhead."""
+    tokens = counter()
+    total = 0
+    for m in messages:
+        total += 4 + tokens.count(m.get("content") or "") + tokens.count(m.get("tool_call_id") or "")
+        for c in m.get("tool_calls", []):
+            total += sum(tokens.count(x) for x in (c["id"], c["function"]["name"], c["function"]["arguments"]))
+    return total
+
+
+@pytest.mark.parametrize(("id_chars", "budget"), [(24, 2000), (3000, 200), (3000, 4000)])
+def test_the_budget_counts_every_call_id_a_model_is_sent(service: EmbeddedService, id_chars: int, budget: int) -> None:
+    # An agent's call ids (``call_`` and 24 random characters) are sent with the call and
+    # again with its result: 200 pairs of them are thousands of tokens on their own.
+    alphabet = "aZ3kQ9xW7mP2vB8nR4tY6uL1"
+    lines = [raw("u", "message", {"role": "user", "text": "run them"}, 0)]
+    for i in range(200 if id_chars < 100 else 5):
+        call_id = f"call_{i}_" + (alphabet * (id_chars // len(alphabet) + 1))[:id_chars]
+        lines.append(raw(f"c{i}", "tool_call", {"call_id": call_id, "tool_name": "bash", "arguments": {}}, 1 + i))
+        lines.append(raw(f"r{i}", "tool_result", {"call_id": call_id, "output": "ok"}, 1.5 + i))
+    service.publish(b"\n".join(lines))
+    ctx = context_for(service, "t1", budget)
+    assert _sent_tokens(ctx["messages"]) <= budget
+    assert ctx["meta"]["used_tokens"] == _sent_tokens(ctx["messages"])
