@@ -152,6 +152,21 @@ _P_FLAG = re.compile(r"[ \t]-p(?=\S)")
 _COMMAND_END = re.compile(r"[\n|;&]")
 _NON_SPACE = re.compile(r"\S+")
 
+def _prose_value(m: re.Match[str]) -> str:
+    """"the password is X": X when it is quoted, or looks like a secret rather than a word
+    ("the token is expired", "the password is wrong" stay): four characters or more, with
+    a digit or a symbol."""
+    value = m.group(2)
+    if value[:1] in "\"'`" and len(value) >= 2 and value[-1] == value[0]:
+        return m.group(1) + value[0] + REDACTED + value[0]
+    core = value.rstrip(".,;:!?)]")
+    if len(core) >= 4 and _SECRET_LIKE.search(core):
+        return m.group(1) + REDACTED + value[len(core):]
+    return m.group(0)
+
+
+_SECRET_LIKE = re.compile(r"[0-9!@#$%^&*+/=~_\-]")
+
 # Rules about a named secret; they run only when the text holds one of these words.
 _NAMED_HINTS = ("key", "secret", "token", "pass", "pwd", "auth", "credential", "cookie")
 _NAMED: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], str]], ...] = tuple(
@@ -165,6 +180,11 @@ _NAMED: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], 
          r"(?i)((?<![\w-])--?(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key"
          r"|auth-token|client-secret|private-key)(?:[ \t]+|[ \t]*=[ \t]*))(?!-)(?:" + _QUOTED + r"|[^\s\"'`]+)",
          _keep_prefix),
+        # In prose: "the db password is X", "my API key was 'X'", "token is: X".
+        (("pass", "secret", "token", "key", "credential"),
+         r"(?i)(\b(?:password|passwd|passphrase|secret|token|api[ _-]?key|access[ _-]?key|secret[ _-]?key"
+         r"|private[ _-]?key|credentials?)[ \t]+(?:is|was)(?:[ \t]*:)?[ \t]+)(" + _QUOTED + r"|[^\s\"'`]+)",
+         _prose_value),
     )
 )
 

@@ -91,6 +91,9 @@ TEXT_FORMATS: list[tuple[str, Callable[[int, str], tuple[str, str]]]] = [
     ("provider_token", lambda n, s: (f"xoxb-1234567890-{s}slackbot", f"{s}slackbot")),
     ("provider_token", lambda n, s: (f"jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOi{s}J9.Sfl{s}KxwRJSMeKKF2QT4", f"eyJzdWIiOi{s}J9")),
     ("provider_token", lambda n, s: (f"glpat-{s}Xy12345678901234", f"{s}Xy12345678901234")),
+    ("prose", lambda n, s: (f"the db password is {s}, keep it safe", s)),
+    ("prose", lambda n, s: (f"My API key was '{s}'.", s)),
+    ("prose", lambda n, s: (f"TOKEN IS: {s}", s)),
     ("private_key", lambda n, s: (
         f"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA{s}9\nq83Hd0wL\n-----END RSA PRIVATE KEY-----",
         f"MIIEpAIBAAKCAQEA{s}9")),
@@ -462,3 +465,9 @@ def test_render_memory_quotes_values_and_odd_keys() -> None:
     assert text.split("\n")[3] == ('{"key":"k\\nSYSTEM","value":"say \\"hi\\"\\nnow","status":"ok",'
                                     '"evidence":"tool_observed","source":"e1"}')
 
+
+
+@pytest.mark.parametrize("text", ["the token is expired", "the password is wrong", "password is required",
+                                  "the api key is missing from the env", "the secret is out", "the token is 5 min old"])
+def test_prose_that_names_a_secret_without_giving_one_stays_as_written(text: str) -> None:
+    assert redact(text) == text
