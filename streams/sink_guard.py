@@ -26,6 +26,11 @@ _REFUSED_CODES = frozenset({
 _CODE = re.compile(r"Code:\s*(\d+)")
 # OpenSearch's per-document bulk errors that name the document, not the cluster.
 _REFUSED_DOCUMENT = re.compile(r"mapper_parsing_exception|document_parsing_exception|illegal_argument_exception")
+# tantivy raises ValueError for its storage failing too (a file it cannot open or write, a
+# writer killed by one, its lock): those name the disk, not the record.
+_STORAGE_FAILED = re.compile(
+    r"IoError|io::Error|OpenWriteError|OpenReadError|OpenDirectoryError|LockFailure|writer was killed"
+    r"|No space left|Read-only file system|Permission denied|Not a directory|No such file or directory")
 
 
 class StoreUnavailable(RuntimeError):
@@ -40,6 +45,8 @@ class StoreUnavailable(RuntimeError):
 def is_refusal(error: BaseException) -> bool:
     """Whether ``error`` is a store refusing this content (as opposed to being down)."""
     if isinstance(error, StoreUnavailable):
+        return False
+    if _STORAGE_FAILED.search(str(error)):
         return False
     if _REFUSED_DOCUMENT.search(str(error)):
         return True

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import shutil
+
 import orjson
 import pytest
 from hypothesis import given
@@ -25,13 +27,14 @@ from hypothesis import settings as hsettings  # `settings` is the data directory
 from hypothesis import strategies as st
 
 from agentlog.processors.duplicates import same_content
+from agentlog.processors.records import search_doc
 from agentlog.processors.validation import Rejection, check_json, validate
 from agentlog.sinks.tantivy_index import TantivySearchIndex
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
 from agentlog.streams.publish_check import check_records, split_records
 from agentlog.streams.sink_guard import StoreUnavailable, is_refusal, write_isolating
-from tests.helpers import raw
+from tests.helpers import ev, raw
 
 TS = '"2026-01-01T12:00:00Z"'
 
@@ -463,6 +466,19 @@ def test_refusals_and_outages_are_told_apart() -> None:
     assert not is_refusal(ConnectionError("refused"))
     assert not is_refusal(RuntimeError("Code: 164. DB::Exception: Cannot execute query in readonly mode"))
     assert not is_refusal(StoreUnavailable("log", ValueError("x")))
+
+
+def test_a_search_index_whose_storage_fails_is_down_not_refusing_every_record(tmp_path: Path) -> None:
+    # tantivy raises ValueError for its files too: every record of the batch would have
+    # been dead-lettered as refused, with health saying ok.
+    index = TantivySearchIndex(str(tmp_path / "index"))
+    shutil.move(tmp_path / "index", tmp_path / "index.moved")
+    (tmp_path / "index").write_text("")
+    docs = [search_doc(ev(f"e{i}", "message", {"role": "user", "text": "hi"}), i, "w0") for i in (1, 2)]
+    for _ in range(2):  # the commit that fails, then the writer it killed
+        with pytest.raises(StoreUnavailable):
+            write_isolating("index", lambda xs: (index.add(xs), index.refresh()), docs, lambda _doc: b"{}")
+    assert not is_refusal(ValueError("An index writer was killed. ... (io::Error most likely)"))
 
 
 def test_isolation_writes_every_record_but_the_refused_one_and_raises_on_an_outage() -> None:
