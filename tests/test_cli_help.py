@@ -63,3 +63,18 @@ def test_version_prints_the_installed_package_version(tmp_path: Path) -> None:
     done = _cli(tmp_path, "--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"agentlog {importlib.metadata.version('agentlog')}"
+
+
+def test_memory_job_options_out_of_range_are_usage_errors_as_over_http(capsys) -> None:  # noqa: ANN001
+    # A pool of 100,000 processes hung; a negative lease failed every claim, exit 0; NaN
+    # reached SQLite as a NOT NULL failure with advice to check the database.
+    import pytest  # noqa: PLC0415
+
+    for argv in (["--workers", "100000"], ["--workers", "0"], ["--lease-seconds", "-1"], ["--lease-seconds", "0"],
+                 ["--lease-seconds", "nan"], ["--lease-seconds", "inf"], ["--lease-seconds", "86401"]):  # fmt: skip
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args(["memory", "extract", *argv])
+        assert refused.value.code == 2
+        assert argv[0] in capsys.readouterr().err
+    args = build_parser().parse_args(["memory", "consolidate", "--lease-seconds", "86400", "--workers", "64"])
+    assert (args.lease_seconds, args.workers) == (86400.0, 64)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeVar
 
 from agentlog import __version__
-from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, MAX_THREAD_LIMIT
+from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, MAX_LEASE_SECONDS, MAX_THREAD_LIMIT
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.streams.cli.commands import (
     cmd_bench, cmd_context, cmd_demo, cmd_memory, cmd_publish, cmd_read, cmd_rebuild, cmd_run, cmd_schema,
@@ -22,6 +23,9 @@ commands send it to a running server), AGENTLOG_ALLOWED_HOSTS (extra Host names 
 answers to, comma-separated), AGENTLOG_MAX_REQUEST_BYTES (largest request body, default 64 MiB)."""
 
 
+T = TypeVar("T")
+
+
 def _lengths(text: str) -> tuple[int, ...]:
     """``200,2000`` -> (200, 2000): positive thread lengths."""
     try:
@@ -33,14 +37,38 @@ def _lengths(text: str) -> tuple[int, ...]:
     return values
 
 
+def _parsed(text: str, convert: Callable[[str], T], noun: str) -> T:
+    """``convert(text)``; what cannot be converted is a usage error naming ``noun``."""
+    try:
+        return convert(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not {noun}: {text!r}") from error
+
+
 def _positive(text: str) -> int:
     """A count of at least 1."""
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from error
+    value = _parsed(text, int, "a number")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+MAX_WORKERS = 64
+"""Extraction processes one command may start: each is a whole interpreter with its stores."""
+
+
+def _workers(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} worker processes: {text!r}")
+    return value
+
+
+def _lease_seconds(text: str) -> float:
+    """A lease length as the HTTP API takes it: above 0, at most a day."""
+    value = _parsed(text, float, "a number of seconds")
+    if not 0 < value <= MAX_LEASE_SECONDS:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most {MAX_LEASE_SECONDS:,.0f} seconds: {text!r}")
     return value
 
 
@@ -124,10 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", help="for revoke: why the source is withdrawn")
     p.add_argument("--project", help="for show: only this project's facts")
     p.add_argument("--key", help="for show: only this key")
-    p.add_argument("--workers", type=int, default=1, help="for extract: parallel worker processes")
+    p.add_argument("--workers", type=_workers, default=1,
+                   help=f"for extract: parallel worker processes (1 to {MAX_WORKERS}, default 1)")
     p.add_argument("--owner", help="for consolidate: the lease owner name (default: unique per process)")
-    p.add_argument("--lease-seconds", type=float, default=60.0, 
-                   help="for extract and consolidate: lease length in seconds (default 60)")
+    p.add_argument("--lease-seconds", type=_lease_seconds, default=60.0,
+                   help="for extract and consolidate: lease length in seconds (above 0, at most 86,400; default 60)")
     p.add_argument("--high-risk", action="append", metavar="KEY_GLOB",
                    help="for consolidate: keys whose fallback value becomes 'unknown, needs check'")
     p.add_argument("--pause-before-publish", type=float, default=0.0, help=argparse.SUPPRESS)
