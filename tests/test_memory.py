@@ -17,6 +17,7 @@ from agentlog.sinks.base import StaleToken
 from agentlog.streams.config import Settings
 from agentlog.streams.memory.jobs import Memory
 from agentlog.streams.embedded.publisher import LocalPublisher
+from agentlog.streams.embedded.topic import SqliteEventBus
 from tests.helpers import ev, raw
 
 
@@ -98,6 +99,23 @@ def test_a_revoke_rebuilds_the_published_view_without_its_source_at_once(setting
     assert result["view"]["published"] is True and result["view"]["version"] == 2
     (f,) = mem.show("svc", "java.version")["facts"]  # no consolidation run by hand in between
     assert (f["value"], f["status"], f["revoked"]) == ("8", "needs_refresh", ["user-17"])
+
+
+def test_revoking_the_same_source_again_changes_nothing_and_dead_letters_nothing(settings: Settings, mem: Memory) -> None:
+    publish(settings, fact("user-17", "java.version", "17", "user_confirmed", 0, thread="new"))
+    mem.extract()
+    mem.consolidate()
+    first = mem.revoke("user-17", "wrong build")
+    again = [mem.revoke("user-17", reason) for reason in ("wrong build", "another reason")]
+    assert [r["revoke_event_id"] for r in again] == [first["revoke_event_id"]] * 2
+    assert all(r["already_revoked"] for r in again) and "already_revoked" not in first
+    bus = SqliteEventBus(str(settings.path("topic.db")))
+    try:
+        assert bus.read_dlq(0, 10) == []  # a revoke sent again with its own time was a conflicting duplicate
+    finally:
+        bus.close()
+    (r,) = mem.store.revocations()
+    assert r.reason == "wrong build"
 
 
 def test_a_revoke_while_another_consolidation_holds_the_lease_waits_for_the_next_one(settings: Settings) -> None:

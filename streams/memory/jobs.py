@@ -332,6 +332,16 @@ class Memory:
         if not isinstance(parsed, Envelope):
             raise LookupError(f"event {event_id!r} was never accepted; nothing to revoke")
         revoke_id = revoke_event_id(event_id)
+        earlier = self.bus.find(revoke_id)
+        revoked = validate(earlier.value) if earlier is not None else None
+        if isinstance(revoked, Envelope):
+            # Revoked already: the log has its revoke (its reason stands), and one sent again
+            # (its own time, so other bytes) would only be dead-lettered as a conflicting duplicate.
+            first_reason = getattr(revoked.payload, "reason", None)
+            project = self.thread_project(parsed.thread_id)
+            self.store.add_revocation(memory.Revocation(event_id, revoke_id, first_reason, project))
+            return {"revoked": event_id, "revoke_event_id": revoke_id, "already_revoked": True,
+                    "view": self.consolidate(lease_s=lease_s)}  # fmt: skip
         now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
         body = orjson.dumps({"event_id": revoke_id, "thread_id": parsed.thread_id, "kind": "revoke",
                              "ts": now, "project": parsed.project, "source": "user",
