@@ -7,6 +7,7 @@ embedded default unless ``AGENTLOG_KAFKA_BOOTSTRAP`` / ``AGENTLOG_CLICKHOUSE_URL
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -84,6 +85,18 @@ _ENV = {
     "sql_max_rows_to_read": "AGENTLOG_SQL_MAX_ROWS_TO_READ",
 }
 
+
+
+def _number(value: object, kind: type[int] | type[float], origin: str) -> int | float:
+    """A setting's number; one that is not a (finite) number says which setting it is."""
+    try:
+        number = kind(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = None
+    if number is None or (kind is float and not math.isfinite(number)):
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{origin}={value!r} is not {what}: set it to one, or unset it for the default")
+    return number
 
 @dataclass(frozen=True)
 class Settings:
@@ -185,9 +198,10 @@ class Settings:
         config_file = data_dir / "agentlog.toml"
         if config_file.exists():
             values.update(tomllib.loads(config_file.read_text()))
+        origin = {name: f"{config_file}: {name}" for name in values}
         for name, var in _ENV.items():
             if env.get(var):
-                values[name] = env[var]
+                values[name], origin[name] = env[var], var
         types = {f.name: f.type for f in fields(cls)}
         kwargs: dict[str, object] = {}
         for name, value in values.items():
@@ -196,10 +210,8 @@ class Settings:
             kind = types[name]
             if name == "data_dir":
                 kwargs[name] = Path(str(value))
-            elif kind in ("int",):
-                kwargs[name] = int(value)  # type: ignore[arg-type]
-            elif kind in ("float",):
-                kwargs[name] = float(value)  # type: ignore[arg-type]
+            elif kind in ("int", "float"):
+                kwargs[name] = _number(value, int if kind == "int" else float, origin[name])
             elif kind in ("bool",):
                 kwargs[name] = str(value).lower() not in ("0", "false", "no", "off")
             else:
