@@ -138,6 +138,14 @@ class _Shape:
     call_id: str = ""
     tool_name: str = ""
     result: Part | None = None
+    ms: float = 0.0
+    """Its (first) event's time: the window shows units in event-time order."""
+
+
+def _in_event_time(shapes: list[_Shape]) -> list[_Shape]:
+    """The units by event time, newest last; those of the same time in arrival order (an
+    event that arrives late, with an older time, takes its place among the others)."""
+    return sorted(shapes, key=attrgetter("ms"))
 
 
 @dataclass(slots=True)
@@ -176,7 +184,7 @@ class _Shapes:
         for e in events:
             kind, event_id = e.kind, e.event_id
             if kind == "message":
-                shapes.append(_Shape((event_id,), _role(e), part_of(e)))
+                shapes.append(_Shape((event_id,), _role(e), part_of(e), ms=e.epoch_ms))
             elif kind == "tool_call":
                 p: Any = e.payload
                 if p.call_id in calls:
@@ -187,7 +195,7 @@ class _Shapes:
                     answered.add(p.call_id)
                 event_ids = (event_id,) if waited is None else (event_id, waited[0])
                 shapes.append(_Shape(event_ids, None, part_of(e), p.call_id, p.tool_name,
-                                     None if waited is None else waited[1]))  # fmt: skip
+                                     None if waited is None else waited[1], e.epoch_ms))  # fmt: skip
             elif kind == "tool_result":
                 self.results.append(event_id)
                 if event_id in orphans:
@@ -203,7 +211,8 @@ class _Shapes:
                 if p.call_id in answered:
                     continue  # the first result already won
                 call = shapes[at]
-                shapes[at] = _Shape((*call.event_ids, event_id), None, call.part, call.call_id, call.tool_name, part_of(e))
+                shapes[at] = _Shape((*call.event_ids, event_id), None, call.part, call.call_id, call.tool_name, part_of(e),
+                                    call.ms)  # fmt: skip
         self.event_ids += tuple(map(_EVENT_ID, events))
 
 
@@ -240,13 +249,13 @@ def build_units(
     events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool = True,
     memo: TextMemo | None = None,
 ) -> list[Unit]:
-    """Messages and tool pairs of the window, oldest first; orphans never appear. Texts,
+    """Messages and tool pairs of the window, in event-time order; orphans never appear. Texts,
     arguments and outputs are redacted (``redact_secrets``) before they are measured;
     ``memo`` remembers each event's redacted texts (only used while redacting)."""
     shaped = _Shapes()
     shaped.add(events, orphans, _part_maker(output_budget_chars, redact_secrets, memo, None, {}, {}))
     return [Unit(list(s.event_ids), _messages(s), 0, (s.event_ids, output_budget_chars, redact_secrets))
-            for s in shaped.shapes]  # fmt: skip
+            for s in _in_event_time(shaped.shapes)]  # fmt: skip
 
 
 def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars: int, redact_secrets: bool,
@@ -272,7 +281,7 @@ def _window_units(events: list[Envelope], orphans: set[str], output_budget_chars
         derived[key] = WindowParts(known | made, shaped, kept.chars + sum(map(_part_chars, made.values())))  # type: ignore[union-attr, index]
     missing = message_tokens(counter, {"role": "tool", "content": MISSING_RESULT})
     return [_ShapedUnit(s, _shape_tokens(s, missing, counter), (s.event_ids, output_budget_chars, redact_secrets))
-            for s in shaped.shapes]  # fmt: skip
+            for s in _in_event_time(shaped.shapes)]  # fmt: skip
 
 
 def _shape_tokens(shape: _Shape, missing: int, counter: TokenCounter) -> int:

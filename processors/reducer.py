@@ -41,8 +41,12 @@ def advances(old: str, new: str) -> bool:
 
 
 def _message(s: WorkingState, e: Envelope) -> None:
+    """The latest user message is the one with the latest event time: one that arrives
+    late, with an older time, does not replace it (ties: the later arrival)."""
     if e.payload.role == "user":  # type: ignore[attr-defined]
-        s.latest_user_message_id = e.event_id
+        latest = s.latest_user_message_ts
+        if latest is None or e.epoch_ms >= epoch_ms_of(latest):
+            s.latest_user_message_id, s.latest_user_message_ts = e.event_id, e.ts
 
 
 def _goal(s: WorkingState, e: Envelope) -> None:

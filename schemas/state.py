@@ -133,6 +133,9 @@ class WorkingState:
     summary_covers_through: str | None = None
     summary_event_id: str | None = None
     latest_user_message_id: str | None = None
+    latest_user_message_ts: str | None = None
+    """Its event time. ``None`` in snapshots written before it existed: the next user
+    message is then the latest."""
     last_event_id: str | None = None
     last_ts: str | None = None
     """The time of the event applied last (topic order)."""

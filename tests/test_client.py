@@ -96,7 +96,7 @@ EVENTS = "SELECT event_id, kind, thread_id, turn_id FROM events WHERE thread_id 
 
 def _timeless(state: dict[str, Any]) -> dict[str, Any]:
     """A state without its event times (each run has its own clock)."""
-    timeless = {k: v for k, v in state.items() if k not in ("last_ts", "newest_ts")}
+    timeless = {k: v for k, v in state.items() if k not in ("last_ts", "newest_ts", "latest_user_message_ts")}
     for name in ("failures", "agents", "files", "decided_approvals"):
         timeless[name] = [{k: v for k, v in item.items() if k != "ts"} for item in timeless[name]]
     return timeless

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import orjson
 import pytest
 
 from agentlog.processors.context import BudgetTooSmall, message_tokens
@@ -184,3 +185,21 @@ def test_the_budget_counts_every_call_id_a_model_is_sent(service: EmbeddedServic
     ctx = context_for(service, "t1", budget)
     assert _sent_tokens(ctx["messages"]) <= budget
     assert ctx["meta"]["used_tokens"] == _sent_tokens(ctx["messages"])
+
+
+def test_the_window_is_in_event_time_order_newest_last_and_the_latest_user_message_is_the_newest_by_time(
+    service: EmbeddedService,
+) -> None:
+    # Published in another order than their times: m0 (a user message) arrives last with
+    # the oldest time, in another offset (09:00+02:00 is 07:00Z).
+    lines = [raw("m3", "message", {"role": "assistant", "text": "third"}, 3),
+             raw("m1", "message", {"role": "user", "text": "first"}, 1),
+             raw("m2", "message", {"role": "assistant", "text": "second"}, 2)]  # fmt: skip
+    service.publish(b"\n".join(lines))
+    service.publish(orjson.dumps({"event_id": "m0", "thread_id": "t1", "kind": "message", "ts": "2025-12-31T09:00:00+02:00",
+                                  "payload": {"role": "user", "text": "zeroth"}}))  # fmt: skip
+    ctx = context_for(service, "t1", 1000)
+    shown = [m["content"] for m in ctx["messages"] if m["content"] in ("zeroth", "first", "second", "third")]
+    assert shown == ["zeroth", "first", "second", "third"]
+    assert service.state("t1")["latest_user_message_id"] == "m1"
+    assert ctx["meta"]["latest_user_message_id"] == "m1"

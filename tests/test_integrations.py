@@ -324,7 +324,7 @@ def _nested(depth: int) -> dict[str, Any]:
 ID_KEYS = {"event_id", "last_event_id", "latest_user_message_id", "call_event_id", "result_event_id"}
 """Event ids: each path derives its own (LangChain run ids, OTel span ids, the hand's
 choice); what they point at is compared through the events themselves."""
-TIME_KEYS = {"ts", "last_ts", "newest_ts", "call_ts", "result_ts", "updated_at"}
+TIME_KEYS = {"ts", "last_ts", "newest_ts", "latest_user_message_ts", "call_ts", "result_ts", "updated_at"}
 """Event times are each run's wall clock (the three runs happen one after another)."""
 OTHER_KEYS = {
     "thread_id",  # three threads in one server, by construction
