@@ -144,9 +144,9 @@ def entry_of(event: Envelope, tool_name: str | None) -> WindowEntry:
     elif event.kind == "agent_exit":  # a sub-agent that finished: maybe a job done
         e.status, e.tool_name = p.status, p.child_agent_id
         e.text = clip_at_word(" / ".join(ln.strip() for ln in (p.summary or "").splitlines() if ln.strip()), USER_CHARS)
-    elif event.kind == "fact" and p.evidence_type == "model_inferred":  # marked as the model's inference
+    elif event.kind == "fact":  # its evidence says whether it is the model's inference or a fact
         value = p.value if isinstance(p.value, str) else orjson.dumps(p.value).decode()
-        e.text = clip_at_word(f"{p.key} = {value}", USER_CHARS)
+        e.text, e.status = clip_at_word(f"{p.key} = {value}", USER_CHARS), p.evidence_type
     if e.text:
         e.text = redact(e.text)  # the record lives in the state and every later context
     return e
@@ -368,8 +368,12 @@ def _record(state: WorkingState, pairing: PairingState, folded: list[WindowEntry
                 hypotheses.add(guess, e.event_id, "guess")
             continue
         if e.kind == "fact":
-            if e.text:  # a fact the producer marked as the model's inference
+            # Marked as the model's inference: a hypothesis (an older snapshot's entry has
+            # a text for those alone, and no evidence); observed or confirmed: a fact.
+            if e.text and e.status in (None, "model_inferred"):
                 hypotheses.add(e.text, e.event_id, "inferred")
+            elif e.text:
+                observations.add(f"fact {e.text} ({e.status.replace('_', ' ')})", e.event_id, "fact")
             continue
         if e.kind == "agent_exit":
             if e.status is None or e.status.lower() in _FINISHED:

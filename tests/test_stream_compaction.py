@@ -357,8 +357,12 @@ def test_hypotheses_come_only_from_what_is_phrased_or_marked_as_a_guess_and_othe
     assert hypotheses == {"a1": "Probably the cache is stale.", "a3": "I think the proxy drops the header",
                           "f1": "db.engine = postgres"}  # fmt: skip
     cited = {i for o in summary["observations"] for i in o["source_event_ids"]}
-    assert cited.isdisjoint({"a1", "a2", "a3", "f1", "f2"})
+    assert cited.isdisjoint({"a1", "a2", "a3", "f1"})
     assert "40 tests pass" not in orjson.dumps(summary).decode()
+    # A fact observed or confirmed is an observation: a hypothesis it settles is not left
+    # standing alone in the summary.
+    assert [o["text"] for o in summary["observations"] if "f2" in o["source_event_ids"]] == [
+        "fact editor = vim (user confirmed)"]
 
 
 def test_a_compaction_for_a_cover_the_fold_has_since_passed_is_not_applied_so_nothing_folded_since_is_lost() -> None:
