@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from agentlog.schemas.events import KINDS
 from agentlog.schemas.search import time_bound_ms
 from agentlog.schemas.state import ThreadStatus
 
@@ -46,6 +47,16 @@ Text = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_no_nul
 Name = Annotated[str, StringConstraints(max_length=256), AfterValidator(_no_nul)]
 
 
+def _event_kind(value: str) -> str:
+    if value not in KINDS:
+        raise ValueError(f"not an event kind; the kinds are {', '.join(KINDS)}")
+    return value
+
+
+EventKindName = Annotated[str, StringConstraints(max_length=256), AfterValidator(_event_kind)]
+"""A kind to filter on: one misspelt (``tool_results``) would match nothing, silently."""
+
+
 class RequestError(Exception):
     """A request refused before any work: ``status`` and the JSON ``body`` to answer."""
 
@@ -64,7 +75,7 @@ class _Strict(BaseModel):
 class SearchQuery(_Strict):
     q: Text = Field("", description="keywords; empty matches every event under the filters")
     thread: Id | None = Field(None, description="only this thread (and its not-yet-indexed events)")
-    kind: Name | None = None
+    kind: EventKindName | None = None
     tool: Name | None = None
     window: Name | None = None
     project: Name | None = None

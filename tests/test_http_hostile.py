@@ -114,11 +114,13 @@ def corpus() -> list[Attack]:
         "after long": "after=" + "x" * 200, "after space": "after=a%20b", "q long": "q=" + "a" * 5000,
         "q NUL": "q=a%00b", "unknown param": "limt=5", "kind long": "kind=" + "k" * 300, "project NUL": "project=%00",
         "tool long": "tool=" + "t" * 1000, "window NUL": "window=w%00",
+        "kind misspelt": "kind=tool_results", "kind bogus": "kind=bogus",
     }  # fmt: skip
     attacks += [_get(f"search {name}", f"/search?{query}") for name, query in bad_search.items()]
     attacks += [
         _get("search unicode query is fine", "/search?q=%E6%97%A5%E6%9C%AC%20caf%C3%A9", expect=(200,)),
         _get("search limit 1000 is fine", "/search?q=x&limit=1000", expect=(200,)),
+        _get("search by an event kind is fine", "/search?q=x&kind=tool_result", expect=(200,)),
         _get("search invalid percent escape", "/search?q=%ZZ%", expect=(200,)),
     ]
     # -- /threads/{id}/context --------------------------------------------------------

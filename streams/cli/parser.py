@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from agentlog import __version__
+from agentlog.schemas.events import KINDS
 from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, MAX_LEASE_SECONDS, MAX_THREAD_LIMIT
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.streams.cli.commands import (
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", metavar="QUERY",
                    help="words to find (BM25); an exact identifier such as an error name matches too")
     p.add_argument("--thread", help="only this thread (and see its not-yet-indexed events)")
-    p.add_argument("--kind", help="only this event kind")
+    p.add_argument("--kind", choices=KINDS, metavar="KIND", help=f"only this event kind ({', '.join(KINDS)})")
     p.add_argument("--tool", help="only this tool name")
     p.add_argument("--window", help="only this window")
     p.add_argument("--project", help="only this project")
