@@ -8,6 +8,7 @@ says what to do.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -242,10 +243,31 @@ def parse_body(model: type[M], body: bytes, *, empty_ok: bool = False) -> M:
         raise RequestError(
             400, f"the body must be a JSON object, not {type(value).__name__}; send {_example(model)}"
         )
+    repeated = _repeated_key(body)
+    if repeated is not None:  # JSON parsers disagree on which copy wins: none is taken
+        raise RequestError(400, f"the body gives {repeated!r} more than once; send it once")
     try:
-        return model.model_validate(value)
+        # Strict: "60" or true is no number of seconds (a number may still be an integer).
+        return model.model_validate(value, strict=True)
     except ValidationError as error:
         raise _refusal(model, error, "body field") from None
+
+
+def _repeated_key(body: bytes) -> str | None:
+    """A key some object of the (already parsed, so valid) JSON body gives twice."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        if not found and len(set(keys)) < len(keys):
+            found.append(next(k for i, k in enumerate(keys) if k in keys[:i]))
+        return dict(items)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except RecursionError:  # orjson took it (under 1,024 levels); no request body nests so
+        raise RequestError(400, "the body nests too deeply; send a flat JSON object") from None
+    return found[0] if found else None
 
 
 def _example(model: type[BaseModel]) -> str:

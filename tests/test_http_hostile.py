@@ -97,7 +97,7 @@ def corpus() -> list[Attack]:
         "number": b"5", "string": b'"SELECT 1"', "list": b'["SELECT 1"]', "query key": b'{"query": "SELECT 1"}',
         "sql number": b'{"sql": 5}', "sql null": b'{"sql": null}', "sql list": b'{"sql": ["SELECT 1"]}',
         "sql object": b'{"sql": {"a": 1}}', "sql empty": b'{"sql": ""}', "sql bool": b'{"sql": true}',
-        "extra key": b'{"sql": "SELECT 1", "readonly": 0}', "NaN": b'{"sql": NaN}', "bare word": b"SELECT 1",
+        "extra key": b'{"sql": "SELECT 1", "readonly": 0}', "sql twice": b'{"sql": "SELECT 1", "sql": "SELECT 2"}', "NaN": b'{"sql": NaN}', "bare word": b"SELECT 1",
         "invalid utf-8": b'{"sql": "\xff\xfe"}', "deep list": _deep(10_000), "deep object": _deep_object(10_000),
         "huge number": b'{"sql": 1' + b"0" * 5000 + b"}", "sql too long": json.dumps({"sql": "SELECT 1 " + "-" * 120_000}).encode(),
         "trailing garbage": b'{"sql": "SELECT 1"} xx', "single quotes": b"{'sql': 'SELECT 1'}",
@@ -253,6 +253,9 @@ def corpus() -> list[Attack]:
         ("revoke", "event_id long"): json.dumps({"event_id": LONG_ID}).encode(),
         ("revoke", "event_id traversal"): b'{"event_id": "../../x"}', ("revoke", "malformed"): b'{"event_id": ',
         ("revoke", "unknown field"): b'{"event_id": "e1", "force": true}',
+        ("extract", "lease as a string"): b'{"lease_seconds": "60"}', ("extract", "lease as true"): b'{"lease_seconds": true}',
+        ("extract", "lease twice"): b'{"lease_seconds": 60, "lease_seconds": -1}',
+        ("revoke", "event_id twice"): b'{"event_id": "e1", "event_id": "e2"}',
     }  # fmt: skip
     attacks += [
         _post(f"memory {action} {name}", f"/memory/{action}", body)
