@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 log = logging.getLogger("agentlog.http")
@@ -122,8 +123,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(431, _JSON, _TOO_LONG)
 
     def send_400_response(self, msg: str) -> None:
-        status, body = self._refusal or (400, msg.encode("ascii"))
-        self._refuse(status, _JSON if self._refusal else b"text/plain; charset=utf-8", body)
+        """A request the parser could not read is answered in JSON, as every other refusal
+        (uvicorn's answer is plain text: a client reading ``error`` found none)."""
+        status, body = self._refusal or (400, orjson.dumps({"error": f"{msg.rstrip('.')}: not a valid HTTP/1.1 "
+                                                                     "request (check the request line and headers)"}))
+        self._refuse(status, _JSON, body)
 
     def _refuse(self, status: int, content_type: bytes, body: bytes) -> None:
         """Answer ``status`` and close; after the answer to a request before it still in flight."""
