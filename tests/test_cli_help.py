@@ -78,3 +78,17 @@ def test_memory_job_options_out_of_range_are_usage_errors_as_over_http(capsys) -
         assert argv[0] in capsys.readouterr().err
     args = build_parser().parse_args(["memory", "consolidate", "--lease-seconds", "86400", "--workers", "64"])
     assert (args.lease_seconds, args.workers) == (86400.0, 64)
+
+
+def test_an_id_the_contract_cannot_hold_is_a_usage_error_as_over_http(capsys) -> None:  # noqa: ANN001
+    # Without a server, `context bad/id` answered that the thread had no events, and
+    # `search x --after ../etc` was taken; the HTTP API refuses both ids (400).
+    import pytest  # noqa: PLC0415
+
+    for argv in (["context", "bad/id", "--budget", "100"], ["state", "a" * 129], ["read", "../etc"],
+                 ["search", "x", "--after", "../etc"], ["memory", "revoke", "x y"], ["state", ""]):  # fmt: skip
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args(argv)
+        assert refused.value.code == 2
+        assert "not an id" in capsys.readouterr().err
+    assert build_parser().parse_args(["state", "run-1.a:b_c"]).thread == "run-1.a:b_c"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
 from agentlog import __version__
 from agentlog.schemas.events import KINDS
-from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, MAX_LEASE_SECONDS, MAX_THREAD_LIMIT
+from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, ID_PATTERN, MAX_LEASE_SECONDS, MAX_THREAD_LIMIT
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.streams.cli.commands import (
     cmd_bench, cmd_context, cmd_demo, cmd_memory, cmd_publish, cmd_read, cmd_rebuild, cmd_run, cmd_schema,
@@ -73,6 +74,14 @@ def _lease_seconds(text: str) -> float:
     return value
 
 
+def _id(text: str) -> str:
+    """A thread or event id as the contract writes one: a usage error otherwise, not an
+    answer that no such thread has events."""
+    if re.fullmatch(ID_PATTERN.removeprefix("^").removesuffix("$"), text) is None:
+        raise argparse.ArgumentTypeError(f"not an id (1-128 of A-Z a-z 0-9 . _ : -): {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentlog",
@@ -108,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE|-",
                    help="a file of JSON lines (or one JSON array or object); - reads stdin")
     p = add("state", cmd_state, "show a thread's working state")
-    p.add_argument("thread", metavar="THREAD", help="the thread id (`agentlog threads` lists them)")
+    p.add_argument("thread", metavar="THREAD", type=_id, help="the thread id (`agentlog threads` lists them)")
     p = add("threads", cmd_threads, "list the threads, newest activity first: project, events, last activity "
             "(newest event time), open calls (tool calls without a result yet), recent failures and status. "
             "Status: waiting_approval (an approval request has no decision), idle (no event for 30 minutes), "
@@ -118,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=DEFAULT_THREAD_LIMIT,
                    help=f"at most this many threads (1..{MAX_THREAD_LIMIT}, default {DEFAULT_THREAD_LIMIT})")
     p = add("context", cmd_context, "assemble a thread's context under a token budget")
-    p.add_argument("thread", metavar="THREAD", help="the thread id (`agentlog threads` lists them)")
+    p.add_argument("thread", metavar="THREAD", type=_id, help="the thread id (`agentlog threads` lists them)")
     p.add_argument("--budget", type=int, required=True, help="token budget (o200k_base tokens)")
     p.add_argument("--query", help="recall evidence matching this query (default: the latest user message and the goal)")
     p.add_argument("--model", help="model family, to choose the tokenizer (default o200k_base)")
@@ -134,13 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool", help="only this tool name")
     p.add_argument("--window", help="only this window")
     p.add_argument("--project", help="only this project")
-    p.add_argument("--after", metavar="EVENT_ID", help="read-your-writes: see this event's thread up to it")
+    p.add_argument("--after", metavar="EVENT_ID", type=_id, help="read-your-writes: see this event's thread up to it")
     p.add_argument("--since", metavar="TIME", help="only events at or after this event time "
                    "(RFC 3339, e.g. 2026-11-30T10:00:00Z, or epoch milliseconds)")
     p.add_argument("--until", metavar="TIME", help="only events at or before this event time (same forms)")
     p.add_argument("--limit", type=int, default=10, help="at most this many hits (default 10)")
     p = add("read", cmd_read, "the original event, by id, from the log")
-    p.add_argument("event_id", metavar="EVENT_ID", help="the event_id as published (search hits name it)")
+    p.add_argument("event_id", metavar="EVENT_ID", type=_id, help="the event_id as published (search hits name it)")
     p = add("sql", cmd_sql, "read-only SQL over the log (tables: events, tool_calls, rejected_events)")
     p.add_argument("query", metavar="SQL", help="one SELECT (or DESCRIBE), quoted as one argument")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table",
@@ -149,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["extract", "consolidate", "show", "revoke", "status"],
                    help="extract candidates from new events, consolidate them into the published view, "
                         "show the view, revoke a source event, or status of the jobs")
-    p.add_argument("event_id", nargs="?", metavar="EVENT_ID", help="for revoke: the source event to withdraw")
+    p.add_argument("event_id", nargs="?", metavar="EVENT_ID", type=_id, help="for revoke: the source event to withdraw")
     p.add_argument("--reason", help="for revoke: why the source is withdrawn")
     p.add_argument("--project", help="for show: only this project's facts")
     p.add_argument("--key", help="for show: only this key")
