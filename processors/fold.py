@@ -195,6 +195,19 @@ def is_stale(window: RawWindow, state: WorkingState, covers_through: str) -> boo
     return all(e.event_id != covers_through for e in window.entries)
 
 
+def splits_open_call(window: RawWindow, state: WorkingState, covers_through: str) -> bool:
+    """Whether a published ``compaction``'s cover falls after a call still open (its result
+    not come): folding there would take the call away from the result that comes later,
+    which no context could then show. The fold never cuts there either; the record is
+    not applied (a replay decides the same)."""
+    for e in window.entries:
+        if e.kind == "tool_call" and e.unit in state.pending_calls:
+            return any(later.event_id == covers_through for later in window.entries)
+        if e.event_id == covers_through:
+            return False
+    return False
+
+
 @dataclass(slots=True)
 class Memo:
     """What the last fold built, for the next one (a cache only: the result is the same

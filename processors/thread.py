@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentlog.processors.fold import DEFAULT_WINDOW_TOKENS, Memo, drop_through, entry_of, fold_if_needed, is_stale, track
+from agentlog.processors.fold import (
+    DEFAULT_WINDOW_TOKENS, Memo, drop_through, entry_of, fold_if_needed, is_stale, splits_open_call, track,
+)
 from agentlog.processors.public_state import PublicView
 from agentlog.processors.pairing import DEFAULT_CALL_TIMEOUT_MS, DEFAULT_GRACE_MS, Pairer
 from agentlog.processors.reducer import reduce
@@ -74,9 +76,9 @@ class ThreadProcessor:
         self.view.touched(reduce(state, event, pairs, opened))
         if self.memo.work is not None:  # built at the first fold, then kept with each event
             self.memo.work.applied(state, event)
-        if kept is not None:  # a compaction the fold already went past: the summary stays
+        if kept is not None:  # a compaction the fold went past, or that splits an open call: the summary stays
             state.summary, state.summary_covers_through, state.summary_event_id = kept
-        self._fold(event, tool_name)
+        self._fold(event, tool_name, applied=kept is None)
         return pairs
 
     def _call_tool_name(self, event: Envelope) -> str | None:
@@ -90,16 +92,18 @@ class ThreadProcessor:
         if event.kind != "compaction" or self.window_tokens <= 0:
             return None
         s = self.state
-        if not is_stale(self.window, s, event.payload.covers_through):  # type: ignore[attr-defined]
+        cover = event.payload.covers_through  # type: ignore[attr-defined]
+        if not (is_stale(self.window, s, cover) or splits_open_call(self.window, s, cover)):
             return None
         return s.summary, s.summary_covers_through, s.summary_event_id
 
-    def _fold(self, event: Envelope, tool_name: str | None) -> None:
+    def _fold(self, event: Envelope, tool_name: str | None, applied: bool = True) -> None:
         """Compaction as a stream step: the window is watched and folded here, so every
-        deployment and every replay computes the same summary."""
+        deployment and every replay computes the same summary. ``applied``: a published
+        ``compaction`` was taken (else the window keeps what it would have covered)."""
         if self.window_tokens <= 0:
             return
-        if event.kind == "compaction":  # a published record (a user's, an LLM's) wins as is
+        if event.kind == "compaction" and applied:  # a published record (a user's, an LLM's) wins as is
             drop_through(self.window, event.payload.covers_through)  # type: ignore[attr-defined]
         track(self.window, entry_of(event, tool_name))
         fold_if_needed(self.window, self.state, self.pairer.state, self.window_tokens, self.memo)

@@ -365,6 +365,20 @@ def test_hypotheses_come_only_from_what_is_phrased_or_marked_as_a_guess_and_othe
         "fact editor = vim (user confirmed)"]
 
 
+def test_a_published_compaction_whose_cover_falls_after_an_open_call_is_not_applied_so_the_pair_stays_whole() -> None:
+    records = [raw("u1", "message", {"role": "user", "text": "list the files"}, 0),
+               raw("c1", "tool_call", {"call_id": "k1", "tool_name": "ls", "arguments": {}}, 1),
+               raw("cx", "compaction", {"summary": {"goal": None, "observations": []}, "covers_through": "c1"}, 2),
+               raw("r1", "tool_result", {"call_id": "k1", "output": "a.txt", "status": "ok"}, 3)]  # fmt: skip
+    tp = processed(records, window_tokens=10_000)
+    assert tp.state.summary is None and tp.state.summary_covers_through is None
+    assert [e.event_id for e in tp.window.entries] == ["u1", "c1", "cx", "r1"]  # the window kept the call
+    # Once the call has its result, the same cover splits nothing: it is applied.
+    closed = processed([*records[:2], records[3], raw("cy", "compaction", {"summary": {"goal": None}, "covers_through": "r1"}, 4)],
+                       window_tokens=10_000)  # fmt: skip
+    assert closed.state.summary_covers_through == "r1" and closed.state.summary_event_id == "cy"
+
+
 def test_a_compaction_for_a_cover_the_fold_has_since_passed_is_not_applied_so_nothing_folded_since_is_lost() -> None:
     records = [raw(f"u{i}", "message", {"role": "user", "text": f"fact number {i} " + "w " * 60}, i) for i in range(8)]
     tp = processed(records, window_tokens=100)
