@@ -15,6 +15,8 @@ from typing import Any
 
 import uvicorn
 
+from agentlog.streams.api.http_parser import BoundedHttpToolsProtocol
+
 from agentlog.streams.config import Settings
 from tests.conftest import free_port
 from tests.test_http_hostile import ATTACKS, LIMIT, TOKEN, Attack, send
@@ -31,8 +33,10 @@ def _refused_before_any_store(attack: Attack) -> bool:
 
 @contextmanager
 def serving(asgi_app: Any, port: int) -> Iterator[None]:
-    """``asgi_app`` on 127.0.0.1:``port`` (uvicorn in a thread), while the block runs."""
-    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="critical"))
+    """``asgi_app`` on 127.0.0.1:``port`` (uvicorn in a thread, with the HTTP parser the
+    worker serves with), while the block runs."""
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="critical",
+                                           http=BoundedHttpToolsProtocol))  # fmt: skip
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
