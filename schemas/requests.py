@@ -9,6 +9,7 @@ says what to do.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -32,6 +33,8 @@ MAX_TIME_MS = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: a time bound past this is a typo, and overflows the index's i64."""
 ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 """SPEC §2: ``event_id`` and ``thread_id`` are 1–128 chars of ``[A-Za-z0-9._:-]``."""
+ID_RE = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))
+"""``ID_PATTERN`` for ``fullmatch`` (Python's ``$`` would let a final newline through)."""
 ContextFormat = Literal["generic", "openai", "anthropic"]
 CONTEXT_FORMATS: tuple[str, ...] = ("generic", "openai", "anthropic")
 """Shapes a context's messages come in (``agentlog.processors.formats.render_context``)."""
@@ -278,7 +281,7 @@ def _example(model: type[BaseModel]) -> str:
 
 __all__ = [
     "CONTEXT_FORMATS", "ContextFormat", "ID_PATTERN", "MAX_BUDGET", "MAX_SEARCH_LIMIT", "MAX_SQL_CHARS", "ConsolidateBody", "ContextQuery",
-    "EventPath", "LeaseBody", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery", "SqlBody",
+    "EventPath", "ID_RE", "LeaseBody", "MemoryQuery", "RequestError", "RevokeBody", "SearchQuery", "SqlBody",
     "DEFAULT_THREAD_LIMIT", "MAX_THREAD_LIMIT", "ThreadListQuery", "ThreadPath", "check_budget", "check_format",
     "bad_id", "check_search_limit", "once", "parse_body", "refusal", "parse_path", "parse_query", "thread_list_query",
 ]  # fmt: skip

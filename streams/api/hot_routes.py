@@ -31,14 +31,11 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlog.processors.state_sections import ACCEPT_PATCHES_HEADER, KNOWN_HEADER, Held, StateBody, parse_held, serialised
-from agentlog.schemas.requests import ID_PATTERN, ContextQuery, RequestError, parse_query
+from agentlog.schemas.requests import ID_RE, ContextQuery, RequestError, parse_query
 from agentlog.streams.api.guard import Policy, read_body
 from agentlog.streams.api.service import Service, StateJson
 from agentlog.streams.metrics import METRICS
 
-_ID = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))
-"""A thread id as the routes' ``Id`` takes it (``fullmatch``: Python's ``$`` would let a
-final newline through, which the routes refuse)."""
 _THREAD_ROUTE = re.compile(r"/threads/(?P<thread_id>[^/]+)/(?P<what>state|context)")
 """Starlette's pattern for ``/threads/{thread_id}/state`` (and ``/context``)."""
 
@@ -122,7 +119,7 @@ class HotRoutes:
         if path == "/events":
             return ("events", partial(self._publish, scope, receive)) if method == "POST" else None
         m = _THREAD_ROUTE.fullmatch(path)
-        if m is None or method != "GET" or not _ID.fullmatch(m["thread_id"]):
+        if m is None or method != "GET" or not ID_RE.fullmatch(m["thread_id"]):
             return None
         if m["what"] == "state":
             headers = scope["headers"]

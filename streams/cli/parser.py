@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from typing import TypeVar
 
 from agentlog import __version__
 from agentlog.schemas.events import KINDS
-from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, ID_PATTERN, MAX_LEASE_SECONDS, MAX_THREAD_LIMIT
+from agentlog.schemas.requests import CONTEXT_FORMATS, DEFAULT_THREAD_LIMIT, ID_RE, MAX_LEASE_SECONDS, MAX_THREAD_LIMIT
 from agentlog.schemas.state import THREAD_STATUSES
 from agentlog.streams.cli.commands import (
     cmd_bench, cmd_context, cmd_demo, cmd_memory, cmd_publish, cmd_read, cmd_rebuild, cmd_run, cmd_schema,
@@ -77,7 +76,7 @@ def _lease_seconds(text: str) -> float:
 def _id(text: str) -> str:
     """A thread or event id as the contract writes one: a usage error otherwise, not an
     answer that no such thread has events."""
-    if re.fullmatch(ID_PATTERN.removeprefix("^").removesuffix("$"), text) is None:
+    if ID_RE.fullmatch(text) is None:
         raise argparse.ArgumentTypeError(f"not an id (1-128 of A-Z a-z 0-9 . _ : -): {text!r}")
     return text
 
