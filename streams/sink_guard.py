@@ -27,10 +27,12 @@ _CODE = re.compile(r"Code:\s*(\d+)")
 # OpenSearch's per-document bulk errors that name the document, not the cluster.
 _REFUSED_DOCUMENT = re.compile(r"mapper_parsing_exception|document_parsing_exception|illegal_argument_exception")
 # tantivy raises ValueError for its storage failing too (a file it cannot open or write, a
-# writer killed by one, its lock): those name the disk, not the record.
+# writer killed by one, its lock): those name the disk, not the record. Only tantivy's own
+# error names: a plain phrase ("No such file or directory") may be a refused record's text
+# quoted in its error, and taking it for an outage would retry that record forever.
 _STORAGE_FAILED = re.compile(
-    r"IoError|io::Error|OpenWriteError|OpenReadError|OpenDirectoryError|LockFailure|writer was killed"
-    r"|No space left|Read-only file system|Permission denied|Not a directory|No such file or directory")
+    r"IoError \{|io::Error|An IO error occurred|OpenWriteError|OpenReadError|OpenDirectoryError|LockFailure"
+    r"|index writer was killed")
 
 
 class StoreUnavailable(RuntimeError):
@@ -46,13 +48,13 @@ def is_refusal(error: BaseException) -> bool:
     """Whether ``error`` is a store refusing this content (as opposed to being down)."""
     if isinstance(error, StoreUnavailable):
         return False
-    if _STORAGE_FAILED.search(str(error)):
-        return False
     if _REFUSED_DOCUMENT.search(str(error)):
         return True
     match = _CODE.search(str(error))
     if match is not None:  # a ClickHouse answer: its code says which
         return int(match.group(1)) in _REFUSED_CODES
+    if _STORAGE_FAILED.search(str(error)):
+        return False
     # Conversions in the drivers and tantivy's document checks raise these (and
     # clickhouse-connect's DataError); I/O and connection failures raise OSError and the
     # drivers' other errors.

@@ -479,6 +479,9 @@ def test_a_search_index_whose_storage_fails_is_down_not_refusing_every_record(tm
         with pytest.raises(StoreUnavailable):
             write_isolating("index", lambda xs: (index.add(xs), index.refresh()), docs, lambda _doc: b"{}")
     assert not is_refusal(ValueError("An index writer was killed. ... (io::Error most likely)"))
+    # A record ClickHouse refuses, whose text quotes an I/O error, is still refused (not
+    # taken for an outage and retried forever).
+    assert is_refusal(RuntimeError("Code: 27. DB::Exception: Cannot parse input: 'IoError { No such file or directory'"))
 
 
 def test_isolation_writes_every_record_but_the_refused_one_and_raises_on_an_outage() -> None:
