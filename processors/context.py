@@ -604,6 +604,18 @@ RECALL_SHARE = 0.3
 """At most this share of what the state, summary and memory leave goes to recalled evidence."""
 
 
+def _reserved(counter: TokenCounter, lists: Sequence[tuple[str, str, list[tuple[str, str]]]], most: int) -> int:
+    """What ``lists`` (title and items each, as ``Budget.fit_list`` measures them) take
+    whole, at most ``most``."""
+    need = 0
+    for _name, title, items in lists:
+        if items:
+            need += MESSAGE_OVERHEAD + counter.count(title) + sum(counter.count(line) + 1 for _, line in items)
+            if need >= most:
+                return most
+    return need
+
+
 @dataclass
 class Budget:
     """What is left, and what did not fit (``meta.dropped``): per section its name, the
@@ -737,7 +749,8 @@ def assemble(
 
     Priority, highest first: pinned (goal, constraints, granted and denied approvals, the
     latest user message: never dropped); recent failures (identical ones once, with a
-    count), pending approvals, sub-agents, open calls, plan/tasks/files; the summary;
+    count; at most what the sections after them need, up to half of the state's share, is
+    kept from them), pending approvals, sub-agents, open calls, plan/tasks/files; the summary;
     memory; recalled evidence; the raw window. Each section only gets what the ones before
     it left (and at most its share); what does not fit is listed in ``meta.dropped``.
 
@@ -794,7 +807,7 @@ def assemble(
             sections.append({"name": name, "tokens": measure(msg), "content": msg["content"], **extra})
 
     state_limit = int(b.remaining * STATE_SHARE)
-    for name, title, items in (
+    state_lists = (
         ("failures", "Recent failures (identical ones once, with a count):", failure_items),
         ("approvals", "Pending approvals (not yet decided):",
          [(a["approval_id"], f"- {a['approval_id']}: {_one_line(a['action'])}") for a in state.get("pending_approvals", [])]),
@@ -802,10 +815,14 @@ def assemble(
         ("calls", "Open tool calls (no result yet):",
          [(c["call_id"], f"- {c['call_id']}: {c['tool_name']}") for c in state.get("pending_calls", [])]),
         ("state", "Working state:", _remembered_plan_lines(state, derived)),
-    ):  # fmt: skip
+    )  # fmt: skip
+    for name, title, items in state_lists:
         used_before = b.remaining
         if name == "failures":  # kept newest first, shown oldest first
-            kept_msg, kept = b.fit_list(name, title, items, state_limit, reverse=True, remember=thread)
+            # A long run of failures must not crowd out what the agent is doing: the
+            # sections after it keep what they need, up to half of the state's share.
+            limit = state_limit - _reserved(counter, state_lists[1:], state_limit // 2)
+            kept_msg, kept = b.fit_list(name, title, items, limit, reverse=True, remember=thread)
             kept_ids = set(kept)
             add(name, kept_msg, event_ids=[i for g in groups if g.event_ids[-1] in kept_ids for i in g.event_ids])
         else:

@@ -203,3 +203,29 @@ def test_the_window_is_in_event_time_order_newest_last_and_the_latest_user_messa
     assert shown == ["zeroth", "first", "second", "third"]
     assert service.state("t1")["latest_user_message_id"] == "m1"
     assert ctx["meta"]["latest_user_message_id"] == "m1"
+
+
+@pytest.mark.parametrize("budget", [1500, 2500, 4000])
+def test_a_long_run_of_failures_never_crowds_the_plan_and_the_open_call_out_of_the_context(
+        service: EmbeddedService, budget: int) -> None:  # fmt: skip
+    """Failures come first among the state's sections, but they take at most what the plan,
+    tasks, files, approvals, sub-agents and open calls leave of the state's share."""
+    steps = [{"step_id": f"s{i}", "text": f"step {i}: move the billing cache shard {i}", "status": "pending"}
+             for i in range(8)]  # fmt: skip
+    lines = [raw("g", "goal", {"text": "migrate the billing cache"}, 0),
+             raw("p", "plan", {"steps": steps}, 1)]  # fmt: skip
+    for i in range(60):  # sixty distinct failures, each long enough to matter
+        output = f"FAILED test_{i}: assertion error in module m{i} " + "x" * 200
+        lines.append(raw(f"c{i}", "tool_call", {"call_id": f"c{i}", "tool_name": "pytest", "arguments": {"t": i}}, 2 + 2 * i))
+        lines.append(raw(f"r{i}", "tool_result", {"call_id": f"c{i}", "output": output, "status": "error",
+                                                  "exit_code": 1}, 3 + 2 * i))  # fmt: skip
+    lines.append(raw("open", "tool_call", {"call_id": "open", "tool_name": "deploy", "arguments": {}}, 200))
+    lines.append(raw("u", "message", {"role": "user", "text": "what next?"}, 201))
+    service.publish(b"\n".join(lines))
+    service.catch_up()
+    ctx = context_for(service, "t1", budget)
+    names = [s["name"] for s in ctx["sections"]]
+    assert "failures" in names and "state" in names and "calls" in names, ctx["meta"]["dropped"]
+    text = "\n".join(m.get("content") or "" for m in ctx["messages"])
+    assert "step 7: move the billing cache shard 7" in text and "- open: deploy" in text
+    assert ctx["meta"]["used_tokens"] <= budget
