@@ -24,7 +24,7 @@ exporter's retry of the same spans publishes the same events (duplicates change 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -187,6 +187,12 @@ def unmapped_reason(span: Span) -> str | None:
         return f"otlp_unmapped: execute_tool span {span.name!r} has no gen_ai.tool.name"
     if operation not in CHAT_OPERATIONS and operation not in ("execute_tool", "invoke_agent"):
         return f"otlp_unmapped: gen_ai.operation.name {operation!r} is not mapped to events"
+    if operation in CHAT_OPERATIONS:
+        for attribute in ("gen_ai.input.messages", "gen_ai.output.messages"):
+            if attribute in attrs and not isinstance(_json_value(attrs[attribute]), list):
+                return f"otlp_unmapped: {operation} span {span.name!r} has a {attribute} that is not a JSON array of messages"
+    if span.start_ns <= 0 or span.end_ns <= 0:  # OTLP's zero: not set (the events would be dated 1970)
+        return f"otlp_unmapped: {operation} span {span.name!r} has no start or no end time"
     return None
 
 
@@ -199,6 +205,8 @@ def map_spans(spans: list[Span]) -> Mapped:
         if reason is not None:
             mapped.unmapped.append((index, reason))
             continue
+        if span.end_ns < span.start_ns:  # a skewed clock: the result never comes before its call
+            span = replace(span, end_ns=span.start_ns)
         b = _Builder(span, span.attributes["gen_ai.conversation.id"])
         operation = span.attributes["gen_ai.operation.name"]
         {"execute_tool": _tool, "invoke_agent": _agent}.get(operation, _chat)(b)

@@ -92,3 +92,27 @@ def test_spans_without_a_trace_or_span_id_are_unmapped_so_their_events_ids_canno
     mapped = map_spans(spans)
     assert mapped.events == [] and [i for i, _ in mapped.unmapped] == [0, 1]
     assert all("trace id" in why for _, why in mapped.unmapped)
+
+
+def test_a_chat_span_whose_messages_cannot_be_read_is_unmapped_with_the_reason_never_dropped() -> None:
+    spans = [span("01", 0, 5, gen_ai__operation__name="chat", gen_ai__input__messages="[{not json"),
+             span("02", 0, 5, gen_ai__operation__name="chat", gen_ai__output__messages="{{{"),
+             span("03", 0, 5, gen_ai__operation__name="chat", gen_ai__input__messages=json.dumps({"role": "user", "content": "x"})),
+             span("04", 0, 5, gen_ai__operation__name="chat",
+                  gen_ai__input__messages=json.dumps([{"role": "user", "content": "readable"}]))]  # fmt: skip
+    mapped = map_spans(spans)
+    reasons = dict(mapped.unmapped)
+    assert sorted(reasons) == [0, 1, 2]
+    assert "gen_ai.input.messages that is not a JSON array" in reasons[0]
+    assert "gen_ai.output.messages that is not a JSON array" in reasons[1] and "not a JSON array" in reasons[2]
+    assert [(i, e["payload"]["text"]) for i, e in mapped.events] == [(3, "readable")]
+
+
+def test_a_span_without_times_is_unmapped_and_one_that_ends_before_it_starts_keeps_its_result_after_its_call() -> None:
+    timeless = Span("ab" * 16, "01", "chat x", 0, 0, attributes={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "t1"})  # fmt: skip
+    skewed = span("02", 5_000, 0, gen_ai__operation__name="execute_tool", gen_ai__tool__name="ls")
+    mapped = map_spans([timeless, skewed])
+    assert [i for i, _ in mapped.unmapped] == [0] and "no start or no end time" in mapped.unmapped[0][1]
+    call, result = (e for _, e in mapped.events)
+    assert (call["kind"], result["kind"]) == ("tool_call", "tool_result") and call["ts"] == result["ts"]
