@@ -17,7 +17,7 @@ Pure: the adapter (``agentlog.streams.api.recall``) runs the searches and reads.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -146,30 +146,36 @@ def _failed(event: Envelope) -> bool:
     return event.kind == "error" or (event.kind == "tool_result" and (p.status != "ok" or p.exit_code not in (None, 0)))
 
 
-def evidence_class(event: Envelope | None, about_failure: bool) -> int:
+def evidence_class(event: Envelope | None, about_failure: bool, what_failed: bool = True) -> int:
     """How directly an event answers the question, 0 first: what failed when the question
-    is about a failure; then facts (what the user said, what tools and errors reported);
-    the model's own words last (a guess is not a fact)."""
+    is about a failure (``what_failed``: the event was found by what the question says
+    failed, not only by a word such as "error" that every failure holds); then facts (what
+    the user said, what tools and errors reported); the model's own words last (a guess
+    is not a fact)."""
     if event is None:  # a tool call (what its result says is not known here)
         return 1
     guess = event.kind == "message" and getattr(event.payload, "role", None) != "user"
     if about_failure:
-        return 0 if _failed(event) else 2 if guess else 1
+        return 0 if what_failed and _failed(event) else 2 if guess else 1
     return 1 if guess else 0
 
 
-def hit_class(hit: Mapping[str, Any], event: Envelope | None, about_failure: bool) -> int:
+def hit_class(hit: Mapping[str, Any], event: Envelope | None, about_failure: bool, what_failed: bool = True) -> int:
     """``evidence_class`` of a hit: an ``error`` is a failed fact by its kind alone; a
     message's role and a result's status take its ``event``."""
     if hit["kind"] == "error":
-        return 0
-    return evidence_class(event, about_failure)
+        return 0 if what_failed or not about_failure else 1
+    return evidence_class(event, about_failure, what_failed)
 
 
-def prefer(hits: list[dict[str, Any]], events: Mapping[str, Envelope | None],
-           about_failure: bool) -> list[dict[str, Any]]:  # fmt: skip
-    """``hits`` (in rank order) by their class, rank order within a class."""
-    return sorted(hits, key=lambda h: hit_class(h, events.get(h["event_id"]), about_failure))
+def prefer(hits: list[dict[str, Any]], events: Mapping[str, Envelope | None], about_failure: bool,
+           what_failed: Container[str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """``hits`` (in rank order) by their class, rank order within a class. ``what_failed``:
+    the ids the failure searches found (``recall_searches``); a failure found only by the
+    question's other words ranks as the fact it is, so a question about a failure and a
+    fact together gets both (default: every hit)."""
+    return sorted(hits, key=lambda h: hit_class(h, events.get(h["event_id"]), about_failure,
+                                                what_failed is None or h["event_id"] in what_failed))
 
 
 def family_threads(state: Mapping[str, Any]) -> list[str]:

@@ -298,6 +298,26 @@ def test_a_question_about_a_failure_recalls_the_failed_log_with_its_error_line(s
     assert hits[0] == "c1" and "ERR_CACHE_MISS_7Q" in text
 
 
+def test_a_question_about_a_failure_and_a_fact_recalls_both_ahead_of_failures_that_only_say_error(
+        service: EmbeddedService) -> None:  # fmt: skip
+    """Every failed result holds the word "error": found by that word alone, a failure ranks as
+    the fact it is, not ahead of what the user said."""
+    lines = [raw("g", "goal", {"text": "ship the release"}, 0),
+             raw("m1", "message", {"role": "user", "text": "the rollout token id is ZEBRA-91"}, 1),
+             raw("c1", "tool_call", {"call_id": "k1", "tool_name": "build", "arguments": {"target": "billing"}}, 2),
+             raw("r1", "tool_result", {"call_id": "k1", "output": "ERROR ERR_CACHE_MISS_4471 fetching artifact\nbuild failed",
+                                       "status": "error", "exit_code": 2}, 3)]  # fmt: skip
+    for i in range(12):  # unrelated failures after it
+        lines += [raw(f"c{i + 2}", "tool_call", {"call_id": f"k{i + 2}", "tool_name": "pytest", "arguments": {"n": i}}, 4 + 2 * i),
+                  raw(f"r{i + 2}", "tool_result", {"call_id": f"k{i + 2}", "output": f"pytest failed at iteration {i}: exit 1",
+                                                   "status": "error", "exit_code": 1}, 5 + 2 * i)]  # fmt: skip
+    lines += _switch_then_ask("What error code did the first build fail with, and what was the rollout token id?", 60)
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 4000))
+    assert hits[0] == "c1" and "ERR_CACHE_MISS_4471" in text
+    assert "m1" in hits[:3] and "ZEBRA-91" in text
+
+
 def test_a_recalled_error_event_shows_its_code(service: EmbeddedService) -> None:
     lines = [raw("g", "goal", {"text": "ship the release"}, 0),
              raw("e1", "error", {"message": "migration failed: lock not acquired", "code": "E_MIGRATION_LOCK"}, 1),

@@ -62,12 +62,15 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     project, threads = state["project"], family_threads(state)
     held = held_ids(state, (e.event_id for e in window))
     candidates: dict[str, dict[str, Any]] = {}  # the hits ranked per query, queries in their order
+    what_failed: set[str] = set()  # found by the failure searches (a kind: error, tool_result)
     queries = list(dict.fromkeys(q for q, _ in searches))
     for q in queries:
         if len(queries) > 1 and q == queries[-1] and len(candidates) >= RECALL_LIMIT:
             break  # the goal's search (the last) is a fallback: the question's hits are enough
-        for h in rank(service.search(one, thread_id=t, kind=kind, project=p, limit=limit)["hits"]
-                      for one, t, kind, p, limit in _searches_of(q, searches, threads, project)):  # fmt: skip
+        found = [(kind, service.search(one, thread_id=t, kind=kind, project=p, limit=limit)["hits"])
+                 for one, t, kind, p, limit in _searches_of(q, searches, threads, project)]  # fmt: skip
+        what_failed.update(h["event_id"] for kind, hits in found if kind is not None for h in hits)
+        for h in rank(hits for _, hits in found):
             if h["event_id"] not in held and h["event_id"] not in orphans:
                 candidates.setdefault(h["event_id"], h)
     if query:  # the caller's own query: its ranking as the engine gives it
@@ -76,7 +79,7 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     # result's status take a read (a call and an error are what their kind says).
     ranked = list(candidates.values())[:RERANK_DEPTH]
     events = _read_all(service, [h["event_id"] for h in ranked if h["kind"] in ("message", "tool_result")])
-    ranked = prefer(ranked, events, asks_about_failure(text))
+    ranked = prefer(ranked, events, asks_about_failure(text), what_failed)
     return fresh(_entries(service, ranked, held, project, searches[0][0], events), held, orphans)
 
 
