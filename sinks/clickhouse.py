@@ -7,6 +7,7 @@ this process), so the DDL, the inserts and every analyst query are the same SQL.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -168,6 +169,25 @@ class AnalystSql:
             self._reset()
 
 
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)")
+
+
+def _declare_tables(client: Any) -> None:
+    """The tables, as ``DDL`` and ``MEMORY_DDL`` declare them. A column the log has already
+    is not added again: the engine rewrites the table's metadata file on every such ALTER,
+    and opening the log for a read (``agentlog state`` without a server) must write nothing."""
+    columns: set[tuple[str, str]] | None = None
+    for statement in (*DDL, *MEMORY_DDL):
+        added = _ADD_COLUMN.match(statement.strip())
+        if added is not None:
+            if columns is None:
+                rows = client.query("SELECT table, name FROM system.columns WHERE database = currentDatabase()").result_rows
+                columns = {(str(t), str(n)) for t, n in rows}
+            if (added[1], added[2]) in columns:
+                continue
+        client.command(statement)
+
+
 class ClickHouseLogStore(LogStore):
     """``LogStore`` on ClickHouse. Thread-safe: one lock serialises the client."""
 
@@ -177,8 +197,7 @@ class ClickHouseLogStore(LogStore):
         self._analyst = analyst
         self._temp_dir = temp_dir
         self.description = description
-        for statement in (*DDL, *MEMORY_DDL):
-            self._client.command(statement)
+        _declare_tables(client)
 
     @classmethod
     def open(

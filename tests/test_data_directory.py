@@ -145,3 +145,20 @@ def test_checking_a_store_this_process_holds_open_keeps_its_wal_when_another_pro
     path.write_bytes(b"not a database at all" * 10)
     with pytest.raises(CorruptStore):  # closed connections do not hide a damaged file
         open_sqlite(path, lambda p: sqlite_db.connect(p, timeout=5), lambda p: "")
+
+
+def _files(data: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(data)): (p.stat().st_size, p.stat().st_mtime_ns) for p in data.rglob("*") if p.is_file()}
+
+
+def test_reads_without_a_server_write_no_file_of_the_data_directory(filled) -> None:
+    """SPEC §4: a context request is a read. Opening the log used to rewrite two tables'
+    metadata files (a column declared since the first release, added again each time)."""
+    env, data, _state = filled
+    before = _files(data)
+    for command in (["state", "--json", "bench-00003"], ["context", "--json", "bench-00003", "--budget", "2000"],
+                    ["sql", "SELECT count() FROM events"], ["search", "--json", "module"], ["threads", "--json"]):  # fmt: skip
+        agentlog(env, *command)
+    after = _files(data)
+    assert {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v} == {}
+    assert set(before) == set(after)
