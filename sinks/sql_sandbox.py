@@ -89,11 +89,14 @@ declare ``ALIAS`` columns, expressions the tree shows only as a string literal."
 COSTLY = frozenset({
     "editDistance", "editDistanceUTF8", "levenshteinDistance", "levenshteinDistanceUTF8",
     "damerauLevenshteinDistance", "jaroSimilarity", "jaroWinklerSimilarity",
+    "arrayLevenshteinDistance", "arrayLevenshteinDistanceWeighted", "arraySimilarity", "arrayFold",
     "serverTimezone", "serverTimeZone", "timezone", "timeZone",
 })  # fmt: skip
-"""Refused although their category is safe: string distances cost the product of their
-arguments' lengths within one row, which no time limit interrupts (the engine checks it
-between blocks); the server's time zone is server information."""
+"""Refused although their category is safe: string and array distances cost the product
+of their arguments' lengths within one row, and ``arrayFold`` copies its accumulator at
+every element (an array grown by ``arrayPushBack``: the square of its length), which no
+time limit interrupts (the engine checks it between blocks); the server's time zone is
+server information."""
 
 HIDDEN_DATABASES = frozenset({"system", "information_schema", "INFORMATION_SCHEMA"})
 """Always refused, even on an engine that does not list them."""

@@ -240,6 +240,11 @@ HIDDEN_CALLS = _refused(
     "SELECT levenshteinDistance(repeat('a', 65000), repeat('b', 65000))",
     "SELECT damerauLevenshteinDistance('a', 'b')",
     "SELECT jaroWinklerSimilarity(repeat('a', 65000), repeat('b', 65000))",
+    "SELECT arrayLevenshteinDistance(range(150000), range(150000, 300000))",
+    "SELECT count() FROM numbers(20000) WHERE arrayLevenshteinDistance(range(1000), range(number, number + 1000)) > 0",
+    "SELECT arrayLevenshteinDistanceWeighted(range(3), range(3), [1., 1, 1], [1., 1, 1])",
+    "SELECT arraySimilarity(range(3), range(3), [1., 1, 1], [1., 1, 1])",
+    "SELECT length(arrayFold((acc, x) -> arrayPushBack(acc, x), range(1000000), emptyArrayUInt64()))",
     "SELECT " + "[" * 40 + "(repeat('{\"a\":', 990) || '1' || repeat('}', 990))::JSON" + "]" * 40 + " AS j",
 )
 
