@@ -87,8 +87,18 @@ _ENV = {
 
 
 
-def _number(value: object, kind: type[int] | type[float], origin: str) -> int | float:
-    """A setting's number; one that is not a (finite) number says which setting it is."""
+POSITIVE = frozenset({
+    "max_event_bytes", "max_request_bytes", "call_timeout_seconds", "batch_size", "partitions",
+    "memory_lease_seconds", "sql_timeout_seconds", "sql_max_rows", "sql_max_bytes", "sql_max_memory_bytes",
+    "sql_max_rows_to_read",
+})  # fmt: skip
+"""Settings that are a size, a count or a time limit: zero or less would not be one (the
+SQL engine reads a zero limit as none at all)."""
+
+
+def _number(value: object, kind: type[int] | type[float], origin: str, positive: bool = False) -> int | float:
+    """A setting's number; one that is not a (finite) number, or not above zero where it
+    must be (``positive``), says which setting it is."""
     try:
         number = kind(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -96,7 +106,11 @@ def _number(value: object, kind: type[int] | type[float], origin: str) -> int | 
     if number is None or (kind is float and not math.isfinite(number)):
         what = "a whole number" if kind is int else "a number"
         raise ValueError(f"{origin}={value!r} is not {what}: set it to one, or unset it for the default")
+    if positive and number <= 0:
+        raise ValueError(f"{origin}={value!r} must be above 0 (a zero limit would be no limit): "
+                         "set it to a positive number, or unset it for the default")  # fmt: skip
     return number
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -211,7 +225,7 @@ class Settings:
             if name == "data_dir":
                 kwargs[name] = Path(str(value))
             elif kind in ("int", "float"):
-                kwargs[name] = _number(value, int if kind == "int" else float, origin[name])
+                kwargs[name] = _number(value, int if kind == "int" else float, origin[name], name in POSITIVE)
             elif kind in ("bool",):
                 kwargs[name] = str(value).lower() not in ("0", "false", "no", "off")
             else:

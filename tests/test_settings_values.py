@@ -34,3 +34,14 @@ def test_a_command_given_a_setting_that_is_not_a_number_says_so_and_exits(tmp_pa
     assert done.returncode != 0
     assert "AGENTLOG_COMPACT_WINDOW_TOKENS='abc' is not a whole number" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("var", "value"), [("AGENTLOG_SQL_TIMEOUT_SECONDS", "0"), ("AGENTLOG_SQL_TIMEOUT_SECONDS", "-1"),
+                                            ("AGENTLOG_SQL_MAX_ROWS", "0"), ("AGENTLOG_SQL_MAX_ROWS", "-5"),
+                                            ("AGENTLOG_SQL_MAX_MEMORY_BYTES", "0"), ("AGENTLOG_MAX_EVENT_BYTES", "-1"),
+                                            ("AGENTLOG_BATCH_SIZE", "0")])  # fmt: skip
+def test_a_limit_of_zero_or_less_is_refused_naming_its_variable_never_taken_as_no_limit(
+        tmp_path: Path, var: str, value: str) -> None:  # fmt: skip
+    with pytest.raises(ValueError, match=f"{var}='{value}' must be above 0"):
+        Settings.from_env({"AGENTLOG_DATA_DIR": str(tmp_path), var: value})
+    assert Settings.from_env({"AGENTLOG_DATA_DIR": str(tmp_path), "AGENTLOG_SQL_TIMEOUT_SECONDS": "0.5"}).sql_timeout_seconds == 0.5
