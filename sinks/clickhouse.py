@@ -6,7 +6,9 @@ this process), so the DDL, the inserts and every analyst query are the same SQL.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import tempfile
 import threading
@@ -169,6 +171,22 @@ class AnalystSql:
             self._reset()
 
 
+def _own_folder(folder: Path) -> None:
+    """``folder`` (in the data directory) as a folder of the log's own, emptied of the insert
+    files a process killed mid-insert left. Whatever else stands at its name is replaced,
+    never followed: a symbolic link is removed (not what it points at, where inserts would
+    otherwise go and whose ``tmp*`` files would be deleted), and so is a file; a folder
+    inside it is left alone (clickhouse-connect makes files only)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("tmp") and not entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
 _ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)")
 
 
@@ -229,9 +247,7 @@ class ClickHouseLogStore(LogStore):
         # chDB serves any number of connections to its one engine, each with its own session.
         analyst = AnalystSql(lambda: clickhouse_connect.get_client(interface="chdb", path=path), limits)
         if temp_dir is not None:
-            temp_dir.mkdir(parents=True, exist_ok=True)
-            for stale in temp_dir.glob("tmp*"):  # left by a process killed mid-insert
-                stale.unlink(missing_ok=True)
+            _own_folder(temp_dir)
         return cls(client, f"chDB {path}", analyst, temp_dir)
 
     # -- writes -----------------------------------------------------------------------

@@ -162,3 +162,35 @@ def test_reads_without_a_server_write_no_file_of_the_data_directory(filled) -> N
     after = _files(data)
     assert {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v} == {}
     assert set(before) == set(after)
+
+
+@pytest.mark.parametrize("odd", ["link", "file", "folder inside"])
+def test_an_odd_insert_folder_is_replaced_never_followed_so_no_file_outside_the_data_directory_is_touched(
+        tmp_path: Path, odd: str) -> None:  # fmt: skip
+    """The log's insert folder is its own: a symbolic link standing at its name (or a file)
+    is replaced, the folder it points at keeps its ``tmp*`` files and gets no insert; a
+    ``tmp*`` folder inside it no longer stops every command with a bare errno."""
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
+
+    data, outside = tmp_path / "data", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "tmpIMPORTANT.txt").write_text("keep me")
+    data.mkdir()
+    inserts = data / "tmp-inserts"
+    if odd == "link":
+        inserts.symlink_to(outside, target_is_directory=True)
+    elif odd == "file":
+        inserts.write_text("not a folder")
+    else:
+        (inserts / "tmpdir").mkdir(parents=True)
+    service = EmbeddedService(Settings(data_dir=data))
+    try:
+        service.publish(orjson.dumps({"event_id": "e1", "thread_id": "t1", "kind": "goal",
+                                      "ts": "2026-01-01T00:00:00Z", "payload": {"text": "g"}}))  # fmt: skip
+        service.catch_up()
+        assert service.sql("SELECT count() FROM events").rows == [(1,)]
+    finally:
+        service.close()
+    assert inserts.is_dir() and not inserts.is_symlink()
+    assert [p.name for p in outside.iterdir()] == ["tmpIMPORTANT.txt"]
