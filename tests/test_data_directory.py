@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -92,14 +93,28 @@ def test_sql_piped_into_head_ends_quietly_without_a_broken_pipe_error(filled) ->
     assert b"Broken pipe" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
 
 
+def _log_one_event(data: Path, on_open: Callable[[], bool] = lambda: True) -> None:
+    """Open the service on ``data`` (``on_open`` holds then), log one event, and read it back."""
+    from agentlog.streams.config import Settings  # noqa: PLC0415
+    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
+
+    service = EmbeddedService(Settings(data_dir=data))
+    try:
+        assert on_open()
+        service.publish(orjson.dumps({"event_id": "e1", "thread_id": "t1", "kind": "goal",
+                                      "ts": "2026-01-01T00:00:00Z", "payload": {"text": "g"}}))  # fmt: skip
+        service.catch_up()
+        assert service.sql("SELECT count() FROM events").rows == [(1,)]
+    finally:
+        service.close()
+
+
 def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """chDB inserts pass event bodies through temporary files: they are made in the data
     directory, never in the machine's /tmp; one left by a process killed mid-insert is gone
     at the next open; and the process's own temporary folder is left as it was."""
     import tempfile  # noqa: PLC0415
 
-    from agentlog.streams.config import Settings  # noqa: PLC0415
-    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
 
     data = tmp_path / "data"
     (data / "tmp-inserts").mkdir(parents=True)
@@ -113,15 +128,7 @@ def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path, mo
 
     monkeypatch.setattr(tempfile, "NamedTemporaryFile", spy)
     before = tempfile.gettempdir()
-    service = EmbeddedService(Settings(data_dir=data))
-    try:
-        assert not (data / "tmp-inserts" / "tmpleft.raw").exists()
-        service.publish(orjson.dumps({"event_id": "e1", "thread_id": "t1", "kind": "goal",
-                                      "ts": "2026-01-01T00:00:00Z", "payload": {"text": "g"}}))  # fmt: skip
-        service.catch_up()
-        assert service.sql("SELECT count() FROM events").rows == [(1,)]
-    finally:
-        service.close()
+    _log_one_event(data, lambda: not (data / "tmp-inserts" / "tmpleft.raw").exists())
     assert made_in and set(made_in) == {str((data / "tmp-inserts").resolve())}
     assert tempfile.gettempdir() == before
 
@@ -170,8 +177,6 @@ def test_an_odd_insert_folder_is_replaced_never_followed_so_no_file_outside_the_
     """The log's insert folder is its own: a symbolic link standing at its name (or a file)
     is replaced, the folder it points at keeps its ``tmp*`` files and gets no insert; a
     ``tmp*`` folder inside it no longer stops every command with a bare errno."""
-    from agentlog.streams.config import Settings  # noqa: PLC0415
-    from agentlog.streams.embedded.service import EmbeddedService  # noqa: PLC0415
 
     data, outside = tmp_path / "data", tmp_path / "outside"
     outside.mkdir()
@@ -184,13 +189,6 @@ def test_an_odd_insert_folder_is_replaced_never_followed_so_no_file_outside_the_
         inserts.write_text("not a folder")
     else:
         (inserts / "tmpdir").mkdir(parents=True)
-    service = EmbeddedService(Settings(data_dir=data))
-    try:
-        service.publish(orjson.dumps({"event_id": "e1", "thread_id": "t1", "kind": "goal",
-                                      "ts": "2026-01-01T00:00:00Z", "payload": {"text": "g"}}))  # fmt: skip
-        service.catch_up()
-        assert service.sql("SELECT count() FROM events").rows == [(1,)]
-    finally:
-        service.close()
+    _log_one_event(data)
     assert inserts.is_dir() and not inserts.is_symlink()
     assert [p.name for p in outside.iterdir()] == ["tmpIMPORTANT.txt"]
