@@ -115,7 +115,6 @@ def test_the_logs_insert_files_stay_inside_the_data_directory(tmp_path: Path, mo
     at the next open; and the process's own temporary folder is left as it was."""
     import tempfile  # noqa: PLC0415
 
-
     data = tmp_path / "data"
     (data / "tmp-inserts").mkdir(parents=True)
     (data / "tmp-inserts" / "tmpleft.raw").write_text('{"event_id": "left by a kill -9"}')
