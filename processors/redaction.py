@@ -149,6 +149,8 @@ _BASIC = re.compile(r"\b((?i:basic)[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9
 # "mysql mysql mysql ..." took seconds per 60 KB, growing with the square of its length.
 _MYSQL_CLIENT = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mysqlsh|mariadb|mariadb-dump)\b")
 _P_FLAG = re.compile(r"[ \t]-p(?=\S)")
+_LOGIN = re.compile(r"(?i)\blogin\b")
+_LOGIN_P_FLAG = re.compile(r"[ \t]-p(?:[ \t]+|=)(?=[^\s\[])")  # a login's -p is its password
 _COMMAND_END = re.compile(r"[\n|;&]")
 _NON_SPACE = re.compile(r"\S+")
 
@@ -159,13 +161,24 @@ def _prose_value(m: re.Match[str]) -> str:
     value = m.group(2)
     if value[:1] in "\"'`" and len(value) >= 2 and value[-1] == value[0]:
         return m.group(1) + value[0] + REDACTED + value[0]
-    core = value.rstrip(".,;:!?)]")
-    if len(core) >= 4 and _SECRET_LIKE.search(core):
+    if _looks_secret(value):
+        core = value.rstrip(".,;:!?)]")
         return m.group(1) + REDACTED + value[len(core):]
     return m.group(0)
 
 
 _SECRET_LIKE = re.compile(r"[0-9!@#$%^&*+/=~_\-]")
+
+
+def _looks_secret(value: str) -> bool:
+    """A value rather than a word: four characters or more with a digit or a symbol."""
+    core = value.rstrip(".,;:!?)]")
+    return len(core) >= 4 and _SECRET_LIKE.search(core) is not None
+
+
+def _named_value(m: re.Match[str]) -> str:
+    """The value after ``m.group(1)``, ``[REDACTED]`` when the name it holds (group 2) says secret."""
+    return m.group(1) + REDACTED if is_secret_name(m.group(2)) else m.group(0)
 
 # Rules about a named secret; they run only when the text holds one of these words.
 _NAMED_HINTS = ("key", "secret", "token", "pass", "pwd", "auth", "credential", "cookie")
@@ -180,24 +193,35 @@ _NAMED: tuple[tuple[tuple[str, ...], re.Pattern[str], Callable[[re.Match[str]], 
          r"(?i)((?<![\w-])--?(?:password|passwd|pass|pwd|token|secret|api-key|apikey|access-key|secret-key"
          r"|auth-token|client-secret|private-key)(?:[ \t]+|[ \t]*=[ \t]*))(?!-)(?:" + _QUOTED + r"|[^\s\"'`]+)",
          _keep_prefix),
-        # In prose: "the db password is X", "my API key was 'X'", "token is: X".
+        # In prose: "the db password is X", "my API key was 'X'", "token is: X", "set the password to X".
         (("pass", "secret", "token", "key", "credential"),
          r"(?i)(\b(?:password|passwd|passphrase|secret|token|api[ _-]?key|access[ _-]?key|secret[ _-]?key"
-         r"|private[ _-]?key|credentials?)[ \t]+(?:is|was)(?:[ \t]*:)?[ \t]+)(" + _QUOTED + r"|[^\s\"'`]+)",
+         r"|private[ _-]?key|credentials?)[ \t]+(?:is|was|to)(?:[ \t]*:)?[ \t]+)(" + _QUOTED + r"|[^\s\"'`]+)",
          _prose_value),
+        # An element that names a secret: <password>X</password>, <ns:apiKey>X</ns:apiKey>.
+        (("</",), r"(<(?:[\w.\-]+:)?([\w.\-]+)>)([^<\s][^<]*)(?=</)", _named_value),
+        # A tool's own setting command: `aws configure set aws_secret_access_key X`, `npm config set _authToken X`.
+        (("config",), r"(?i)(\bconfig(?:ure)?[ \t]+set[ \t]+([\w.\-]+)[ \t]+)(" + _QUOTED + r"|[^\s\"'`]+)",
+         _named_value),
     )
+)
+
+# Rules about a password given to a command's short flag; each runs only when the text holds its hint.
+_FLAGS: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    # curl, wget and the like: `-u user:password`, `--user user:password` (the user stays).
+    ("-u", re.compile(r"((?<![\w-])(?:-u|--user)[ \t]*=?[ \t]*[^\s:\"'`/]{1,256}:)(?!\[REDACTED\])[^\s\"'`]+"), _keep_prefix),
 )
 
 # ``NAME <sep> value`` in env, JSON, YAML or code form: a secret word in a name's last 60
 # characters, then the separator. Found from each run of name characters that a separator
 # follows, and only in that run's end: a single pattern tried from every secret word read
 # up to 60 characters after each one ("key" repeated: 4.7 s a megabyte).
-_NAME_WORDS = r"secret|token|passw|passphrase|pwd|key|credential|auth|cookie"
+_NAME_WORDS = r"secret|token|passphrase|pass|pwd|key|credential|auth|cookie"  # a word before its prefix
 _NAME_TAIL = 60
 """Name characters at most between the secret word and the separator."""
 _LONGEST_WORD = 10
-_ASSIGN_SEP = re.compile(r"\\?[\"'`]?[ \t]*(?::=|[:=])[ \t]*")
-_NAME_BEFORE_SEP = re.compile(r"(?<![\w.\-])[\w.\-]++(?=\\?[\"'`]?[ \t]*[:=])")
+_ASSIGN_SEP = re.compile(r"\\?[\"'`]?[ \t]*(?::=|[:=]|%3[Dd])[ \t]*")  # %3D: "=" in a URL-encoded body
+_NAME_BEFORE_SEP = re.compile(r"(?<![\w.\-])[\w.\-]++(?=\\?[\"'`]?[ \t]*(?:[:=]|%3[Dd]))")
 # Each place a secret word starts (overlapping ones too). In the lower-cased text: a
 # case-sensitive search skips ahead on the first letters, ten times faster.
 _WORD_AT = re.compile(rf"(?=({_NAME_WORDS}))")
@@ -222,6 +246,16 @@ def _assignments(text: str, words: re.Pattern[str]) -> Iterator[tuple[int, int, 
                 break
 
 
+def _maybe_secret_name(name: str) -> bool:
+    """A name that holds a secret when its value looks like one (``_looks_secret``):
+    ``pass`` (``DB_PASS=h2x!9``, but ``pass=3``, a count of passed tests, stays) and an
+    environment variable's ``…_KEY`` (``STRIPE_KEY=…``, but ``SORT_KEY=name`` stays)."""
+    words = [w for w in _WORD_SPLIT.split(name.lower()) if w]
+    if not words:
+        return False
+    return words[-1] == "pass" or (words[-1] == "key" and len(words) > 1 and name.isupper())
+
+
 def _redact_assignments(text: str, lowered: str) -> str:
     """The value of every assignment whose whole name says secret (by words, so
     ``max_tokens=5`` and ``KeyError: x`` stay)."""
@@ -235,12 +269,15 @@ def _redact_assignments(text: str, lowered: str) -> str:
             continue  # inside a value already replaced
         while start > 0 and start - word > -80 and text[start - 1] in _NAME_CHARS:
             start -= 1
-        if not is_secret_name(text[start:sep]):
+        strict = is_secret_name(text[start:sep])
+        if not strict and not _maybe_secret_name(text[start:sep]):
             continue
         v = _VALUE.match(text, end)
         if v is None:
             continue
         value = v.group("value")
+        if not strict and not _looks_secret(value.strip("\"'`\\")):
+            continue
         if value.startswith('\\"') and len(value) >= 4 and value.endswith('\\"'):
             masked = '\\"' + REDACTED + '\\"'
         elif value[:1] in "\"'`" and len(value) >= 2 and value[-1] == value[0]:
@@ -348,16 +385,27 @@ def _jwt_start(segment: str, word_at_start: bool) -> int | None:
 
 
 def _mysql_passwords(text: str) -> str:
-    """Each MySQL client's first ``-p`` flag value in its command, ``[REDACTED]``: the flags
-    and the command ends are each found once, and each client name looks its flag up
-    (``bisect``), so the cost grows with the text, whatever it repeats."""
-    flags = [m.end() for m in _P_FLAG.finditer(text)]  # where each flag's value starts
+    """Each MySQL client's first ``-p`` flag value in its command, ``[REDACTED]``."""
+    return _first_flag_values(text, _MYSQL_CLIENT, _P_FLAG)
+
+
+def _login_passwords(text: str) -> str:
+    """``docker login -u me -p X`` (any command's ``login``): X, ``[REDACTED]``."""
+    return _first_flag_values(text, _LOGIN, _LOGIN_P_FLAG)
+
+
+def _first_flag_values(text: str, clients: re.Pattern[str], flag: re.Pattern[str]) -> str:
+    """The value of each command's first ``flag`` after one of the ``clients`` (in the
+    same command), ``[REDACTED]``: the flags and the command ends are each found once, and
+    each client name looks its flag up (``bisect``), so the cost grows with the text,
+    whatever it repeats."""
+    flags = [m.end() for m in flag.finditer(text)]  # where each flag's value starts
     if not flags:
         return text
     ends = [m.start() for m in _COMMAND_END.finditer(text)]
     out: list[str] = []
     done = 0
-    for client in _MYSQL_CLIENT.finditer(text):
+    for client in clients.finditer(text):
         if client.start() < done:
             continue  # inside a value already replaced
         i = bisect_left(flags, client.end() + 3)  # a flag " -p" starts at the name's end or after it
@@ -395,10 +443,15 @@ def redact(text: str) -> str:
         text = _redact_host_passwords(text)
     if "mysql" in lowered or "mariadb" in lowered:
         text = _mysql_passwords(text)
+    if "login" in lowered:  # docker login -u me -p X
+        text = _login_passwords(text)
     if "bearer" in lowered or "token" in lowered:
         text = _BEARER.sub(_keep_prefix, text)
     if "basic" in lowered:
         text = _BASIC.sub(_basic, text)
+    for hint, pattern, replacement in _FLAGS:
+        if hint in lowered:
+            text = pattern.sub(replacement, text)
     for word in _NAMED_HINTS:  # a plain loop: a third faster than any() over a generator
         if word in lowered:
             for hints, pattern, replacement in _NAMED:

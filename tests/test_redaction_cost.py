@@ -84,12 +84,12 @@ def test_the_url_and_jwt_rules_on_text_as_written(text: str) -> None:
     assert _jwts(text) == OLD_JWT.sub(REDACTED, text)
 
 
-OLD_ASSIGN_RX = (r"(?:secret|token|passw|passphrase|pwd|key|credential|auth|cookie)[\w.\-]{0,60}?"
-                 r"(?P<sep>\\?[\"'`]?[ \t]*(?::=|[:=])[ \t]*)")
+OLD_ASSIGN_RX = (r"(?:secret|token|pass|passphrase|pwd|key|credential|auth|cookie)[\w.\-]{0,60}?"
+                 r"(?P<sep>\\?[\"'`]?[ \t]*(?::=|[:=]|%3[Dd])[ \t]*)")
 OLD_ASSIGN, OLD_ASSIGN_ANY_CASE = re.compile(OLD_ASSIGN_RX), re.compile(OLD_ASSIGN_RX, re.IGNORECASE)
 """The assignment rule as one pattern, tried from every secret word (4.7 s a megabyte of
 "key"): the oracle of the scan from each name that a separator follows."""
-ASSIGN_PIECES = ["key", "token", "secret", "passw", "passphrase", "pwd", "auth", "cookie", "credential", "secretoken",
+ASSIGN_PIECES = ["key", "token", "secret", "passw", "pass", "%3D", "%3d", "%3", "passphrase", "pwd", "auth", "cookie", "credential", "secretoken",
                  "a", "_", ".", "-", "é", "K", "KEY", "\u212a", "=", ":", ":=", "\\", '"', "'", "`", " ", "\t",
                  "\n", "x" * 25, "y" * 30, "İ", "api_"]  # fmt: skip
 

@@ -94,6 +94,14 @@ TEXT_FORMATS: list[tuple[str, Callable[[int, str], tuple[str, str]]]] = [
     ("prose", lambda n, s: (f"the db password is {s}, keep it safe", s)),
     ("prose", lambda n, s: (f"My API key was '{s}'.", s)),
     ("prose", lambda n, s: (f"TOKEN IS: {s}", s)),
+    ("prose", lambda n, s: (f"I set the admin password to {s} for now", s)),
+    ("cli_flag", lambda n, s: (f"curl -u admin:{s} https://api.internal/v1", s)),
+    ("cli_flag", lambda n, s: (f"docker login -u deploy -p {s} registry.example.com", s)),
+    ("cli_flag", lambda n, s: (f"aws configure set aws_secret_access_key {s}", s)),
+    ("env", lambda n, s: (f"export STRIPE_KEY={s}", s)),
+    ("env", lambda n, s: (f"db_host=x pass={s}!", s)),
+    ("xml", lambda n, s: (f"<config><user>ci</user><password>{s}</password></config>", s)),
+    ("url_encoded", lambda n, s: (f"POST body grant_type=client_credentials&client_secret%3D{s}", s)),
     ("private_key", lambda n, s: (
         f"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA{s}9\nq83Hd0wL\n-----END RSA PRIVATE KEY-----",
         f"MIIEpAIBAAKCAQEA{s}9")),
@@ -217,7 +225,10 @@ def test_redaction_keeps_ordinary_text_whole() -> None:
                  "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
                  "see https://example.com/path?q=1", "the token count is 12",
                  "git clone git@github.com:org/repo.git", "mail ops@example.com at 12:30@home",
-                 "scp build.tar deploy@host:/srv/app", "ERROR: see https://u@example.com/x"]:  # fmt: skip
+                 "scp build.tar deploy@host:/srv/app", "ERROR: see https://u@example.com/x",
+                 "pass=3 fail=0", "bypass=true", "SORT_KEY=name", "python -u run.py", "curl --user admin https://x",
+                 "docker login registry.example.com", "send the token to the server", "<key>name</key>",
+                 "git config set user.name bob", "the secret to success is tests"]:  # fmt: skip
         assert redact(text) == text
 
 
