@@ -101,6 +101,22 @@ def test_a_request_with_more_header_fields_than_the_bound_is_refused_with_431(se
     assert exchange(served.port, many + b"Connection: close\r\n\r\n")[0] == [200]
 
 
+@pytest.mark.parametrize("where", ["header", "url"])
+def test_a_head_over_the_bound_sent_in_one_write_is_refused_with_431_and_one_under_it_is_answered(
+        served: Served, where: str) -> None:  # fmt: skip
+    """The stall count sees only reads in which the parser made no progress: a head that
+    arrives whole in one read is measured as it is parsed."""
+    def request(n: int) -> bytes:
+        if where == "url":
+            return b"GET /healthz?pad=" + b"a" * n + b" HTTP/1.1\r\n" + HOST + b"Connection: close\r\n\r\n"
+        return b"GET /healthz HTTP/1.1\r\n" + HOST + b"X-Pad: " + b"a" * n + b"\r\nConnection: close\r\n\r\n"
+
+    statuses, answer, closed = exchange(served.port, request(MAX_HEAD_BYTES + 2_000))
+    assert statuses == [431] and closed, answer[:300]
+    assert "exceed" in json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert exchange(served.port, request(MAX_HEAD_BYTES - 2_000))[0] == [200]
+
+
 def test_a_body_asking_for_an_upgrade_is_refused_never_read_as_a_second_request(served: Served) -> None:
     smuggled = b"GET /healthz HTTP/1.1\r\n" + HOST + b"\r\n"
     head = (b"POST /sql HTTP/1.1\r\n" + HOST + b"Content-Type: application/json\r\nConnection: Upgrade\r\n"

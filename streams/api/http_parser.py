@@ -10,8 +10,9 @@ request completed: a head, a chunked body's trailers or chunk extensions, blank 
 before a request) are counted, and past ``MAX_HEAD_BYTES`` the request is refused with 431
 and its connection closed. The count is by the chunks read (up to 256 KiB each), but a
 chunk in which the parser progresses is not counted, so it never exceeds the head's own
-bytes (a head begun in such a chunk is undercounted by at most that chunk): a request
-pipelined behind a large body is never refused for the body's bytes.
+bytes: a request pipelined behind a large body is never refused for the body's bytes. A
+head that arrives whole in one such chunk is measured as it is parsed instead (its target
+and header fields), and held to the same bound.
 
 Four more differences from httptools as uvicorn runs it, each one h11 did not have:
 - A head holds at most ``MAX_HEADERS`` fields: 1 MiB of ``a:`` lines made 250,000 Python
@@ -68,15 +69,34 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _refusal: tuple[int, bytes] | None = None  # the status and body a callback refused with
     _held: bytes | None = None  # a refusal waiting for the answers to requests before it
 
+    _head_bytes = 0  # the request line's target and the header fields parsed so far
+
+    def on_message_begin(self) -> None:
+        self._head_bytes = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def _count_head(self, n: int) -> None:
+        """A head that arrived whole in one read (the parser progressed in it, so the
+        stall count never saw it) is still held to ``MAX_HEAD_BYTES``."""
+        self._head_bytes += n
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._refusal = (431, _TOO_LONG)
+            raise _Refused
+
     def on_header(self, name: bytes, value: bytes) -> None:
         # uvicorn's own, inline (it runs once a header: calling it cost ~1.5 us a request),
-        # with the bound; a chunked body's trailer is dropped (uvicorn added it to the headers).
+        # with the bounds; a chunked body's trailer is dropped (uvicorn added it to the headers).
         headers = self.headers
         if self._in_body:
             return
         if len(headers) >= MAX_HEADERS:
             self._refusal = (431, _TOO_MANY)
             raise _Refused
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
