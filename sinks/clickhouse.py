@@ -84,7 +84,10 @@ class AnalystSql:
                 # A query stopped mid-stream can leave the handle answering nothing: the
                 # next query gets a fresh one.
                 self._reset()
-                raise StoreError(self._say(str(error))) from error
+                message = self._say(str(error))
+                if "Syntax error" in message:  # at the sandbox's limits clause, after the user's text
+                    raise SqlRefused(user_syntax_error(message, "", len(statement))) from error
+                raise StoreError(message) from error
         finally:
             self._lock.release()
         return self._decode(bytes(body))

@@ -336,6 +336,8 @@ def _statement_name(kind: str) -> str:
 
 _POSITION = re.compile(r"position (\d+)")
 _LINE = re.compile(r"\(line (\d+), col (\d+)\)")
+_AT_OWN_FORMAT = re.compile(rf"\(line \d+, col \d+\): FORMAT {EXPLAIN_FORMAT}\b")
+"""A failure whose quoted text starts at the parse's own FORMAT clause."""
 
 
 def user_syntax_error(message: str, prefix: str, length: int) -> str:
@@ -343,7 +345,9 @@ def user_syntax_error(message: str, prefix: str, length: int) -> str:
     positions count from the start of their text, and a failure in the sandbox's own
     suffix (past the user's last character) says what the sandbox runs."""
     position = _POSITION.search(message)
-    if position is not None and int(position[1]) >= len(prefix) + length:
+    # Past the user's last character, or at the parse's own FORMAT clause (after a second
+    # statement the engine counts from elsewhere): the sandbox's words, never quoted.
+    if (position is not None and int(position[1]) >= len(prefix) + length) or _AT_OWN_FORMAT.search(message):
         expected = message.partition("Expected")[2].strip().rstrip(".")
         hint = f" (the parser expected {expected[:300].removeprefix('one of: ')})" if expected else ""
         return (

@@ -123,6 +123,17 @@ def test_a_syntax_error_points_into_the_users_text(sandboxed: EmbeddedService) -
     assert f"position {statement.index('= =') + 3}" in message  # 1-based, as the engine counts and "(line 1," in message
 
 
+@pytest.mark.parametrize("statement", ["SELECT 1 +", "SELECT 1 -- a note\n; SELECT 2"])
+def test_a_syntax_error_past_the_users_text_never_quotes_the_sandboxs_own_clauses(
+        sandboxed: EmbeddedService, statement: str) -> None:  # fmt: skip
+    with pytest.raises(SqlRefused) as refused:
+        sandboxed.sql(statement)
+    message = str(refused.value)
+    assert message.startswith("Syntax error at the end of the query")
+    for internal in ("TabSeparatedRaw", "FORMAT Tab", "timeout_overflow_mode", "max_result_rows", "EXPLAIN"):
+        assert internal not in message
+
+
 def test_a_refused_write_never_leaves_the_ingest_connection_readonly(sandboxed: EmbeddedService) -> None:
     for statement in ("DROP TABLE events", "SET readonly = 1", "INSERT INTO events (raw) VALUES ('{}')",
                       "SELECT 1 SETTINGS readonly = 1", "CREATE TABLE x (a Int8) ENGINE = Memory"):  # fmt: skip
