@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from agentlog.processors.formats.common import marker
+
 CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 INPUT_ROLES = {"user": "user", "system": "system", "developer": "developer"}
 
@@ -85,14 +87,34 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+MEDIA_PARTS = frozenset({"blob", "uri", "file", "image"})
+"""Parts the conventions give for media: shown as a visible marker, as the provider
+adapters show an image (``[image omitted]``), so a context still sees something was shown."""
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return ""
+    kind = part.get("type")
+    if kind == "text":
+        content = part.get("content")
+        return content if isinstance(content, str) else ""
+    if kind in MEDIA_PARTS:  # ``modality``: image, video, audio
+        modality = part.get("modality")
+        return marker(modality if isinstance(modality, str) and modality.isalpha() else "file")
+    return ""  # tool calls come from execute_tool spans; reasoning is the model's own
+
+
 def _parts_text(message: dict[str, Any]) -> str:
-    """The text parts of a GenAI message (``parts: [{type: text, content}]``), joined."""
+    """The text parts of a GenAI message (``parts: [{type: text, content}]``), joined, with
+    a marker for each media part."""
     parts = message.get("parts")
     if not isinstance(parts, list):
         content = message.get("content")
         return content if isinstance(content, str) else ""
-    texts = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"]
-    return "".join(t for t in texts if isinstance(t, str))
+    texts = "".join(_part_text(p) for p in parts if isinstance(p, dict) and p.get("type") == "text")
+    media = [_part_text(p) for p in parts if isinstance(p, dict) and p.get("type") in MEDIA_PARTS]
+    return "\n\n".join(t for t in (texts, *media) if t)
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:

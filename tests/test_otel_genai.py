@@ -116,3 +116,12 @@ def test_a_span_without_times_is_unmapped_and_one_that_ends_before_it_starts_kee
     assert [i for i, _ in mapped.unmapped] == [0] and "no start or no end time" in mapped.unmapped[0][1]
     call, result = (e for _, e in mapped.events)
     assert (call["kind"], result["kind"]) == ("tool_call", "tool_result") and call["ts"] == result["ts"]
+
+
+def test_an_image_part_of_a_chat_message_is_shown_as_a_marker_as_the_provider_adapters_show_it() -> None:
+    history = [{"role": "user", "parts": [{"type": "text", "content": "what is in this?"},
+                                          {"type": "blob", "modality": "image", "mime_type": "image/png", "content": "iVBOR"}]},
+               {"role": "user", "parts": [{"type": "uri", "modality": "video", "uri": "https://x/v.mp4"}]}]  # fmt: skip
+    assert kinds([span("01", 0, 5, gen_ai__operation__name="chat", gen_ai__input__messages=json.dumps(history))]) == [
+        ("message", {"role": "user", "text": "what is in this?\n\n[image omitted]"}),
+        ("message", {"role": "user", "text": "[video omitted]"})]  # fmt: skip
