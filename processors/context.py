@@ -610,10 +610,20 @@ def _reserved(counter: TokenCounter, lists: Sequence[tuple[str, str, list[tuple[
     need = 0
     for _name, title, items in lists:
         if items:
-            need += MESSAGE_OVERHEAD + counter.count(title) + sum(counter.count(line) + 1 for _, line in items)
+            need += _title_cost(counter, title) + sum(_line_cost(counter, line) for _, line in items)
             if need >= most:
                 return most
     return need
+
+
+def _title_cost(counter: TokenCounter, title: str) -> int:
+    """A listed section's message and title, as ``_fit`` counts them."""
+    return MESSAGE_OVERHEAD + counter.count(title)
+
+
+def _line_cost(counter: TokenCounter, line: str) -> int:
+    """One item's line and its newline."""
+    return counter.count(line) + 1
 
 
 @dataclass
@@ -669,10 +679,10 @@ class _Fit:
 
 
 def _fit(counter: TokenCounter, title: str, items: list[tuple[str, str]], limit: int, reverse: bool) -> _Fit:
-    base = MESSAGE_OVERHEAD + counter.count(title)
+    base = _title_cost(counter, title)
     used, kept, left = base, [], []
     for item_id, line in items:
-        cost = counter.count(line) + 1
+        cost = _line_cost(counter, line)
         if used + cost <= limit:
             kept.append((item_id, line))
             used += cost

@@ -92,28 +92,23 @@ MEDIA_PARTS = frozenset({"blob", "uri", "file", "image"})
 adapters show an image (``[image omitted]``), so a context still sees something was shown."""
 
 
-def _part_text(part: Any) -> str:
-    if not isinstance(part, dict):
-        return ""
-    kind = part.get("type")
-    if kind == "text":
-        content = part.get("content")
-        return content if isinstance(content, str) else ""
-    if kind in MEDIA_PARTS:  # ``modality``: image, video, audio
-        modality = part.get("modality")
-        return marker(modality if isinstance(modality, str) and modality.isalpha() else "file")
-    return ""  # tool calls come from execute_tool spans; reasoning is the model's own
+def _media_marker(part: dict[str, Any]) -> str:
+    """``[image omitted]`` for a media part, named after its ``modality`` (image, video, audio)."""
+    modality = part.get("modality")
+    return marker(modality if isinstance(modality, str) and modality.isalpha() else "file")
 
 
 def _parts_text(message: dict[str, Any]) -> str:
-    """The text parts of a GenAI message (``parts: [{type: text, content}]``), joined, with
-    a marker for each media part."""
+    """The text parts of a GenAI message (``parts: [{type: text, content}]``), joined, then
+    a marker for each media part. Tool calls come from the execute_tool spans; reasoning
+    parts are the model's own and left out."""
     parts = message.get("parts")
     if not isinstance(parts, list):
         content = message.get("content")
         return content if isinstance(content, str) else ""
-    texts = "".join(_part_text(p) for p in parts if isinstance(p, dict) and p.get("type") == "text")
-    media = [_part_text(p) for p in parts if isinstance(p, dict) and p.get("type") in MEDIA_PARTS]
+    parts = [p for p in parts if isinstance(p, dict)]
+    texts = "".join(c for p in parts if p.get("type") == "text" and isinstance(c := p.get("content"), str))
+    media = [_media_marker(p) for p in parts if p.get("type") in MEDIA_PARTS]
     return "\n\n".join(t for t in (texts, *media) if t)
 
 
