@@ -45,6 +45,9 @@ def distributed(tmp_path: Path, kafka_bootstrap: str, opensearch_url: str):
         worker.kill()
         worker.wait()
     drop_index(settings)
+    # A topic missing from the consumer's metadata when it subscribed stays out of the
+    # assignment until the next rebalance: a worker without its table partitions.
+    assert "Ignoring missing topic" not in worker_log(settings, tail=10**7)
 
 
 def drop_index(settings: Settings) -> None:
@@ -285,6 +288,38 @@ def test_the_worker_takes_post_events_and_serves_prometheus_metrics_like_agentlo
     assert values["agentlog_events_rejected_total"] == 1.0
     assert values["agentlog_published_total"] == 3.0
     assert values["agentlog_dedup_ids"] == 2.0
+
+
+def test_a_worker_creates_its_table_topics_and_sees_them_with_leaders_before_faust_subscribes(
+        tmp_path: Path, kafka_bootstrap: str, opensearch_url: str) -> None:  # fmt: skip
+    # faust creates the changelogs as it starts and subscribes right away; a consumer whose
+    # metadata did not show them yet left them out of the assignment, and the worker
+    # answered every state query 503 (restoring) until a rebalance minutes later.
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient  # noqa: PLC0415
+
+    from agentlog.streams.kafka.app import declare_app, faust_topics  # noqa: PLC0415
+    from agentlog.streams.kafka.topics import ensure_topics  # noqa: PLC0415
+
+    settings = kafka_settings(tmp_path / "dist", kafka_bootstrap, opensearch_url, partitions=3)
+    app, _states, _seen = declare_app(settings)
+    wanted = {t.name: t for t in faust_topics(app)}
+    assert set(wanted) == {f"agentlog-{settings.kafka_namespace}-{name}" for name in
+                           ("agentlog-state-changelog", "agentlog-seen-changelog", "__assignor-__leader")}  # fmt: skip
+    ensure_topics(kafka_bootstrap, settings.partitions, settings.kafka_namespace, also=list(wanted.values()))
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        described = {t["name"]: t for t in admin.describe_topics(list(wanted))}
+        for name, spec in wanted.items():
+            assert described[name]["error_code"] == 0, described[name]
+            assert len(described[name]["partitions"]) == spec.num_partitions
+            assert all(p["leader_id"] >= 0 for p in described[name]["partitions"])
+        changelog = f"agentlog-{settings.kafka_namespace}-agentlog-state-changelog"
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, changelog)])
+        entries = configs["topic"][changelog]
+        assert entries["cleanup.policy"]["value"] == "compact"  # a snapshot lives as long as its thread
+    finally:
+        admin.close()
+    ensure_topics(kafka_bootstrap, settings.partitions, settings.kafka_namespace, also=list(wanted.values()))  # again: no error
 
 
 def test_events_from_a_transactional_producer_are_applied_and_its_markers_hold_up_no_query(distributed) -> None:

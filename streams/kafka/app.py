@@ -22,6 +22,8 @@ from typing import Any
 
 import faust
 from faust.contrib.asgi import AsgiService
+from kafka.admin import NewTopic
+from mode.utils.times import want_seconds
 
 from agentlog.streams.api.guard import Policy
 from agentlog.streams.api.http import build_app
@@ -30,7 +32,8 @@ from agentlog.streams.config import Settings
 from agentlog.streams.kafka.processor import KafkaProcessor, changelog_key
 from agentlog.streams.kafka.service import WorkerService
 from agentlog.streams.memory import runner as memory_runner
-from agentlog.streams.kafka.topics import ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ready_to_serve, topic, worker_group
+from agentlog.streams.kafka.topics import (ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, ready_to_serve,
+                                          topic, worker_group)
 from agentlog.streams.wiring import outdated_index
 
 def declare_app(settings: Settings) -> tuple[faust.App, Any, Any]:
@@ -109,6 +112,26 @@ def create_app(settings: Settings, role: str = "all") -> faust.App:
     return app
 
 
+def faust_topics(app: faust.App) -> list[NewTopic]:
+    """The topics faust would create as its worker starts (the tables' changelogs, the
+    leader assignor's), declared as faust declares them, for ``ensure_topics`` to create
+    and see in the metadata first: faust subscribes right after creating them, and a
+    consumer whose metadata did not show them yet left them out of the assignment."""
+    internal = [table.changelog_topic for table in app.tables.values()]
+    internal.append(app._leader_assignor._leader_topic)  # noqa: SLF001 (faust keeps it private)
+    return [_new_topic(t, app.conf.topic_partitions) for t in internal]
+
+
+def _new_topic(declared: faust.TopicT, default_partitions: int) -> NewTopic:
+    cleanup = ",".join(flag for flag, on in (("compact", declared.compacting), ("delete", declared.deleting)) if on)
+    config = {"cleanup.policy": cleanup} if cleanup else {}
+    if declared.retention:
+        config["retention.ms"] = str(int(want_seconds(declared.retention) * 1000))
+    config.update({key: str(value) for key, value in (declared.config or {}).items()})
+    return NewTopic(declared.get_topic_name(), declared.partitions or default_partitions,
+                    declared.replicas or 1, topic_configs=config)  # fmt: skip
+
+
 async def _subscribed(stream: faust.StreamT) -> None:
     async for _ in stream.events():  # subscribed for its partitions; nothing is sent
         pass
@@ -133,6 +156,8 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
     if not ready_to_serve(settings):
         return 2
     app = create_app(settings, role)
+    ensure_topics(settings.kafka_bootstrap or "", settings.partitions, settings.kafka_namespace,
+                  settings.kafka_security, also=faust_topics(app))  # fmt: skip
     # The index sink logs one line per failed attempt with the reason; the client's own
     # per-request warnings would repeat it for every retry of every connection.
     logging.getLogger("opensearch").setLevel(logging.ERROR)
@@ -150,4 +175,4 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
     return 0
 
 
-__all__ = ["ROLES", "changelog_key", "create_app", "declare_app", "run_worker"]
+__all__ = ["ROLES", "changelog_key", "create_app", "declare_app", "faust_topics", "run_worker"]

@@ -232,6 +232,8 @@ class KafkaProcessor:
         tables share; faust's own router hashes the JSON-encoded table key instead, and
         so sent some threads' queries to a worker that did not hold them."""
         partition = (murmur2(thread_id.encode()) & 0x7FFFFFFF) % self.settings.partitions
+        if partition in self.owned_partitions():  # co-partitioned: its table partitions are here too
+            return None
         changelog = self.states.changelog_topic.get_topic_name()
         for url, topics in self.app.router.table_metadata(self.states.name).items():
             if partition in topics.get(changelog, ()):

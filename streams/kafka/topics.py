@@ -4,6 +4,8 @@ consumer that subscribes to a missing topic ignores it until the next rebalance)
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer
@@ -57,8 +59,14 @@ def plain_consumer(bootstrap: str, security: KafkaSecurity, group_id: str | None
 
 
 def ensure_topics(bootstrap: str, partitions: int, namespace: str = "",
-                  security: KafkaSecurity = KafkaSecurity()) -> None:  # fmt: skip
-    names = [topic(n, namespace) for n in (EVENTS, DLQ, ACCEPTED, OWNERSHIP)]
+                  security: KafkaSecurity = KafkaSecurity(), also: Sequence[NewTopic] = ()) -> None:  # fmt: skip
+    """The deployment's topics, and ``also`` (a worker's faust-internal ones), created where
+    missing and visible in the broker's metadata before this returns: a consumer that
+    subscribes to a topic its metadata lacks ignores it until the next rebalance, and a
+    worker that started so owned no table partition and answered 503 for minutes."""
+    config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    specs = [NewTopic(topic(n, namespace), partitions, 1, topic_configs=config)
+             for n in (EVENTS, DLQ, ACCEPTED, OWNERSHIP)] + list(also)  # fmt: skip
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="agentlog-admin", **security.kafka_python())
     except KafkaError as error:  # kafka-python reports a refused login as a bootstrap timeout
@@ -69,15 +77,37 @@ def ensure_topics(bootstrap: str, partitions: int, namespace: str = "",
         ) from error
     try:
         existing = set(admin.list_topics())
-        config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
-        wanted = [NewTopic(t, partitions, 1, topic_configs=config) for t in names if t not in existing]
+        wanted = [spec for spec in specs if spec.name not in existing]
         if wanted:
             try:
                 admin.create_topics(wanted)
             except TopicAlreadyExistsError:
                 pass
+            _wait_until_visible(admin, [spec.name for spec in wanted])
     finally:
         admin.close()
+
+
+TOPICS_VISIBLE_WITHIN_S = 30.0
+
+
+def _wait_until_visible(admin: KafkaAdminClient, names: list[str]) -> None:
+    """Until the broker's metadata lists every partition of ``names`` with a leader (a
+    created topic reaches the brokers' metadata caches a little later)."""
+    deadline = time.monotonic() + TOPICS_VISIBLE_WITHIN_S
+    while True:
+        pending = [t["name"] for t in admin.describe_topics(names) if not _led(t)]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise StoreError(f"Kafka created the topics {pending} but its metadata has not shown them with a "
+                             f"leader for {TOPICS_VISIBLE_WITHIN_S:.0f} s: check the brokers' health")  # fmt: skip
+        time.sleep(0.1)
+
+
+def _led(described: dict) -> bool:
+    partitions = described.get("partitions") or []
+    return described.get("error_code") == 0 and bool(partitions) and all(p["leader_id"] >= 0 for p in partitions)
 
 
 def ready_to_serve(settings: Settings) -> bool:
