@@ -191,3 +191,20 @@ def test_an_odd_insert_folder_is_replaced_never_followed_so_no_file_outside_the_
     _log_one_event(data)
     assert inserts.is_dir() and not inserts.is_symlink()
     assert [p.name for p in outside.iterdir()] == ["tmpIMPORTANT.txt"]
+
+
+def test_a_query_of_a_data_directory_that_does_not_exist_answers_as_an_empty_one_and_creates_nothing(
+        cli_env: dict[str, str], tmp_path: Path) -> None:  # fmt: skip
+    """A read never writes: a mistyped AGENTLOG_DATA_DIR used to be created (stores and all)
+    by the first query; the answers, and the refusals of bad arguments, are an empty one's."""
+    empty, missing = tmp_path / "empty", tmp_path / "not" / "there"
+    agentlog({**cli_env, "AGENTLOG_DATA_DIR": str(empty)}, "threads", "--json")  # an existing, empty one
+    for command in (["threads", "--json"], ["state", "--json", "t1"], ["context", "--json", "t1", "--budget", "500"],
+                    ["search", "--json", "anything"], ["search", "--json", "x", "--limit", "2000000000"],
+                    ["read", "--json", "e1"], ["sql", "--format", "csv", "SELECT count() FROM events"],
+                    ["memory", "show", "--json"], ["memory", "status", "--json"]):  # fmt: skip
+        there = agentlog({**cli_env, "AGENTLOG_DATA_DIR": str(empty)}, *command, check=False)
+        here = agentlog({**cli_env, "AGENTLOG_DATA_DIR": str(missing)}, *command, check=False)
+        assert not missing.exists() and not missing.parent.exists(), command
+        assert (here.returncode, here.stdout) == (there.returncode, there.stdout), command
+        assert b"does not exist" in here.stderr and b"AGENTLOG_DATA_DIR" in here.stderr

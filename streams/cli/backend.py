@@ -5,8 +5,11 @@ index opened here, else the data directory's stores in this process under its lo
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from agentlog.sinks.base import StoreError
@@ -76,6 +79,22 @@ def backend(settings: Settings) -> Iterator[Service]:
         lock.release()
 
 
+@contextmanager
+def reading(settings: Settings) -> Iterator[Settings]:
+    """The settings a query command runs with: ``settings``, or, when the embedded data
+    directory does not exist, an empty one made for the query and removed after it. The
+    query answers (and refuses its arguments) exactly as over an empty data directory, and
+    creates nothing where the user pointed: a read never writes, and a mistyped
+    AGENTLOG_DATA_DIR does not leave a directory behind."""
+    if settings.distributed or Path(settings.data_dir).exists():
+        yield settings
+        return
+    print(f"agentlog: {settings.data_dir} does not exist (nothing was published there): answering as an "
+          "empty data directory (check AGENTLOG_DATA_DIR; the default is ./.agentlog)", file=sys.stderr)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="agentlog-empty-") as empty:
+        yield replace(settings, data_dir=Path(empty))
+
+
 def publish(settings: Settings, data: bytes) -> dict[str, Any]:
     """Send a body to the topic: Kafka's, a running server's, or the topic file here."""
     url = server_url(settings)
@@ -95,4 +114,4 @@ def publish(settings: Settings, data: bytes) -> dict[str, Any]:
         publisher.close()
 
 
-__all__ = ["backend", "publish"]
+__all__ = ["backend", "publish", "reading"]

@@ -7,6 +7,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from agentlog.schemas.events import KINDS
 from agentlog.schemas.search import time_bound_ms
 from agentlog.streams.api.service import NotFound, Service
 from agentlog.streams.cli import render
-from agentlog.streams.cli.backend import backend, publish
+from agentlog.streams.cli.backend import backend, publish, reading
 from agentlog.streams.cli.demo_runner import run_demo
 from agentlog.streams.config import Settings
 from agentlog.streams.memory.jobs import Memory, extract_parallel
@@ -68,7 +69,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def _answer(args: argparse.Namespace, settings: Settings, ask: Callable[[Service], Any],
             as_text: Callable[[Any], None]) -> int:  # fmt: skip
     """A query command: ``ask`` the deployment's service, then show the answer."""
-    with backend(settings) as svc:
+    with reading(settings) as settings, backend(settings) as svc:
         result = ask(svc)
     render.warn(result.get("warnings", []))  # on stderr: a failing store, a query of no word
     render.show(result, args.json, as_text)
@@ -104,7 +105,7 @@ def cmd_read(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
-    with backend(settings) as svc:
+    with reading(settings) as settings, backend(settings) as svc:
         result = svc.sql(args.query)
     print(render.format_rows(result, "json" if args.json else args.format))
     return 0
@@ -150,26 +151,30 @@ def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
             "workers": len(reports),
         }
     else:
-        job = Memory(settings)
-        try:
-            if args.action == "consolidate":
-                result = job.consolidate(args.owner, args.lease_seconds, args.high_risk or None,
-                                         args.pause_before_publish)  # fmt: skip
-            elif args.action == "show":
-                result = job.show(args.project, args.key)
-            elif args.action == "revoke":
-                if not args.event_id:
-                    raise UsageError("memory revoke needs the EVENT_ID of the source to withdraw")
-                try:
-                    result = job.revoke(args.event_id, args.reason)
-                except LookupError as error:
-                    raise NotFound(str(error)) from error
-            else:
-                result = job.status()
-        finally:
-            job.close()
+        with reading(settings) if args.action in ("show", "status") else nullcontext(settings) as settings:
+            result = _memory_job(args, settings)
     render.show(result, args.json, lambda r: render.print_memory(args.action, r))
     return 0
+
+
+def _memory_job(args: argparse.Namespace, settings: Settings) -> Any:
+    """``agentlog memory consolidate | show | revoke | status``: one job, closed after."""
+    job = Memory(settings)
+    try:
+        if args.action == "consolidate":
+            return job.consolidate(args.owner, args.lease_seconds, args.high_risk or None, args.pause_before_publish)
+        if args.action == "show":
+            return job.show(args.project, args.key)
+        if args.action == "revoke":
+            if not args.event_id:
+                raise UsageError("memory revoke needs the EVENT_ID of the source to withdraw")
+            try:
+                return job.revoke(args.event_id, args.reason)
+            except LookupError as error:
+                raise NotFound(str(error)) from error
+        return job.status()
+    finally:
+        job.close()
 
 
 def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
