@@ -49,6 +49,9 @@ SMALL_INSERT_ROWS = 1000
 """Inserts of fewer rows than this are parsed on the writing thread."""
 
 
+_OWN_FORMAT = re.compile(rf"\n ?FORMAT (?:{EXPLAIN_FORMAT}|{_RESULT_FORMAT})\b")
+
+
 class AnalystSql:
     """Analyst queries through the sandbox (``agentlog.sinks.sql_sandbox``), on a connection of their
     own: nothing an analyst sends can leave state on the ingestion connection, and a slow
@@ -164,7 +167,10 @@ class AnalystSql:
 
     def _say(self, error: str) -> str:
         """The engine's first line, or what a limit means in the sandbox's words."""
-        error = error.replace(f"\n{self._clause}", "").replace(f" {self._clause}", "")  # the sandbox's own words
+        # The sandbox's own words: its limits clause, and the FORMAT of the parse and of the
+        # result after the user's text (which the client appends once more, after "\n ").
+        error = error.replace(f"\n{self._clause}", "").replace(f" {self._clause}", "")
+        error = _OWN_FORMAT.sub("", error)
         first = error.strip().splitlines()[0][:2000] if error.strip() else "the query failed"
         code = first.rsplit("(", 1)[-1].rstrip(").") if first.endswith(")") else ""
         return self._limits.explain(code) or first

@@ -336,6 +336,7 @@ def _statement_name(kind: str) -> str:
 
 _POSITION = re.compile(r"position (\d+)")
 _LINE = re.compile(r"\(line (\d+), col (\d+)\)")
+_ENGINE_CODE = re.compile(r"^Code: \d+\. DB::Exception: ")
 _AT_OWN_FORMAT = re.compile(rf"\(line \d+, col \d+\): FORMAT {EXPLAIN_FORMAT}\b")
 """A failure whose quoted text starts at the parse's own FORMAT clause."""
 
@@ -344,19 +345,22 @@ def user_syntax_error(message: str, prefix: str, length: int) -> str:
     """The engine's syntax error about ``prefix + user_sql + suffix``, in the user's terms:
     positions count from the start of their text, and a failure in the sandbox's own
     suffix (past the user's last character) says what the sandbox runs."""
+    message = _ENGINE_CODE.sub("", message).removesuffix(" (SYNTAX_ERROR)")
     position = _POSITION.search(message)
-    # Past the user's last character, or at the parse's own FORMAT clause (after a second
-    # statement the engine counts from elsewhere): the sandbox's words, never quoted.
-    if (position is not None and int(position[1]) >= len(prefix) + length) or _AT_OWN_FORMAT.search(message):
+    # Past the user's last character (the engine counts from 1), or at the parse's own
+    # FORMAT clause (after a second statement the engine counts from elsewhere): the
+    # sandbox's words, never quoted.
+    if (position is not None and int(position[1]) > len(prefix) + length) or _AT_OWN_FORMAT.search(message):
         expected = message.partition("Expected")[2].strip().rstrip(".")
         hint = f" (the parser expected {expected[:300].removeprefix('one of: ')})" if expected else ""
         return (
             "Syntax error at the end of the query: the sandbox runs one SELECT (or DESCRIBE), "
             f"complete, with no FORMAT, SET or SYSTEM clause{hint}"
         )
+    # Every position the engine names (the failure's, an unclosed bracket's) is in the user's text.
     shift_chars, shift_lines = len(prefix), prefix.count("\n")
-    message = _POSITION.sub(lambda m: f"position {max(0, int(m[1]) - shift_chars)}", message, count=1)
-    return _LINE.sub(lambda m: f"(line {max(1, int(m[1]) - shift_lines)}, col {m[2]})", message, count=1)
+    message = _POSITION.sub(lambda m: f"position {max(1, int(m[1]) - shift_chars)}", message)
+    return _LINE.sub(lambda m: f"(line {max(1, int(m[1]) - shift_lines)}, col {m[2]})", message)
 
 
 __all__ = [

@@ -123,6 +123,23 @@ def test_a_syntax_error_points_into_the_users_text(sandboxed: EmbeddedService) -
     assert f"position {statement.index('= =') + 3}" in message  # 1-based, as the engine counts and "(line 1," in message
 
 
+@pytest.mark.parametrize(("statement", "positions"), [
+    ("SELEC 1", [7]),  # its last character: within the user's text, not past it
+    ("SELECT * FROM events WHER x", [27]),
+    ("SELECT count( FROM events", [20, 13]),  # the failure's and the unclosed bracket's
+    ("SELECT 'abc", [8]),
+])  # fmt: skip
+def test_a_syntax_error_at_the_users_last_word_names_its_position_and_what_the_parser_expected(
+        sandboxed: EmbeddedService, statement: str, positions: list[int]) -> None:  # fmt: skip
+    with pytest.raises(SqlRefused) as refused:
+        sandboxed.sql(statement)
+    message = str(refused.value)
+    assert not message.startswith("Syntax error at the end"), message
+    assert [int(p) for p in re.findall(r"position (\d+)", message)] == positions, message
+    for internal in ("TabSeparatedRaw", "JSONCompact", "EXPLAIN", "Code: 62", "DB::Exception", "(line 2"):
+        assert internal not in message, message
+
+
 @pytest.mark.parametrize("statement", ["SELECT 1 +", "SELECT 1 -- a note\n; SELECT 2"])
 def test_a_syntax_error_past_the_users_text_never_quotes_the_sandboxs_own_clauses(
         sandboxed: EmbeddedService, statement: str) -> None:  # fmt: skip
