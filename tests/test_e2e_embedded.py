@@ -150,3 +150,23 @@ def test_memory_over_http_extract_consolidate_show_revoke_and_status(server) -> 
     # The revoke rebuilt the view at once: its only source withdrawn, the fact is gone.
     assert httpx.get(f"{url}/memory/status").json()["published_version"] == 2
     assert httpx.get(f"{url}/memory", params={"project": "svc"}).json()["facts"] == []
+
+
+def test_verbose_logs_name_the_thread_and_event_of_every_applied_event_and_of_a_duplicate(
+        cli_env: dict[str, str], tmp_path: Path) -> None:  # fmt: skip
+    """`agentlog -v` says it logs what happens per thread and event: each applied event is
+    one line naming both; a duplicate id ignored too. Without -v, none of them."""
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join(session()) + b"\n")  # e5 comes twice
+    agentlog(cli_env, "publish", str(events))
+    quiet = agentlog(cli_env, "run", "--until-idle").stderr.decode()
+    assert "applied thread=" not in quiet
+    agentlog(cli_env, "publish", str(events))  # every id again: duplicates of applied events
+    verbose = agentlog(cli_env, "-v", "run", "--until-idle").stderr.decode()
+    assert "duplicate thread=t1 event=e1 " in verbose, verbose[-2000:]
+    fresh = {**cli_env, "AGENTLOG_DATA_DIR": str(tmp_path / "fresh")}
+    agentlog(fresh, "publish", str(events))
+    applied = agentlog(fresh, "-v", "run", "--until-idle").stderr.decode()
+    ids = [line.split("event=")[1].split()[0] for line in applied.splitlines() if "applied thread=t1 " in line]
+    assert ids == [f"e{i}" for i in range(1, 11)]  # in topic order, once each (e11 was rejected)
+    assert "duplicate thread=t1 event=e5 " in applied

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens (per thread and event)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens on stderr: each applied event and ignored duplicate by thread and event id")
     parser.add_argument("--version", action="version", version=f"agentlog {__version__}",
                         help="print the installed version and exit")  # what a bug report needs first
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

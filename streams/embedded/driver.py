@@ -22,6 +22,7 @@ from agentlog.processors.thread import PairingConfig
 from agentlog.schemas.events import MAX_EVENT_BYTES, Envelope
 from agentlog.sinks.base import StateStore, Topic
 from agentlog.streams.embedded.accepted import AcceptedQueue
+from agentlog.streams.batch_log import log_batch
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.sink_guard import StoreUnavailable
 
@@ -126,11 +127,7 @@ class EmbeddedDriver:
             self.bus.append((), letters)
         self.dirty |= result.touched
         METRICS.processed(result)
-        if log.isEnabledFor(logging.DEBUG):
-            for a in result.applied:
-                log.debug("applied thread=%s event=%s kind=%s", a.event.thread_id, a.event.event_id, a.event.kind)
-        for record, event in result.duplicates:
-            log.info("duplicate thread=%s event=%s offset=%d ignored", event.thread_id, event.event_id, record.offset)
+        log_batch(result)
 
     def apply_pending(self, checkpoint: bool = True) -> int:
         """Apply everything the topic holds now (what a read does first: no sink is

@@ -71,6 +71,7 @@ from agentlog.streams.kafka.sink_feed import SinkFeed
 from agentlog.streams.kafka.sink_progress import AcceptedMarks, SinkProgress, follow_sinks
 from agentlog.streams.kafka.sink_writes import SinkWriters
 from agentlog.streams.kafka.topics import EVENTS, processor_group, topic
+from agentlog.streams.batch_log import log_batch
 from agentlog.streams.metrics import METRICS
 from agentlog.streams.wiring import open_log_store, open_search_index
 
@@ -370,6 +371,7 @@ class KafkaProcessor:
         await self.event_feed.commit({p: self.processed[p] for p in last_offset})
         self.written["processed"] += len(result.applied)
         METRICS.processed(result)
+        log_batch(result)
         METRICS.dedup_ids.set(len(self.seen))
         METRICS.batch_seconds.observe(time.perf_counter() - started)
 
