@@ -322,6 +322,26 @@ def test_a_worker_creates_its_table_topics_and_sees_them_with_leaders_before_fau
     ensure_topics(kafka_bootstrap, settings.partitions, settings.kafka_namespace, also=list(wanted.values()))  # again: no error
 
 
+def test_a_verbose_worker_logs_each_applied_event_by_thread_and_event_and_a_quiet_one_does_not(
+        tmp_path: Path, kafka_bootstrap: str, opensearch_url: str) -> None:  # fmt: skip
+    # faust's log handlers pass INFO and up: a per-event line at DEBUG never reached the log.
+    for verbose in (True, False):
+        settings = kafka_settings(tmp_path / f"dist-{verbose}", kafka_bootstrap, opensearch_url, partitions=1)
+        worker = start_worker(settings, verbose=verbose)
+        try:
+            publisher = KafkaPublisher(settings)
+            event = {"event_id": "loud-1", "thread_id": "loud", "kind": "message", "ts": "2026-12-05T00:00:00Z",
+                     "payload": {"role": "user", "text": "hello"}}  # fmt: skip
+            publisher.publish(json.dumps(event).encode())
+            publisher.close()
+            wait_written(settings, worker, 1, 0)
+            logged = "applied thread=loud event=loud-1 kind=message offset=0" in worker_log(settings, tail=10**7)
+            assert logged == verbose, worker_log(settings)
+        finally:
+            stop_worker(worker)
+            drop_index(settings)
+
+
 def test_events_from_a_transactional_producer_are_applied_and_its_markers_hold_up_no_query(distributed) -> None:
     # Each committed transaction leaves a marker at an offset no consumer sees, an aborted
     # one its records too: the worker must neither apply those, nor wait for their offsets,

@@ -42,8 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr,
     )  # fmt: skip
-    if args.verbose:  # agentlog's own lines down to each event; the libraries' from INFO up
-        logging.getLogger("agentlog").setLevel(logging.DEBUG)
     tune_gc()
     settings: Settings | None = None
     try:

@@ -28,13 +28,13 @@ def log_path(settings: Settings, role: str = "all") -> Path:
     return Path(settings.data_dir) / ("sinks.log" if role == "sinks" else "worker.log")
 
 
-def start_worker(settings: Settings, role: str = "all") -> subprocess.Popen:
-    """``agentlog run --role ROLE`` for ``settings``, logging to ``log_path(settings, role)``:
+def start_worker(settings: Settings, role: str = "all", verbose: bool = False) -> subprocess.Popen:
+    """``agentlog [-v] run --role ROLE`` for ``settings``, logging to ``log_path(settings, role)``:
     a file, not a pipe, since a pipe nobody drains blocks a chatty worker mid-write."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "agentlog", *(["-v"] if verbose else []), "run", "--role", role]
     with open(log_path(settings, role), "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "agentlog", "run", "--role", role], env=worker_env(settings),
-                                stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+        return subprocess.Popen(command, env=worker_env(settings), stdout=subprocess.DEVNULL, stderr=log)
 
 
 def stop_worker(worker: subprocess.Popen, timeout: float = 60.0) -> None:
