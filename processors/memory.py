@@ -295,6 +295,16 @@ def _verification(best: Candidate, live: Sequence[Candidate]) -> dict[str, Any]:
     return {"last_verified_at": latest.observed_at, "observed_commit": commit}
 
 
+def fact_id(project: str, scope: str, key: str) -> str:
+    """The view's key for a fact: ``project/scope/key`` (``project/key`` without a scope).
+
+    Each part may itself hold "/", so "%" and "/" inside a part are escaped: project ``p``
+    with key ``a/b`` and project ``p/a`` with key ``b`` stay two facts, never one
+    overwriting the other across projects."""
+    parts = (project, scope, key) if scope else (project, key)
+    return "/".join(part.replace("%", "%25").replace("/", "%2F") for part in parts)
+
+
 def consolidate(
     candidates: Iterable[Candidate],
     revocations: Iterable[Revocation],
@@ -303,7 +313,7 @@ def consolidate(
     high_risk_keys: Iterable[str] = (),
     commits: Sequence[CommitSighting] = (),
 ) -> dict[str, Fact]:
-    """Phase 2: the memory view, keyed by ``project/scope/key``. Deterministic."""
+    """Phase 2: the memory view, keyed by :func:`fact_id`. Deterministic."""
     # A revocation withdraws only sources of its own project (legacy ones, of any).
     revoked = {(r.project, r.target_event_id) for r in revocations}
     risky = list(high_risk_keys)
@@ -317,7 +327,7 @@ def consolidate(
                      if (project, c.source_event_id) in revoked or (None, c.source_event_id) in revoked}
         live = [c for c in ranked if c.source_event_id not in withdrawn]
         gone = [c.source_event_id for c in ranked if c.source_event_id in withdrawn]
-        ident = f"{project}/{scope}/{key}" if scope else f"{project}/{key}"
+        ident = fact_id(project, scope, key)
         if not live:
             continue  # every source withdrawn: the fact is gone from memory
         best = live[0]

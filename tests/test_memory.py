@@ -162,6 +162,22 @@ def test_facts_of_project_a_are_invisible_to_project_b(settings: Settings, mem: 
     assert [f["value"] for f in mem.show("A", "db.host")["facts"]] == ["a.internal"]
 
 
+def test_a_slash_in_a_project_or_key_never_merges_two_projects_facts(settings: Settings, mem: Memory) -> None:
+    # Project "p" key "a/b" and project "p/a" key "b" once shared the view key "p/a/b".
+    publish(settings, fact("s1", "a/b", "from p", "user_confirmed", 0, project="p", thread="t1"),
+            fact("s2", "b", "from p/a", "user_confirmed", 1, project="p/a", thread="t2"))  # fmt: skip
+    mem.extract()
+    assert mem.consolidate()["facts"] == 2
+    assert [(f["key"], f["value"]) for f in mem.show("p")["facts"]] == [("a/b", "from p")]
+    assert [(f["key"], f["value"]) for f in mem.show("p/a")["facts"]] == [("b", "from p/a")]
+
+
+def test_the_view_key_of_a_fact_is_unambiguous_whatever_its_parts_hold() -> None:
+    parts = [("p", "", "a/b"), ("p/a", "", "b"), ("p", "a", "b"), ("p", "a/b", "c"), ("p/a", "b", "c"),
+             ("p%2Fa", "", "b"), ("p", "", "a%2Fb")]  # fmt: skip
+    assert len({memory.fact_id(*p) for p in parts}) == len(parts)
+
+
 def test_recheck_when_a_matching_file_changes_marks_the_fact_needs_refresh(settings: Settings, mem: Memory) -> None:
     publish(settings, fact("f1", "build.tool", "gradle", "tool_observed", 0, recheck_when={"path": "build.*"}))
     mem.extract()
