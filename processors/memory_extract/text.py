@@ -61,10 +61,43 @@ def plain(text: str) -> str:
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", visible).casefold())
 
 
+_LOOK_ALIKES = str.maketrans({
+    # Cyrillic
+    "а": "a", "в": "b", "е": "e", "ё": "e", "һ": "h", "і": "i", "ї": "i", "ј": "j", "к": "k", "ӏ": "l",
+    "м": "m", "н": "h", "о": "o", "р": "p", "ԛ": "q", "г": "r", "ѕ": "s", "т": "t", "с": "c", "у": "y",
+    "ү": "y", "х": "x", "ԁ": "d", "ԝ": "w", "ь": "b", "п": "n", "и": "u",
+    # Greek
+    "α": "a", "β": "b", "ϲ": "c", "ε": "e", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p",
+    "τ": "t", "υ": "u", "χ": "x", "γ": "y", "ω": "w", "ϳ": "j", "ς": "c",
+    # Armenian
+    "ա": "w", "հ": "h", "ո": "n", "ս": "u", "օ": "o", "ց": "g", "զ": "q",
+    # Latin letters that are not a-z but look like them (small capitals, IPA, dotless i)
+    "ı": "i", "ɪ": "i", "ɩ": "i", "ɑ": "a", "ɡ": "g", "ɢ": "g", "ᴀ": "a", "ʙ": "b", "ᴄ": "c", "ᴅ": "d",
+    "ᴇ": "e", "ғ": "f", "ʜ": "h", "ᴊ": "j", "ᴋ": "k", "ʟ": "l", "ᴍ": "m", "ɴ": "n", "ᴏ": "o", "ᴘ": "p",
+    "ʀ": "r", "ꜱ": "s", "ᴛ": "t", "ᴜ": "u", "ᴠ": "v", "ᴡ": "w", "ʏ": "y", "ᴢ": "z",
+})  # fmt: skip
+"""Letters of other alphabets that a reader (and a model) takes for a Latin letter. Only
+the hostile-text and steering-key checks read text through this table; what is stored
+keeps its own letters."""
+
+
+def skeleton(text: str) -> str:
+    """``text`` as its Latin look-alike: :func:`plain`, accents dropped ("ïgnóre" is
+    "ignore"), and letters of other alphabets that look Latin read as that letter
+    ("prev\u0456ous", with a Cyrillic i, is "previous")."""
+    # Translated before case folding too: folding turns some look-alikes ("ϲ", "ς") into
+    # letters that look like none ("σ").
+    bare = plain(text.translate(_LOOK_ALIKES))
+    bare = "".join(c for c in unicodedata.normalize("NFD", bare) if unicodedata.category(c) != "Mn")
+    return unicodedata.normalize("NFC", bare).translate(_LOOK_ALIKES)
+
+
 def is_hostile(text: str) -> bool:
     """Injected instructions or forged memory lines anywhere in ``text``, however written
-    ("ｉｇｎｏｒｅ ｐｒｅｖｉｏｕｓ", "ig\u200bnore previous" read as "ignore previous")."""
-    return bool(_HOSTILE.search(plain(text)))
+    ("ｉｇｎｏｒｅ ｐｒｅｖｉｏｕｓ", "ig\u200bnore previous" or "іgnоrе previous" in
+    Cyrillic letters read as "ignore previous")."""
+    folded = plain(text)
+    return bool(_HOSTILE.search(folded)) or bool(_HOSTILE.search(skeleton(text)))
 
 
 def slug(phrase: str, joiner: str = "_") -> str:
@@ -76,7 +109,7 @@ def slug(phrase: str, joiner: str = "_") -> str:
 def privileged(key: str) -> bool:
     """Whether a key starts with a word that names what steers an agent."""
     # "ｐｏｌｉｃｙ" (full width) or "pol\u200bicy" reads as "policy" to a model; leading punctuation hides nothing either.
-    bare = re.sub(r"^[\W_]+", "", plain(key))
+    bare = re.sub(r"^[\W_]+", "", skeleton(key))
     first = re.split(r"[._\s]", bare, maxsplit=1)[0]
     return first in PRIVILEGED_WORDS
 
@@ -91,5 +124,6 @@ def clean_value(value: str) -> str:
 
 
 __all__ = [
-    "PRIVILEGED_WORDS", "clean_value", "is_hedged", "is_hostile", "is_question", "plain", "privileged", "sentences", "slug",
+    "PRIVILEGED_WORDS", "clean_value", "is_hedged", "is_hostile", "is_question", "plain", "privileged", "sentences", "skeleton",
+    "slug",
 ]  # fmt: skip
