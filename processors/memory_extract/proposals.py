@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlog.processors.memory_extract import origin, tool_observations
-from agentlog.processors.memory_extract.text import is_hedged, is_hostile, privileged, sentences
+from agentlog.processors.memory_extract.text import is_hedged, is_hostile, names_steering, sentences
 from agentlog.processors.memory_extract.thread import Finding, scan
 from agentlog.schemas.events import Envelope
 
@@ -73,7 +73,7 @@ def _check(p: dict[str, str], e: Envelope | None, calls: dict[str, tuple[str, An
     text, unfit = _cited_text(e, calls)
     if unfit:
         return unfit
-    if not key or privileged(key):
+    if not key or names_steering(key):
         return f"key {p['key']!r} names what steers an agent" if key else "empty key"
     if len(value) > MAX_VALUE_CHARS or is_hostile(text) or is_hostile(value):
         return "hostile or oversized text"

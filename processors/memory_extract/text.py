@@ -114,6 +114,23 @@ def privileged(key: str) -> bool:
     return first in PRIVILEGED_WORDS
 
 
+STEERING_NOUNS = frozenset({
+    "policy", "policies", "rule", "rules", "permission", "permissions", "approval", "approvals", "instruction",
+    "instructions", "guideline", "guidelines", "guardrail", "guardrails", "prompt", "override", "preference",
+    "preferences",
+})  # fmt: skip
+"""Last words a fact's key may not end with: "our security policy is ..." or "the deploy
+approval is ..." name what steers an agent as surely as "policy.security" does. ("system"
+is not here: "our build system is gradle" is a plain fact.)"""
+
+
+def names_steering(key: str) -> bool:
+    """Whether a fact's key names what steers an agent: by its first word (:func:`privileged`)
+    or by the noun it ends with ("security.policy", "agent.permissions")."""
+    words = [w for w in re.split(r"[._\s]+", skeleton(key)) if w]
+    return privileged(key) or bool(words) and words[-1] in STEERING_NOUNS
+
+
 def clean_value(value: str) -> str:
     """A stated value without the sentence's closing punctuation, quotes or backticks."""
     v = value.strip().rstrip("。．.!！;；,，、")
@@ -124,6 +141,6 @@ def clean_value(value: str) -> str:
 
 
 __all__ = [
-    "PRIVILEGED_WORDS", "clean_value", "is_hedged", "is_hostile", "is_question", "plain", "privileged", "sentences", "skeleton",
+    "PRIVILEGED_WORDS", "STEERING_NOUNS", "clean_value", "is_hedged", "is_hostile", "is_question", "names_steering", "plain", "privileged", "sentences", "skeleton",
     "slug",
 ]  # fmt: skip

@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentlog.processors.memory_extract.text import clean_value, is_hedged, is_hostile, privileged, sentences, slug
+from agentlog.processors.memory_extract.text import (
+    clean_value, is_hedged, is_hostile, names_steering, privileged, sentences, slug,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +89,8 @@ def _is_statement(rest: str) -> Statement | None:
         if not y or len(y) > MAX_VALUE_CHARS or _NEGATED.match(y) or _REQUEST.search(y) or len(x.split()) > MAX_KEY_WORDS:
             return None
         key = slug(x, ".")  # "the java version" speaks of what ``java -version`` observes: java.version
-        if privileged(key):
-            return REFUSED  # "our policy is ...": no one's words make a policy, not as a preference either
+        if names_steering(key):
+            return REFUSED  # "our (security) policy is ...": no one's words make a policy, not as a preference either
         return Statement(key, y) if key else None
     return None
 
