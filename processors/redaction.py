@@ -39,10 +39,12 @@ REDACTED = "[REDACTED]"
 _SECRET_WORDS = frozenset({
     "secret", "secrets", "token", "password", "passwd", "passphrase", "pwd", "credential",
     "credentials", "authorization", "apikey", "privatekey", "accesskey", "secretkey",
-    "cookie",
+    "cookie", "bearer", "otp", "totp", "hotp", "mfa", "2fa", "passcode", "passphrase",
 })  # fmt: skip
 _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
-                           ("auth", "key"), ("session", "key"), ("signing", "key"), ("encryption", "key")})  # fmt: skip
+                           ("auth", "key"), ("session", "key"), ("signing", "key"), ("encryption", "key"),
+                           ("pass", "phrase"), ("backup", "code"), ("backup", "codes"), ("recovery", "code"),
+                           ("recovery", "codes"), ("webhook", "url"), ("webhook", "secret")})  # fmt: skip
 # Also inside a word (PGPASSWORD, DBPASS_SECRET); "token" only as a word (max_tokens stays).
 _SECRET_STEMS = ("password", "passwd", "secret", "passphrase", "credential", "apikey", "privatekey",
                  "accesskey",
@@ -102,6 +104,9 @@ _PROVIDER = re.compile("|".join((
     r"\bxox[abprse]-[A-Za-z0-9\-]{10,}",  # Slack
     r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
 )))
+# Webhook URLs whose path is the secret (Slack, Discord); run only when the text names one.
+_WEBHOOK = re.compile(r"(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{15,}"
+                      r"|(?<=/api/webhooks/)\d+/[A-Za-z0-9_\-]{15,}")
 _LONG_RUN = re.compile(r"[A-Za-z0-9_\-]{15}")
 
 # A URL's password (``redis://:pw@``, ``postgres://app:pw@db``): the part after the user's
@@ -113,11 +118,12 @@ _URL_USER_THEN_PASSWORD = re.compile(r"[^\s:/@]*:([^\s@/]+)(?=@)")
 # segments (``_jwts``): one pattern tried at every ``eyJ`` read a long "-eyJ-eyJ…" to its end.
 _TOKEN_RUN = re.compile(r"(?<![A-Za-z0-9_.\-])[A-Za-z0-9_.\-]+")
 # The same without a scheme (``admin:pw@db.internal:5432/app``, a DSN's user part): only
-# before a host that looks like one (dotted, localhost, or with a port), so ``12:30@home``
+# before a host that looks like one (dotted, localhost, with a port, or Go's MySQL
+# ``@tcp(host:port)`` and ``@unix(socket)``), so ``12:30@home``
 # stays; a user part inside a URL (after ``/``) is the rule above's. Found from the ``:``
 # (a search from every word start cost half of ``redact`` on a git log).
 _PASSWORD_AT_HOST = re.compile(
-    r":(?!\[REDACTED\])[^\s@/:]+(?=@(?:localhost\b|[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+|[A-Za-z0-9.\-]+:\d))")
+    r":(?!\[REDACTED\])[^\s@/:]+(?=@(?:localhost\b|[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+|[A-Za-z0-9.\-]+:\d|(?:tcp|unix)\())")
 _USER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.%+-")
 _BEFORE_USER = frozenset("./:@-")
 
@@ -151,6 +157,10 @@ _MYSQL_CLIENT = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mysqlsh|mariadb|mar
 _P_FLAG = re.compile(r"[ \t]-p(?=\S)")
 _LOGIN = re.compile(r"(?i)\blogin\b")
 _LOGIN_P_FLAG = re.compile(r"[ \t]-p(?:[ \t]+|=)(?=[^\s\[])")  # a login's -p is its password
+# "the login for staging is admin / Tr0ub4dor&3": a user, then "/" or ":", then a password.
+_LOGIN_PAIR = re.compile(
+    r"(?i)(\b(?:login|logon|sign[- ]?in)\b[^\n.]{0,40}?\b(?:is|are|was)[ \t]*:?[ \t]+[^\s/:]{1,64}[ \t]*[/:][ \t]*)"
+    r"(?![/\[])(\S+)")
 _COMMAND_END = re.compile(r"[\n|;&]")
 _NON_SPACE = re.compile(r"\S+")
 
@@ -433,6 +443,8 @@ def redact(text: str) -> str:
         if "eyJ" in text:  # first: a key pattern inside a JWT would leave the JWT's other parts
             text = _jwts(text)
         text = _PROVIDER.sub(REDACTED, text)
+        if "hooks.slack.com/" in text or "/api/webhooks/" in text:
+            text = _WEBHOOK.sub(REDACTED, text)
     lowered = text.lower()
     if "://" in lowered:
         text = _url_passwords(text)
@@ -442,6 +454,7 @@ def redact(text: str) -> str:
         text = _mysql_passwords(text)
     if "login" in lowered:  # docker login -u me -p X
         text = _login_passwords(text)
+        text = _LOGIN_PAIR.sub(_prose_value, text)
     if "bearer" in lowered or "token" in lowered:
         text = _BEARER.sub(_keep_prefix, text)
     if "basic" in lowered:

@@ -95,6 +95,7 @@ TEXT_FORMATS: list[tuple[str, Callable[[int, str], tuple[str, str]]]] = [
     ("prose", lambda n, s: (f"My API key was '{s}'.", s)),
     ("prose", lambda n, s: (f"TOKEN IS: {s}", s)),
     ("prose", lambda n, s: (f"I set the admin password to {s} for now", s)),
+    ("prose", lambda n, s: (f"the login for staging is admin / {s} until friday", s)),
     ("cli_flag", lambda n, s: (f"curl -u admin:{s} https://api.internal/v1", s)),
     ("cli_flag", lambda n, s: (f"docker login -u deploy -p {s} registry.example.com", s)),
     ("cli_flag", lambda n, s: (f"aws configure set aws_secret_access_key {s}", s)),
@@ -102,6 +103,9 @@ TEXT_FORMATS: list[tuple[str, Callable[[int, str], tuple[str, str]]]] = [
     ("env", lambda n, s: (f"db_host=x pass={s}!", s)),
     ("xml", lambda n, s: (f"<config><user>ci</user><password>{s}</password></config>", s)),
     ("url_encoded", lambda n, s: (f"POST body grant_type=client_credentials&client_secret%3D{s}", s)),
+    ("url_password", lambda n, s: (f"dsn root:{s}@tcp(10.0.0.5:3306)/prod for the go service", s)),
+    ("webhook", lambda n, s: (f"post to https://hooks.slack.com/services/T0001/B0002/{s}abcdefgh now", f"{s}abcdefgh")),
+    ("webhook", lambda n, s: (f"notify https://discord.com/api/webhooks/123456789/{s}abcdefgh", f"{s}abcdefgh")),
     ("private_key", lambda n, s: (
         f"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA{s}9\nq83Hd0wL\n-----END RSA PRIVATE KEY-----",
         f"MIIEpAIBAAKCAQEA{s}9")),
@@ -177,6 +181,7 @@ def corpus() -> list[Planted]:
     obj("fact_scope", "fact", fact("deploy.target", "prod", scope=f"deploy with DB_PASSWORD={s[8]}"), s[8])
     obj("fact_scope", "fact", fact("deploy.db", "main", scope=f"postgres://u:{s[9]}@h/db"), s[9])
     obj("fact_scope", "fact", fact("deploy.key", "k1", scope=f'{{"api_key": "{s[10]}"}}'), s[10])
+    obj("fact_secret_key", "fact", fact("ops.2fa.backup.codes", s[11]), s[11])
     return planted
 
 

@@ -5,13 +5,15 @@ action (a decision on a request the thread never made names nothing and is skipp
 from __future__ import annotations
 
 from agentlog.processors.memory_extract.text import is_hostile, slug
+from agentlog.processors.redaction import redact
 from agentlog.schemas.events import Envelope
 
 HUMAN = frozenset({"user", "human", "owner", "operator"})
 
 
 def decision_key(action: str) -> str | None:
-    key = slug(action)[:60].rstrip("_")
+    # Redacted first: an action that carries a secret ("mysql -pS3cret") would put it in the key.
+    key = slug(redact(action))[:60].rstrip("_")
     return f"approval.{key}" if key and not is_hostile(action) else None
 
 

@@ -117,10 +117,11 @@ def privileged(key: str) -> bool:
 STEERING_NOUNS = frozenset({
     "policy", "policies", "rule", "rules", "permission", "permissions", "approval", "approvals", "instruction",
     "instructions", "guideline", "guidelines", "guardrail", "guardrails", "prompt", "override", "preference",
-    "preferences",
+    "preferences", "behavior", "behaviour",
 })  # fmt: skip
 """Last words a fact's key may not end with: "our security policy is ..." or "the deploy
-approval is ..." name what steers an agent as surely as "policy.security" does. ("system"
+approval is ..." or "our default behavior is ..." name what steers an agent as surely as
+"policy.security" does. ("system"
 is not here: "our build system is gradle" is a plain fact.)"""
 
 
