@@ -164,3 +164,26 @@ def test_a_revoke_after_resumed_runs_and_a_fresh_memory_from_the_same_events_sti
     finally:
         again.close()
     assert rebuilt == after
+
+
+def test_the_context_kept_for_the_next_run_holds_no_secret_and_a_confirmed_secret_is_still_refused(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "d")
+    secret = "Tr0ub4dor-x9Q"
+    job = Memory(settings)
+    try:
+        _publish(settings, [
+            _call("c1", "k1", f"mysql -uroot -p{secret} prod", 0),
+            raw("q1", "approval_request", {"approval_id": "a1", "action": f"deploy with DB_PASSWORD={secret}"}, 1),
+            _say("a1", f"The staging db password is {secret}.", 2, role="assistant"),
+        ])  # fmt: skip
+        job.extract()
+        # The next run confirms the claim it finds only in the kept (redacted) context.
+        _publish(settings, [_say("u1", "Yes, remember that.", 3), _result("r1", "k1", "ok", 4),
+                            raw("d1", "approval_decision", {"approval_id": "a1", "decision": "approved", "by": "user"}, 5)])  # fmt: skip
+        job.extract()
+        facts = _view(job)
+    finally:
+        job.close()
+    stored = b"".join(p.read_bytes() for p in settings.data_dir.rglob("memory*") if p.is_file())
+    assert stored and secret.encode() not in stored
+    assert [f["key"] for f in facts] == ["approval.deploy_with_db_password_redacted"]
