@@ -170,3 +170,45 @@ def test_verbose_logs_name_the_thread_and_event_of_every_applied_event_and_of_a_
     ids = [line.split("event=")[1].split()[0] for line in applied.splitlines() if "applied thread=t1 " in line]
     assert ids == [f"e{i}" for i in range(1, 11)]  # in topic order, once each (e11 was rejected)
     assert "duplicate thread=t1 event=e5 " in applied
+
+
+def test_text_output_writes_out_control_and_direction_characters_a_terminal_would_obey(cli_env: dict[str, str], tmp_path: Path) -> None:
+    # Anyone's text (a goal, a tool's output, a fact's key) reaches the terminal: an escape
+    # sequence there could clear the screen or retitle the window, \u202e reorder the line.
+    hostile = "evil\x1b]0;pwned\x07\x1b[2J\rover\u202eright\x9bend"
+    events = [raw("h1", "goal", {"text": hostile}, 0, thread="th"),
+              raw("h2", "fact", {"key": "k\x1b[31m", "value": hostile, "evidence_type": "user_confirmed",
+                                 "confirmed": True}, 1, thread="th")]  # fmt: skip
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(b"\n".join(events) + b"\n")
+    agentlog(cli_env, "publish", str(path))
+    agentlog(cli_env, "run", "--until-idle")
+    agentlog(cli_env, "memory", "extract")
+    agentlog(cli_env, "memory", "consolidate")
+    outputs = {
+        "state": agentlog(cli_env, "state", "th").stdout.decode(),
+        "search": agentlog(cli_env, "search", "evil").stdout.decode(),
+        "sql": agentlog(cli_env, "sql", "SELECT payload FROM events WHERE event_id = 'h1'").stdout.decode(),
+        "memory": agentlog(cli_env, "memory", "show").stdout.decode(),
+        "not found": agentlog(cli_env, "state", "no\x1b[2Jsuch", check=False).stderr.decode(),
+    }
+    for name, out in outputs.items():
+        assert not any(c in out for c in "\x1b\x07\r\x9b\u202e"), (name, out)
+    assert "\\x1b[2J" in outputs["state"] and "\\u202e" in outputs["state"]
+    assert json.loads(agentlog(cli_env, "state", "th", "--json").stdout)["goal"]["text"] == hostile  # JSON keeps it exact
+
+
+def test_memory_commands_answer_people_in_sentences_and_machines_with_json(cli_env: dict[str, str], tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(raw("f1", "fact", {"key": "db.host", "value": "pg-1", "evidence_type": "user_confirmed",
+                                        "confirmed": True}, 0, thread="tm") + b"\n")  # fmt: skip
+    agentlog(cli_env, "publish", str(path))
+    said = agentlog(cli_env, "memory", "extract").stdout.decode()
+    assert said.startswith("extracted 1 threads: 1 candidates, 0 refused"), said
+    assert agentlog(cli_env, "memory", "consolidate").stdout.decode() == "published memory view version 1: 1 facts\n"
+    assert agentlog(cli_env, "memory", "consolidate").stdout.decode() == "nothing published: no change (view version 1 stays)\n"
+    status = agentlog(cli_env, "memory", "status").stdout.decode()
+    assert status.startswith("memory view version 1; 1 threads, 0 with events not extracted yet") and "lease: free" in status
+    revoked = agentlog(cli_env, "memory", "revoke", "f1", "--reason", "wrong host").stdout.decode()
+    assert revoked.startswith("revoked f1 (") and "published memory view version 2: 0 facts" in revoked
+    assert json.loads(agentlog(cli_env, "memory", "status", "--json").stdout)["published_version"] == 2

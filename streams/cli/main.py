@@ -17,6 +17,7 @@ from agentlog.sinks.base import OutdatedStore, StaleToken, StoreError
 from agentlog.streams.api.service import NotFound, NotServedHere, Unavailable
 from agentlog.streams.cli.commands import UsageError
 from agentlog.streams.cli.parser import build_parser
+from agentlog.streams.cli.render import terminal_safe
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.datadir import diagnose
 from agentlog.streams.runtime import tune_gc
@@ -52,13 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     except NotFound as error:
         # a mistyped thread id is the usual cause: say where the right ones are
         hint = " (`agentlog threads` lists the threads)" if args.command in ("state", "context") else ""
-        print(f"agentlog: not found: {error}{hint}", file=sys.stderr)
+        print(terminal_safe(f"agentlog: not found: {error}{hint}"), file=sys.stderr)
         return 1
     except BudgetTooSmall as error:
-        print(f"agentlog: {error}", file=sys.stderr)
+        print(terminal_safe(f"agentlog: {error}"), file=sys.stderr)
         return 2
     except StaleToken as error:
-        print(f"agentlog: refused: {error}", file=sys.stderr)
+        print(terminal_safe(f"agentlog: refused: {error}"), file=sys.stderr)
         return 3
     except BrokenPipeError:
         # The reader went away (`agentlog sql ... | head`): nothing more to say. Python's
@@ -66,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except sqlite3.DatabaseError as error:  # a store went bad while in use
-        print(f"agentlog: error: {diagnose(settings, error) if settings else error}", file=sys.stderr)
+        print(terminal_safe(f"agentlog: error: {diagnose(settings, error) if settings else error}"), file=sys.stderr)
         return 1
     except OutdatedStore as error:  # a Kafka deployment's tantivy index (the embedded one heals itself)
         print(f"agentlog: error: {error}: stop the workers and run `agentlog rebuild`, which makes it again "
               "from the log", file=sys.stderr)  # fmt: skip
         return 1
     except (StoreError, Unavailable, NotServedHere, UsageError, OSError, ValueError) as error:
-        print(f"agentlog: error: {error}", file=sys.stderr)
+        print(terminal_safe(f"agentlog: error: {error}"), file=sys.stderr)
         return 1
 
 

@@ -7,14 +7,29 @@ import csv
 import io
 import json
 import sys
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, redirect_stdout
 from typing import Any
 
 import orjson
 from rich.progress import Progress
 
 from agentlog.sinks.base import QueryResult
+
+
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"}
+_UNSAFE.update({ord(c): f"\\u{ord(c):04x}" for c in _BIDI})
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with what a terminal would obey rather than show written out: control
+    characters (an escape sequence that clears the screen or retitles the window, a
+    carriage return that writes over the line) and direction overrides (that reorder what
+    a reader sees) become ``\\x1b``, ``\\u202e``. Lines and tabs stay. Events, keys and
+    notes are anyone's text; JSON output escapes them already."""
+    return text.translate(_UNSAFE)
 
 
 def print_json(value: Any) -> None:
@@ -25,15 +40,18 @@ def show(result: Any, as_json: bool, as_text: Callable[[Any], None]) -> None:
     """The answer on stdout: JSON for machines, else ``as_text``'s lines for people."""
     if as_json:
         print_json(result)
-    else:
+        return
+    shown = io.StringIO()
+    with redirect_stdout(shown):
         as_text(result)
+    sys.stdout.write(terminal_safe(shown.getvalue()))
 
 
 def warn(warnings: list[str]) -> None:
     """What the answer's reader should know (a failing store, a query that searched for
     nothing), on stderr: stdout stays the answer."""
     for warning in warnings:
-        print(f"agentlog: warning: {warning}", file=sys.stderr)
+        print(terminal_safe(f"agentlog: warning: {warning}"), file=sys.stderr)
 
 
 @contextmanager
@@ -67,7 +85,8 @@ def format_rows(result: QueryResult, fmt: str) -> str:
         writer.writerow(result.columns)
         writer.writerows(result.rows)
         return buf.getvalue().rstrip("\n")
-    cells = [[str(c) for c in result.columns]] + [["" if v is None else str(v) for v in r] for r in result.rows]
+    cells = [[terminal_safe(str(c)) for c in result.columns]] + [
+        ["" if v is None else terminal_safe(str(v)).replace("\n", "\\n") for v in r] for r in result.rows]
     widths = [min(60, max(len(row[i]) for row in cells)) for i in range(len(result.columns))]
     lines = [" | ".join(v[:60].ljust(w) for v, w in zip(row, widths)) for row in cells]
     lines.insert(1, "-+-".join("-" * w for w in widths))
@@ -143,9 +162,56 @@ def print_read(result: dict[str, Any]) -> None:
 
 
 def print_memory(action: str, result: Any) -> None:
-    if action != "show":
-        print_json(result)
+    {"show": _print_view, "status": _print_memory_status, "extract": _print_extract,
+     "consolidate": _print_consolidate, "revoke": _print_revoke}.get(action, print_json)(result)
+
+
+def _print_extract(r: dict[str, Any]) -> None:
+    print(f"extracted {len(r['extracted_threads'])} threads: {r['candidates']} candidates, {r['refused']} refused, "
+          f"{r['llm_rejected']} LLM proposals rejected ({r['workers']} workers)")  # fmt: skip
+    for thread, error in sorted(r["failed"].items()):
+        print(f"  failed {thread}: {error} (retried with backoff by the next run)")
+
+
+def _print_consolidate(r: dict[str, Any]) -> None:
+    if r.get("published"):
+        print(f"published memory view version {r['version']}: {r['facts']} facts")
+    else:
+        stays = f" (view version {r['version']} stays)" if "version" in r else ""
+        print(f"nothing published: {r.get('reason', 'no change')}{stays}")
+
+
+def _print_revoke(r: dict[str, Any]) -> None:
+    if r.get("already_revoked"):
+        print(f"{r['revoked']} was already revoked ({r['revoke_event_id']})")
         return
+    print(f"revoked {r['revoked']} ({r['revoke_event_id']})")
+    if isinstance(r.get("view"), dict):
+        _print_consolidate(r["view"])
+
+
+def _print_memory_status(r: dict[str, Any]) -> None:
+    print(f"memory view version {r['published_version']}; {r['threads']} threads, {len(r['not_extracted'])} with "
+          f"events not extracted yet, {len(r['extracted_not_consolidated'])} extracted but not consolidated")  # fmt: skip
+    for phase, p in r["phases"].items():
+        last = f", last error: {p['last_error']}" if p["last_error"] else ""
+        print(f"{phase}: {p['pending']} pending, {p['running']} running, {p['failed']} failing; {p['runs']} runs, "
+              f"{p['failures']} failed, {p['fenced']} fenced; last ok {_when(p['last_ok'])}{last}")  # fmt: skip
+    lease = r["lease"]
+    held = lease is not None and lease.get("owner") and not lease.get("expired")
+    print(f"lease: held by {lease['owner']} until {_when(lease['expires_at'])}" if held else "lease: free")
+    for thread, f in sorted(r["failing"].items()):
+        print(f"failing {thread}: attempt {f['attempts']}: {f['error']}")
+    print(f"refused statements: {r['refused']}; `--json` shows the recent ones and every field")
+
+
+def _when(epoch_s: float | None) -> str:
+    if not epoch_s:
+        return "-"
+    return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _print_view(result: dict[str, Any]) -> None:
     print(f"memory view version {result['version']}")
     if not result["facts"]:  # an empty view is no error, but a newcomer needs the way to fill it
         print("no facts: `agentlog memory extract`, then `agentlog memory consolidate`, publishes them "
@@ -158,5 +224,5 @@ def print_memory(action: str, result: Any) -> None:
 
 __all__ = [
     "THREAD_COLUMNS", "format_rows", "print_context", "print_json", "print_memory", "print_publish",
-    "print_read", "print_search", "print_state", "print_threads", "progress", "show", "warn",
+    "print_read", "print_search", "print_state", "print_threads", "progress", "show", "terminal_safe", "warn",
 ]  # fmt: skip
