@@ -30,12 +30,16 @@ _FAMILIES = {"gpt-4o": "o200k_base", "gpt-4.1": "o200k_base", "o1": "o200k_base"
 
 
 def encoding_for(model: str | None) -> str:
-    if not model:
-        return DEFAULT_ENCODING
+    return known_encoding(model) or DEFAULT_ENCODING
+
+
+def known_encoding(model: str | None) -> str | None:
+    """The tokenizer of a model whose family is known (``gpt-4o-mini``: o200k_base), else
+    ``None``: its count is o200k_base's, an estimate the answer says it is."""
     for prefix, name in _FAMILIES.items():
-        if model.startswith(prefix):
+        if model and model.startswith(prefix):
             return name
-    return DEFAULT_ENCODING
+    return None
 
 
 def pieces(text: str) -> list[str]:
@@ -227,4 +231,4 @@ def counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
     return TokenCounter(encoding)
 
 
-__all__ = ["CACHE_ENTRIES", "DEFAULT_ENCODING", "KEY_CHARS", "MESSAGE_OVERHEAD", "TokenCounter", "counter", "encoding_for", "pieces"]
+__all__ = ["CACHE_ENTRIES", "DEFAULT_ENCODING", "KEY_CHARS", "MESSAGE_OVERHEAD", "TokenCounter", "counter", "encoding_for", "known_encoding", "pieces"]

@@ -47,6 +47,21 @@ def test_a_budget_that_cannot_hold_the_pinned_items_fails_saying_how_many_tokens
     assert err.value.needed > 10 and str(err.value.needed) in str(err.value)
 
 
+@pytest.mark.parametrize(("model", "encoding", "noted"), [
+    (None, "o200k_base", False), ("gpt-4o-mini", "o200k_base", False), ("gpt-4-turbo", "cl100k_base", False),
+    ("claude-3-5-sonnet", "o200k_base", True), ("llama-3-70b", "o200k_base", True),
+])  # fmt: skip
+def test_a_model_whose_tokenizer_is_not_known_is_counted_as_o200k_base_and_the_answer_says_so(
+    service: EmbeddedService, model: str | None, encoding: str, noted: bool
+) -> None:
+    publish_session(service)
+    meta = context_for(service, "t1", 2000, model=model)["meta"]
+    assert meta["encoding"] == encoding
+    assert ("encoding_note" in meta) == noted
+    if noted:
+        assert repr(model) in meta["encoding_note"] and "estimate" in meta["encoding_note"]
+
+
 def test_large_outputs_are_shown_head_and_tail_with_the_event_id_that_holds_them(service: EmbeddedService) -> None:
     publish_session(service)
     ctx = context_for(service, "t1", 8000)

@@ -233,6 +233,19 @@ def test_a_large_tool_output_is_cut_in_the_waterfall_with_a_link_to_the_whole_ev
     assert open_client.get("/events/b2").json()["event"]["payload"]["output"] == big
 
 
+def test_the_sql_console_shows_and_charts_at_most_its_row_cap_and_says_how_many_there_were(open_client: TestClient) -> None:
+    from agentlog.streams.web.pages import CONSOLE_ROWS  # noqa: PLC0415
+
+    query = urlencode({"sql": "SELECT number AS x, number * 2 AS y FROM numbers(100000)"})
+    page = open_client.get(f"/ui/analytics?{query}").text
+    result = page[page.index('<div id="result">'):]
+    assert result.count("<tr") == CONSOLE_ROWS + 1  # the header and the capped rows
+    assert f"the first {CONSOLE_ROWS:,} of 100,000 rows" in result and len(page) < 2_000_000
+    assert result.count("<circle") == CONSOLE_ROWS  # the chart draws the rows shown, no more
+    small = open_client.get("/ui/analytics?" + urlencode({"sql": "SELECT number FROM numbers(3)"})).text
+    assert "3 rows</p>" in small
+
+
 def test_a_query_parameter_given_twice_on_a_page_is_refused_with_400_naming_it(open_client: TestClient) -> None:
     assert open_client.post("/events", content=raw("r1", "goal", {"text": "g"}, 0, "r"), headers=JSON).status_code == 200
     open_client.post("/flush", headers=JSON)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from agentlog.processors.context import assemble
 from agentlog.processors.formats.render import render_context
-from agentlog.processors.tokens import counter, encoding_for
+from agentlog.processors.tokens import counter, encoding_for, known_encoding
 from agentlog.schemas.events import Envelope
 from agentlog.schemas.requests import check_budget, check_format
 from agentlog.schemas.search import SearchFilters
@@ -71,6 +71,11 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     out = result.as_dict()
     out["thread_id"] = thread_id
     out["meta"]["summary_covers_through"] = state.get("summary_covers_through")
+    if model and known_encoding(model) is None:
+        out["meta"]["encoding_note"] = (
+            f"the tokenizer of model {model[:100]!r} is not known here: tokens are counted with {tokens.encoding_name}, "
+            "an estimate (models of the gpt-4o, gpt-4.1, gpt-5, o1, o3 families count with o200k_base; gpt-4 "
+            "and gpt-3.5 with cl100k_base)")  # fmt: skip
     # The one place a provider's shape is made: every deployment answers through here.
     return render_context(out, format)
 

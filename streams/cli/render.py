@@ -137,6 +137,8 @@ def print_threads(result: dict[str, Any]) -> None:
 def print_context(result: dict[str, Any]) -> None:
     meta = result["meta"]
     print(f"{meta['used_tokens']}/{meta['budget']} tokens ({meta['encoding']})")
+    if meta.get("encoding_note"):
+        print(f"agentlog: note: {meta['encoding_note']}", file=sys.stderr)
     for m in result["messages"]:
         content = m.get("content") or json.dumps(m.get("tool_calls"))
         print(f"--- {m['role']}{' ' + m['tool_call_id'] if m.get('tool_call_id') else ''}\n{content}")

@@ -235,7 +235,8 @@ def context_panel(ctx: dict[str, Any] | None, error: str | None, budget: int, mo
     return (form + f'<p class="meta">{int(meta["used_tokens"])} of {int(meta["budget"])} tokens ({e(meta["encoding"])}); '
             f'{e(dropped.get("tokens", 0))} tokens dropped; summary covers through '
             f'{e(meta.get("summary_covers_through") or "nothing yet")}</p>'
-            '<table class="context"><thead><tr><th>section</th><th>tokens</th><th>content</th></tr></thead>'
+            + (f'<p class="warn">{e(meta["encoding_note"])}</p>' if meta.get("encoding_note") else "")
+            + '<table class="context"><thead><tr><th>section</th><th>tokens</th><th>content</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody><tfoot><tr><td>total</td><td class="n total">'
             f'{sum(int(s["tokens"]) for s in ctx["sections"])}</td><td></td></tr></tfoot></table>'
             "<h4>Dropped</h4>" + (table(["section", "tokens", "items"], drop_rows, "dropped") if drop_rows
@@ -316,6 +317,10 @@ def result_table(columns: list[str], rows: list[tuple[Any, ...]]) -> Html:
     return table(columns, ([_compact(v) if isinstance(v, (dict, list)) else v for v in r] for r in rows), "result")
 
 
+CONSOLE_ROWS = 1000
+"""Rows the console shows and charts: a query that returns 100,000 made a 24 MB page."""
+
+
 def analytics_page(charts: list[tuple[str, str, str, Any]], sql: str, result: Any, error: str | None) -> str:
     """``charts``: (title, query, shape, QueryResult or error text)."""
     blocks = []
@@ -332,8 +337,12 @@ def analytics_page(charts: list[tuple[str, str, str, Any]], sql: str, result: An
     if error:
         console += f'<p class="warn">{e(error)}</p>'
     elif result is not None:
-        console += (f'<div id="result">{chart_for("xy", result.columns, result.rows)}'
-                    f'{result_table(result.columns, result.rows)}<p class="meta">{len(result.rows)} rows</p></div>')  # fmt: skip
+        shown = result.rows[:CONSOLE_ROWS]
+        count = (f"{len(result.rows)} rows" if len(shown) == len(result.rows) else
+                 f"the first {len(shown):,} of {len(result.rows):,} rows; <code>agentlog sql</code> or "
+                 "<code>POST /sql</code> gives them all")  # fmt: skip
+        console += (f'<div id="result">{chart_for("xy", result.columns, shown)}'
+                    f'{result_table(result.columns, shown)}<p class="meta">{count}</p></div>')  # fmt: skip
     body = (f'<h1>Analytics</h1><div class="grid">{"".join(blocks)}</div>'
             '<h2 id="console">SQL console</h2><p class="meta">One read-only query over <code>events</code>, '
             '<code>tool_calls</code> and <code>rejected_events</code>, in the same sandbox as '
