@@ -58,6 +58,29 @@ def test_the_token_given_once_opens_the_pages_and_the_api_through_an_httponly_co
     assert guarded.get("/threads").status_code == 401
 
 
+def test_the_cookie_holds_a_session_not_the_token_and_is_no_bearer_token_for_the_api(guarded: TestClient) -> None:
+    guarded.post("/ui/login", data={"token": TOKEN, "next": "/"})
+    session = guarded.cookies["agentlog_token"]
+    assert "s3cret" not in session and TOKEN not in session
+    assert guarded.get("/threads").status_code == 200  # the browser's own requests still pass
+    guarded.cookies.clear()
+    assert guarded.get("/threads", headers={"Authorization": f"Bearer {session}"}).status_code == 401
+
+
+def test_log_out_clears_the_session_and_every_page_offers_it(guarded: TestClient) -> None:
+    guarded.post("/ui/login", data={"token": TOKEN, "next": "/"})
+    page = guarded.get("/ui/memory").text
+    assert '<form method="post" action="/ui/logout"' in page
+    answer = guarded.post("/ui/logout", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert (answer.status_code, answer.headers["location"]) == (303, "/ui/login")
+    assert "agentlog_token=" in answer.headers["set-cookie"] and "max-age=0" in answer.headers["set-cookie"].lower()
+    assert "agentlog_token" not in guarded.cookies
+    assert guarded.get("/ui/memory").status_code == 303 and guarded.get("/threads").status_code == 401
+    refused = guarded.post("/ui/logout", headers={"Origin": "https://evil.example",
+                                                  "Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    assert refused.status_code == 403
+
+
 def test_the_token_never_travels_in_a_url_a_login_by_get_logs_no_one_in_and_the_form_posts_it(guarded: TestClient) -> None:
     form = guarded.get("/ui/login?next=%2Fui%2Fmemory")
     assert re.search(r'<form method="post" action="/ui/login">', form.text), form.text

@@ -20,6 +20,7 @@ in front of the FastAPI app.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 from collections.abc import AsyncIterator, Mapping
@@ -40,13 +41,22 @@ OTLP_PATH = "/v1/traces"
 """OpenTelemetry's route also takes its protobuf encoding (not a type a browser may send
 cross-origin without asking first, so the rule above holds)."""
 LOGIN_PATH = "/ui/login"
-OPEN_PATHS = frozenset({"/healthz", LOGIN_PATH, "/ui/static/app.js", "/ui/static/style.css"})
-"""Routes that answer without the token: liveness, and the web view's login form and its
-two static files (no data)."""
+LOGOUT_PATH = "/ui/logout"
+OPEN_PATHS = frozenset({"/healthz", LOGIN_PATH, LOGOUT_PATH, "/ui/static/app.js", "/ui/static/style.css"})
+"""Routes that answer without the token: liveness, the web view's login form, its logout
+(which only clears a cookie) and its two static files (no data)."""
 FORM = "application/x-www-form-urlencoded"
 TOKEN_COOKIE = "agentlog_token"
-"""The web view's cookie (HttpOnly, SameSite=Strict; set by ``/ui/login``): the token, for
-a browser, which cannot send the ``Authorization`` header on a page load."""
+"""The web view's cookie (HttpOnly, SameSite=Strict; set by ``/ui/login``, cleared by
+``/ui/logout``): a browser cannot send the ``Authorization`` header on a page load. It
+holds :func:`web_session` of the token, not the token."""
+
+
+def web_session(token: str) -> str:
+    """The cookie's value for ``token``: a keyed hash of it. A copied cookie opens the web
+    view but is no Bearer token for the API, and a new AGENTLOG_API_TOKEN ends every
+    session at once."""
+    return hmac.new(token.encode(), b"agentlog web session v1", hashlib.sha256).hexdigest()
 
 
 def is_loopback(host: str) -> bool:
@@ -137,7 +147,7 @@ def check_content_type(method: str, content_type: str | None, path: str = "") ->
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if path == OTLP_PATH and media == "application/x-protobuf":
         return None
-    if path == LOGIN_PATH and media == FORM:
+    if path in (LOGIN_PATH, LOGOUT_PATH) and media == FORM:
         return None
     if media not in WRITE_TYPES and path == OTLP_PATH:
         return RequestError(415, f"POST {OTLP_PATH} takes OTLP as `Content-Type: application/x-protobuf` or "
@@ -238,8 +248,10 @@ class Guard:
                 # HTTP/1.1 requires a Host (RFC 9112 3.2); httptools, unlike h11, lets one
                 # without it through to here.
                 refused = refused or RequestError(400, "an HTTP/1.1 request must name its Host header")
-            if "authorization" not in headers and (token := _cookie(headers.get("cookie", ""), TOKEN_COOKIE)):
-                headers["authorization"] = f"Bearer {token}"
+            session = _cookie(headers.get("cookie", ""), TOKEN_COOKIE)
+            if "authorization" not in headers and session and self.policy.token and hmac.compare_digest(
+                    session.encode(), web_session(self.policy.token).encode()):  # fmt: skip
+                headers["authorization"] = f"Bearer {self.policy.token}"
             refused = refused or refusal(self.policy, scope["method"], scope["path"], headers)
             if refused is not None and refused.status == 401 and _is_page(scope):
                 # A person at a page without the cookie: the login form, then back here.
@@ -253,6 +265,6 @@ class Guard:
 
 
 __all__ = [
-    "FORM", "Guard", "LOGIN_PATH", "OPEN_PATHS", "Policy", "TOKEN_COOKIE", "bind_refusal", "check_content_type", "check_host", "check_length",
-    "check_token", "host_name", "is_loopback", "over_https", "read_body", "refusal",
+    "FORM", "Guard", "LOGIN_PATH", "LOGOUT_PATH", "OPEN_PATHS", "Policy", "TOKEN_COOKIE", "bind_refusal", "check_content_type", "check_host", "check_length",
+    "check_token", "host_name", "is_loopback", "over_https", "read_body", "refusal", "web_session",
 ]  # fmt: skip

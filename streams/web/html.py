@@ -39,13 +39,17 @@ def href(path: str, **params: Any) -> str:
     return e(f"{path}{'&' if '?' in path else '?'}{query}" if query else path)
 
 
+LOGOUT = '<form method="post" action="/ui/logout" class="logout"><button>log out</button></form>'
+"""Every page's way to end its browser's session (a POST: a link could be followed by any page)."""
+
+
 def page(title: str, body: str, active: str = "", script: bool = False) -> str:
     nav = "".join(f'<a href="{p}"{" class=on" if p == active else ""}>{name}</a>' for p, name in NAV)
     js = '<script src="/ui/static/app.js" defer></script>' if script else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} · agentlog</title>'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<link rel="icon" href="data:,"><link rel="stylesheet" href="/ui/static/style.css">{js}</head>'
-            f'<body><header><b>agentlog</b><nav>{nav}</nav></header><main>{body}</main></body></html>')  # fmt: skip
+            f'<body><header><b>agentlog</b><nav>{nav}</nav>{"" if title == "login" else LOGOUT}</header><main>{body}</main></body></html>')  # fmt: skip
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "", row_ids: Sequence[str] | None = None) -> Html:

@@ -28,7 +28,7 @@ from agentlog.schemas.requests import (
 from agentlog.schemas.responses import READS, errors
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
-from agentlog.streams.api.guard import FORM, TOKEN_COOKIE, Policy, over_https
+from agentlog.streams.api.guard import FORM, LOGOUT_PATH, TOKEN_COOKIE, Policy, over_https, web_session
 from agentlog.streams.api.service import NotFound, Service, Unavailable
 from agentlog.streams.web import pages
 from agentlog.streams.web.html import CSP
@@ -223,11 +223,18 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
             return RedirectResponse(target, status_code=303)
         if token and hmac.compare_digest(token.encode(), policy.token.encode()):
             answer = RedirectResponse(target, status_code=303)
-            answer.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/",
+            answer.set_cookie(TOKEN_COOKIE, web_session(token), httponly=True, samesite="strict", path="/",
                               secure=over_https(policy, request.url.scheme, request.headers))  # fmt: skip
             return answer
         said = "<p class=warn>that token is wrong</p>" if token else "<p class=warn>type the token</p>"
         return _html(pages.page("login", login_form(target, said)), 401)
+
+    def logout(request: Request) -> Response:
+        """The cookie cleared (the browser forgets the session), then the login form."""
+        answer = RedirectResponse("/ui/login" if policy.token else "/", status_code=303)
+        answer.delete_cookie(TOKEN_COOKIE, path="/", httponly=True, samesite="strict",
+                             secure=over_https(policy, request.url.scheme, request.headers))  # fmt: skip
+        return answer
 
     for path, endpoint, summary, takes, answers in (
         ("/", _page(thread_list, "the thread list"), "web view: the thread list (HTML)",
@@ -269,6 +276,9 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
                           "type": "object", "properties": {"token": {"type": "string"}, "next": {"type": "string"}}}}}}},
                       responses={200: {"content": {"text/html": {}}}, 303: {"description": "logged in: to `next`"},
                                  **errors(400, 401, *OPEN)})  # fmt: skip
+    app.add_api_route(LOGOUT_PATH, logout, methods=["POST"], name="web logout", response_class=HTMLResponse,
+                      summary="web view: forget this browser's session (its cookie); then the login form",
+                      responses={303: {"description": "logged out: to the login form"}, **errors(401, *OPEN)})  # fmt: skip
 
 
 def _own_page(target: str) -> str:
