@@ -80,6 +80,23 @@ def test_memory_job_options_out_of_range_are_usage_errors_as_over_http(capsys) -
     assert (args.lease_seconds, args.workers) == (86400.0, 64)
 
 
+def test_a_memory_option_the_action_does_not_take_is_refused_naming_the_actions_that_do() -> None:
+    import pytest  # noqa: PLC0415
+
+    from agentlog.streams.cli.commands import UsageError, _check_memory_options  # noqa: PLC0415
+
+    for argv, said in ((["show", "--reason", "x"], "--reason is for `memory revoke`"),
+                       (["status", "--workers", "8"], "--workers is for `memory extract`"),
+                       (["show", "e1"], "EVENT_ID is for `memory revoke`"),
+                       (["consolidate", "--project", "p"], "--project is for `memory show`"),
+                       (["show", "--lease-seconds", "5"], "--lease-seconds is for `memory consolidate` and `memory extract`")):  # fmt: skip
+        with pytest.raises(UsageError, match=said.replace("`", ".")):
+            _check_memory_options(build_parser().parse_args(["memory", *argv]))
+    for argv in (["show", "--project", "p", "--key", "k"], ["revoke", "e1", "--reason", "r"],
+                 ["extract", "--workers", "4", "--lease-seconds", "9"], ["consolidate", "--high-risk", "a.*"]):  # fmt: skip
+        _check_memory_options(build_parser().parse_args(["memory", *argv]))
+
+
 def test_an_id_the_contract_cannot_hold_is_a_usage_error_as_over_http(capsys) -> None:  # noqa: ANN001
     # Without a server, `context bad/id` answered that the thread had no events, and
     # `search x --after ../etc` was taken; the HTTP API refuses both ids (400).

@@ -139,7 +139,28 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo(Settings(**{**settings.__dict__, "data_dir": data_dir}), as_json=args.json)
 
 
+_MEMORY_OPTIONS = {
+    "event_id": ("EVENT_ID", {"revoke"}, None), "reason": ("--reason", {"revoke"}, None),
+    "project": ("--project", {"show"}, None), "key": ("--key", {"show"}, None),
+    "workers": ("--workers", {"extract"}, 1), "owner": ("--owner", {"consolidate"}, None),
+    "lease_seconds": ("--lease-seconds", {"extract", "consolidate"}, 60.0),
+    "high_risk": ("--high-risk", {"consolidate"}, None),
+    "pause_before_publish": ("--pause-before-publish", {"consolidate"}, 0.0),
+}  # fmt: skip
+"""Each option of ``agentlog memory``: its name, the actions that take it, its default."""
+
+
+def _check_memory_options(args: argparse.Namespace) -> None:
+    """An option the action does not take is refused, not ignored: ``memory show --reason x``
+    or ``memory status --workers 8`` would otherwise look as if they did something."""
+    for attr, (name, actions, default) in _MEMORY_OPTIONS.items():
+        if args.action not in actions and getattr(args, attr, default) != default:
+            takes = " and ".join(f"`memory {a}`" for a in sorted(actions))
+            raise UsageError(f"{name} is for {takes}, not `memory {args.action}`")
+
+
 def cmd_memory(args: argparse.Namespace, settings: Settings) -> int:
+    _check_memory_options(args)
     if args.action == "extract":
         reports = extract_parallel(settings, args.workers, args.lease_seconds)
         result: Any = {
