@@ -304,7 +304,8 @@ def _part_maker(output_budget_chars: int, redact_secrets: bool, memo: TextMemo |
         if found is None:
             kind = e.kind
             message = (_text_message(e, scrub, memo) if kind == "message"
-                       else _call_message(e, e.payload, scrub, redact_secrets, memo) if kind == "tool_call"
+                       else _call_message(e, e.payload, scrub, redact_secrets, memo, output_budget_chars)
+                       if kind == "tool_call"
                        else _result_message(e, e.payload, scrub, output_budget_chars, memo))  # fmt: skip
             calls = message.get("tool_calls")
             text = message["content"] if calls is None else calls[0]["function"]["arguments"]
@@ -320,8 +321,9 @@ def _text_message(e: Envelope, scrub: Callable[[str], str], memo: TextMemo | Non
 
 
 def _call_message(e: Envelope, p: Any, scrub: Callable[[str], str], redact_secrets: bool,
-                  memo: TextMemo | None) -> dict[str, Any]:  # fmt: skip
-    args = _shown(e, "arguments", lambda: _arguments(p.arguments, scrub, redact_secrets), memo)
+                  memo: TextMemo | None, budget_chars: int) -> dict[str, Any]:  # fmt: skip
+    args = _shown(e, f"arguments/{budget_chars}",
+                  lambda: _arguments(e.event_id, p.arguments, scrub, redact_secrets, budget_chars), memo)
     return {"role": "assistant", "content": None,
             "tool_calls": [{"id": p.call_id, "type": "function", "function": {"name": p.tool_name, "arguments": args}}]}
 
@@ -334,12 +336,32 @@ def _result_message(e: Envelope, p: Any, scrub: Callable[[str], str], output_bud
     return {"role": "tool", "tool_call_id": p.call_id, "content": status + output}
 
 
-def _arguments(arguments: Any, scrub: Callable[[str], str], redact_secrets: bool) -> str:
+def _arguments(event_id: str, arguments: Any, scrub: Callable[[str], str], redact_secrets: bool,
+               budget_chars: int) -> str:  # fmt: skip
+    """A call's arguments as the model sees them: redacted, and each string longer than
+    ``budget_chars`` (a whole file a ``write_file`` call carries) cut to its head and tail
+    as an output is, so the call and its result stay in the context instead of the unit
+    being dropped whole; the arguments stay valid JSON, keys and all."""
     if isinstance(arguments, str):
-        return scrub(arguments)
+        return truncate_output(scrub(arguments), event_id, budget_chars, "arguments")
     # A key that names a secret loses its whole value, whatever its shape.
     shown = mask_secret_keys(arguments) if redact_secrets else arguments
-    return scrub(orjson.dumps(shown).decode())
+    text = orjson.dumps(shown).decode()
+    if len(text) > budget_chars:
+        text = orjson.dumps(_cut_strings(shown, event_id, budget_chars, scrub)).decode()
+    return scrub(text)
+
+
+def _cut_strings(value: Any, event_id: str, budget_chars: int, scrub: Callable[[str], str]) -> Any:
+    """``value`` with every string longer than ``budget_chars`` redacted, then cut (a cut
+    through a secret would leave half of it), at any depth."""
+    if isinstance(value, str):
+        return truncate_output(scrub(value), event_id, budget_chars, "arguments") if len(value) > budget_chars else value
+    if isinstance(value, dict):
+        return {k: _cut_strings(v, event_id, budget_chars, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_strings(v, event_id, budget_chars, scrub) for v in value]
+    return value
 
 
 SUMMARY_SHARE = 0.4
@@ -850,7 +872,8 @@ def assemble(
     shown_failures = {i for s in sections if s["name"] == "failures" for i in s["event_ids"]}
     cited: frozenset[str] = frozenset()  # the events the rendered summary cites: recall does not repeat them
     if state.get("summary"):
-        text, left_out, lost, tokens = _remembered_summary(state["summary"], counter, int(b.remaining * SUMMARY_SHARE),
+        summary = _summary_now(state, derived, thread)
+        text, left_out, lost, tokens = _remembered_summary(summary, counter, int(b.remaining * SUMMARY_SHARE),
                                                            shown_failures, derived, thread)  # fmt: skip
         msg = {"role": "system", "content": text} if text else None
         if msg is not None:
@@ -1061,6 +1084,38 @@ def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_toke
         derived[key] = (*cuts[-(SUMMARY_CUTS - 1):], (limits, found))
     text, items, lost, tokens = found
     return text, list(items), lost, tokens
+
+
+def _summary_now(state: dict[str, Any], derived: MutableMapping[Any, Any] | None, thread: Any) -> dict[str, Any]:
+    """The rolling summary with only the pending jobs still pending now. The record lists
+    what was pending when the window was folded into it; a call answered, a task finished
+    or an approval decided since would otherwise read as pending beside the window that
+    shows it done. The same object while nothing it lists has left (the summary's cuts
+    are remembered by its identity)."""
+    summary = state["summary"]
+    jobs = summary.get("pending_jobs") or []
+    if not jobs:
+        return summary
+    sections = [state.get("pending_calls", []), state.get("tasks", []), state.get("pending_approvals", [])]
+    return _by_identity(derived, ("summary now", thread), [summary, *sections], lambda: _still_pending(summary, state))
+
+
+_OPEN_TASK = frozenset({"pending", "running"})
+
+
+def _still_pending(summary: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    calls = {c["call_id"] for c in state.get("pending_calls", [])}
+    approvals = {a["approval_id"] for a in state.get("pending_approvals", [])}
+    tasks = {t["task_id"] for t in state.get("tasks", []) if t.get("status") in _OPEN_TASK}
+    open_now = {"call": calls, "approval": approvals, "task": tasks}
+
+    def pending(job: str) -> bool:
+        kind, _, rest = job.partition(" ")
+        ident = rest.split(" ", 1)[0].removesuffix(":")
+        return kind not in open_now or ident in open_now[kind]
+
+    kept = [job for job in summary["pending_jobs"] if pending(job)]
+    return summary if len(kept) == len(summary["pending_jobs"]) else {**summary, "pending_jobs": kept}
 
 
 SUMMARY_CUTS = 8

@@ -6,11 +6,12 @@ from __future__ import annotations
 DEFAULT_OUTPUT_BUDGET_CHARS = 4_000
 
 
-def truncate_output(output: str, event_id: str, budget_chars: int = DEFAULT_OUTPUT_BUDGET_CHARS) -> str:
+def truncate_output(output: str, event_id: str, budget_chars: int = DEFAULT_OUTPUT_BUDGET_CHARS,
+                    what: str = "output") -> str:  # fmt: skip
     """``output`` if it fits ``budget_chars``, else its head and tail around a marker.
 
     The marker counts the characters and UTF-8 bytes cut and names ``event_id`` so a
-    model (or a person) can ``read`` the whole output from the log.
+    model (or a person) can ``read`` the whole ``what`` (output, arguments) from the log.
     """
     if len(output) <= budget_chars:
         return output
@@ -21,7 +22,7 @@ def truncate_output(output: str, event_id: str, budget_chars: int = DEFAULT_OUTP
     cut = output[head_len : len(output) - tail_len]
     marker = (
         f"\n[... {len(cut)} chars ({len(cut.encode())} bytes) cut; "
-        f"full output: read {event_id} ...]\n"
+        f"full {what}: read {event_id} ...]\n"
     )
     return head + marker + tail
 

@@ -244,3 +244,46 @@ def test_a_long_run_of_failures_never_crowds_the_plan_and_the_open_call_out_of_t
     text = "\n".join(m.get("content") or "" for m in ctx["messages"])
     assert "step 7: move the billing cache shard 7" in text and "- open: deploy" in text
     assert ctx["meta"]["used_tokens"] <= budget
+
+
+def _write_file_thread(service: EmbeddedService, content: str, answered: bool = True) -> None:
+    events = [raw("g", "goal", {"text": "write the module"}, 0),
+              raw("u1", "message", {"role": "user", "text": "write mod.py"}, 1),
+              raw("c1", "tool_call", {"call_id": "c1", "tool_name": "write_file",
+                                      "arguments": {"path": "mod.py", "content": content}}, 2)]  # fmt: skip
+    if answered:
+        events += [raw("r1", "tool_result", {"call_id": "c1", "output": "written"}, 3),
+                   raw("a1", "message", {"role": "assistant", "text": "done writing mod.py"}, 4)]  # fmt: skip
+    events.append(raw("u2", "message", {"role": "user", "text": "now run the tests"}, 5))
+    service.publish(b"\n".join(events))
+    service.catch_up()
+
+
+def test_a_call_with_a_huge_argument_stays_in_the_context_its_argument_cut_head_and_tail(service: EmbeddedService) -> None:
+    # A 240 KB write_file once made its unit 200,000 tokens: the request, the call and its
+    # result were all dropped. Now the long string is cut as an output is, and stays JSON.
+    from agentlog.processors.truncation import DEFAULT_OUTPUT_BUDGET_CHARS  # noqa: PLC0415
+
+    content = "".join(f"line {i}\n" for i in range(30_000))
+    _write_file_thread(service, content)
+    ctx = context_for(service, "t1", 8000)
+    assert ctx["meta"]["dropped"]["units"] == []
+    (call,) = [c for m in ctx["messages"] for c in m.get("tool_calls", [])]
+    args = orjson.loads(call["function"]["arguments"])
+    assert args["path"] == "mod.py" and args["content"].startswith("line 0\n") and args["content"].endswith("line 29999\n")
+    assert "full arguments: read c1" in args["content"] and len(args["content"]) < DEFAULT_OUTPUT_BUDGET_CHARS + 200
+    assert [m["content"] for m in ctx["messages"] if m["role"] == "tool"] == ["written"]
+
+
+def test_the_summary_never_lists_as_pending_a_call_the_thread_has_answered(service: EmbeddedService) -> None:
+    _write_file_thread(service, "x = 1\n" * 40_000)  # big enough that the stream folds a summary
+    state = service.state("t1")
+    assert state["summary"] and "call c1 (write_file)" in state["summary"]["pending_jobs"]  # as of the fold
+    text = "\n".join(m.get("content") or "" for m in context_for(service, "t1", 8000)["messages"])
+    assert "Pending: call c1" not in text
+
+
+def test_the_summary_still_lists_a_call_that_is_still_pending(service: EmbeddedService) -> None:
+    _write_file_thread(service, "x = 1\n" * 40_000, answered=False)
+    text = "\n".join(m.get("content") or "" for m in context_for(service, "t1", 8000)["messages"])
+    assert "Pending: call c1 (write_file)" in text
