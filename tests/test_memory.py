@@ -101,6 +101,21 @@ def test_a_revoke_rebuilds_the_published_view_without_its_source_at_once(setting
     assert (f["value"], f["status"], f["revoked"]) == ("8", "needs_refresh", ["user-17"])
 
 
+def test_revoking_an_event_that_names_another_project_than_its_thread_writes_a_revoke_memory_accepts(
+    settings: Settings, mem: Memory
+) -> None:
+    # The thread's project is its first event's; a later event naming another one gave its
+    # revoke that project, and memory refused its own revoke as out of scope.
+    publish(settings, raw("m0", "message", {"role": "user", "text": "hi"}, 0, thread="t1"),
+            fact("f1", "db.host", "pg-1", "user_confirmed", 1, thread="t1", project="billing"))  # fmt: skip
+    mem.extract()
+    mem.consolidate()
+    mem.revoke("f1", "wrong")
+    mem.extract()
+    refused = [r["event_id"] for r in mem.status()["refused_recent"]]
+    assert refused == ["f1"]  # the fact itself names another project; its revoke is no refusal
+
+
 def test_revoking_the_same_source_again_changes_nothing_and_dead_letters_nothing(settings: Settings, mem: Memory) -> None:
     publish(settings, fact("user-17", "java.version", "17", "user_confirmed", 0, thread="new"))
     mem.extract()

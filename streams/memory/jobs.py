@@ -358,8 +358,11 @@ class Memory:
             return {"revoked": event_id, "revoke_event_id": revoke_id, "already_revoked": True,
                     "view": self.consolidate(lease_s=lease_s)}  # fmt: skip
         now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+        # The thread's project (its first event's), not the target's: a target that named
+        # another project would make a revoke memory itself refuses as out of scope.
+        project = self.thread_project(parsed.thread_id) or parsed.project
         body = orjson.dumps({"event_id": revoke_id, "thread_id": parsed.thread_id, "kind": "revoke",
-                             "ts": now, "project": parsed.project, "source": "user",
+                             "ts": now, "project": project, "source": "user",
                              "payload": {"target_event_id": event_id, "reason": reason}})  # fmt: skip
         if self.settings.distributed:  # the workers' state and log must see it too
             from agentlog.streams.kafka.publisher import KafkaPublisher  # noqa: PLC0415
@@ -369,7 +372,6 @@ class Memory:
             publisher.close()
         else:
             publish_to(self.bus, body, self.settings.max_event_bytes)
-        project = self.thread_project(parsed.thread_id)
         self.store.add_revocation(memory.Revocation(event_id, revoke_id, reason, project))
         view = self.consolidate(lease_s=lease_s)
         return {"revoked": event_id, "revoke_event_id": revoke_id, "view": view}
