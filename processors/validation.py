@@ -74,8 +74,16 @@ def _describe(error: ValidationError) -> str:
             category = "not_an_object"
         elif where.startswith("payload") and category == "invalid_event":
             category = "invalid_payload"
-        parts.append(f"{where}: {item['msg']}")
+        parts.append(f"{where}: {_said(item, where)}")
     return f"{category}: " + "; ".join(parts)
+
+
+def _said(item: Any, where: str) -> str:
+    """The error's message, in a producer's terms where pydantic's would quote a regex."""
+    if item["type"] == "string_pattern_mismatch" and where == "ts":
+        return (f"{str(item['input'])[:64]!r} is no RFC 3339 time with an offset; write it as "
+                "2026-11-30T10:00:00Z (or +02:00), with a time-zone offset")
+    return str(item["msg"])
 
 
 def _scan(tree: Any) -> tuple[int, str | None]:

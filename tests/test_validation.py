@@ -93,6 +93,15 @@ def test_events_over_the_size_limit_keep_a_bounded_prefix_and_name_the_whole_by_
     assert hashlib.sha256(big).hexdigest() in rejection.reason
 
 
+def test_a_timestamp_without_an_offset_is_refused_saying_how_to_write_one_not_quoting_a_regex() -> None:
+    for ts in ("2026-12-05T07:00:00", "yesterday", "9" * 100_000):
+        refused = validate(orjson.dumps({"event_id": "e1", "thread_id": "t", "kind": "goal", "ts": ts,
+                                         "payload": {"text": "g"}}))  # fmt: skip
+        assert isinstance(refused, Rejection)
+        assert "time-zone offset" in refused.reason and "2026-11-30T10:00:00Z" in refused.reason
+        assert "pattern" not in refused.reason and "^" not in refused.reason and len(refused.reason) < 300
+
+
 def test_timestamps_need_an_offset_and_accept_z_and_nanoseconds() -> None:
     ok = validate(orjson.dumps({"event_id": "e1", "thread_id": "t", "kind": "goal",
                                 "ts": "2026-01-01T00:00:00.123456789+02:00", "payload": {"text": "g"}}))  # fmt: skip
