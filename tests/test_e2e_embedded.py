@@ -194,7 +194,10 @@ def test_text_output_writes_out_control_and_direction_characters_a_terminal_woul
     }
     for name, out in outputs.items():
         assert not any(c in out for c in "\x1b\x07\r\x9b\u202e"), (name, out)
-    assert "\\x1b[2J" in outputs["state"] and "\\u202e" in outputs["state"]
+    assert "\\u001b[2J" in outputs["state"] and "\\u202e" in outputs["state"]
+    # A provider payload printed as text is still JSON a program can load.
+    payload = agentlog(cli_env, "context", "th", "--budget", "3000", "--format", "openai").stdout.decode()
+    assert "\x9b" not in payload and "\u202e" not in payload and json.loads(payload)["messages"]
     assert json.loads(agentlog(cli_env, "state", "th", "--json").stdout)["goal"]["text"] == hostile  # JSON keeps it exact
 
 
@@ -204,11 +207,11 @@ def test_memory_commands_answer_people_in_sentences_and_machines_with_json(cli_e
                                         "confirmed": True}, 0, thread="tm") + b"\n")  # fmt: skip
     agentlog(cli_env, "publish", str(path))
     said = agentlog(cli_env, "memory", "extract").stdout.decode()
-    assert said.startswith("extracted 1 threads: 1 candidates, 0 refused"), said
-    assert agentlog(cli_env, "memory", "consolidate").stdout.decode() == "published memory view version 1: 1 facts\n"
+    assert said.startswith("extracted 1 thread: 1 candidate, 0 refused"), said
+    assert agentlog(cli_env, "memory", "consolidate").stdout.decode() == "published memory view version 1: 1 fact\n"
     assert agentlog(cli_env, "memory", "consolidate").stdout.decode() == "nothing published: no change (view version 1 stays)\n"
     status = agentlog(cli_env, "memory", "status").stdout.decode()
-    assert status.startswith("memory view version 1; 1 threads, 0 with events not extracted yet") and "lease: free" in status
+    assert status.startswith("memory view version 1; 1 thread, 0 with events not extracted yet") and "lease: free" in status
     revoked = agentlog(cli_env, "memory", "revoke", "f1", "--reason", "wrong host").stdout.decode()
     assert revoked.startswith("revoked f1 (") and "published memory view version 2: 0 facts" in revoked
     assert json.loads(agentlog(cli_env, "memory", "status", "--json").stdout)["published_version"] == 2

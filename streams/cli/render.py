@@ -19,16 +19,22 @@ from agentlog.sinks.base import QueryResult
 
 
 _BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"}
+_UNSAFE = {c: f"\\u{c:04x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"}
 _UNSAFE.update({ord(c): f"\\u{ord(c):04x}" for c in _BIDI})
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 row", "2 rows": a count and its noun, plural but for one."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def terminal_safe(text: str) -> str:
     """``text`` with what a terminal would obey rather than show written out: control
     characters (an escape sequence that clears the screen or retitles the window, a
     carriage return that writes over the line) and direction overrides (that reorder what
-    a reader sees) become ``\\x1b``, ``\\u202e``. Lines and tabs stay. Events, keys and
-    notes are anyone's text; JSON output escapes them already."""
+    a reader sees) become ``\\u001b``, ``\\u202e``: JSON's own escapes, so a provider
+    payload printed as JSON stays valid JSON. Lines and tabs stay. ``--json`` output is
+    the answer as it is, for programs."""
     return text.translate(_UNSAFE)
 
 
@@ -90,7 +96,7 @@ def format_rows(result: QueryResult, fmt: str) -> str:
     widths = [min(60, max(len(row[i]) for row in cells)) for i in range(len(result.columns))]
     lines = [" | ".join(v[:60].ljust(w) for v, w in zip(row, widths)) for row in cells]
     lines.insert(1, "-+-".join("-" * w for w in widths))
-    return "\n".join(lines) + f"\n({len(result.rows)} rows)"
+    return "\n".join(lines) + f"\n({counted(len(result.rows), 'row')})"
 
 
 def print_publish(report: dict[str, Any]) -> None:
@@ -169,15 +175,16 @@ def print_memory(action: str, result: Any) -> None:
 
 
 def _print_extract(r: dict[str, Any]) -> None:
-    print(f"extracted {len(r['extracted_threads'])} threads: {r['candidates']} candidates, {r['refused']} refused, "
-          f"{r['llm_rejected']} LLM proposals rejected ({r['workers']} workers)")  # fmt: skip
+    print(f"extracted {counted(len(r['extracted_threads']), 'thread')}: {counted(r['candidates'], 'candidate')}, "
+          f"{r['refused']} refused, {counted(r['llm_rejected'], 'LLM proposal')} rejected "
+          f"({counted(r['workers'], 'worker')})")  # fmt: skip
     for thread, error in sorted(r["failed"].items()):
         print(f"  failed {thread}: {error} (retried with backoff by the next run)")
 
 
 def _print_consolidate(r: dict[str, Any]) -> None:
     if r.get("published"):
-        print(f"published memory view version {r['version']}: {r['facts']} facts")
+        print(f"published memory view version {r['version']}: {counted(r['facts'], 'fact')}")
     else:
         stays = f" (view version {r['version']} stays)" if "version" in r else ""
         print(f"nothing published: {r.get('reason', 'no change')}{stays}")
@@ -193,7 +200,7 @@ def _print_revoke(r: dict[str, Any]) -> None:
 
 
 def _print_memory_status(r: dict[str, Any]) -> None:
-    print(f"memory view version {r['published_version']}; {r['threads']} threads, {len(r['not_extracted'])} with "
+    print(f"memory view version {r['published_version']}; {counted(r['threads'], 'thread')}, {len(r['not_extracted'])} with "
           f"events not extracted yet, {len(r['extracted_not_consolidated'])} extracted but not consolidated")  # fmt: skip
     for phase, p in r["phases"].items():
         last = f", last error: {p['last_error']}" if p["last_error"] else ""
