@@ -1101,18 +1101,22 @@ def _summary_now(state: dict[str, Any], derived: MutableMapping[Any, Any] | None
 
 
 _OPEN_TASK = frozenset({"pending", "running"})
+_JOB = re.compile(r"^(call) (.+) \([^()]*\)$|^(task|approval) (\S+?):(?: |$)")
+"""A pending job as the fold writes it: ``call <id> (<tool>)``, ``task <id>: <text>``,
+``approval <id>: <action>``. Any other line (a summariser's own words) is kept as it is."""
 
 
 def _still_pending(summary: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    calls = {c["call_id"] for c in state.get("pending_calls", [])}
-    approvals = {a["approval_id"] for a in state.get("pending_approvals", [])}
-    tasks = {t["task_id"] for t in state.get("tasks", []) if t.get("status") in _OPEN_TASK}
-    open_now = {"call": calls, "approval": approvals, "task": tasks}
+    open_now = {"call": {c["call_id"] for c in state.get("pending_calls", [])},
+                "approval": {a["approval_id"] for a in state.get("pending_approvals", [])},
+                "task": {t["task_id"] for t in state.get("tasks", []) if t.get("status") in _OPEN_TASK}}  # fmt: skip
 
     def pending(job: str) -> bool:
-        kind, _, rest = job.partition(" ")
-        ident = rest.split(" ", 1)[0].removesuffix(":")
-        return kind not in open_now or ident in open_now[kind]
+        m = _JOB.match(job)
+        if m is None:
+            return True
+        kind, ident = (m[1], m[2]) if m[1] else (m[3], m[4])
+        return ident in open_now[kind]
 
     kept = [job for job in summary["pending_jobs"] if pending(job)]
     return summary if len(kept) == len(summary["pending_jobs"]) else {**summary, "pending_jobs": kept}

@@ -39,12 +39,19 @@ REDACTED = "[REDACTED]"
 _SECRET_WORDS = frozenset({
     "secret", "secrets", "token", "password", "passwd", "passphrase", "pwd", "credential",
     "credentials", "authorization", "apikey", "privatekey", "accesskey", "secretkey",
-    "cookie", "bearer", "otp", "totp", "hotp", "mfa", "2fa", "passcode", "passphrase",
+    "cookie", "passcode", "passphrase",
 })  # fmt: skip
+_SECRET_LAST_WORDS = frozenset({"bearer", "otp", "totp", "hotp"})
+"""Words that say secret only as a name's last word: ``BEARER``, ``github_otp``; but
+``bearer_format`` or ``otp_length`` name a setting."""
 _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
                            ("auth", "key"), ("session", "key"), ("signing", "key"), ("encryption", "key"),
-                           ("pass", "phrase"), ("backup", "code"), ("backup", "codes"), ("recovery", "code"),
-                           ("recovery", "codes"), ("webhook", "url"), ("webhook", "secret")})  # fmt: skip
+                           ("pass", "phrase")})  # fmt: skip
+_SECRET_LAST_PAIRS = frozenset({("backup", "code"), ("backup", "codes"), ("recovery", "code"), ("recovery", "codes"),
+                                ("webhook", "url"), ("mfa", "code"), ("2fa", "code"), ("otp", "code"),
+                                ("totp", "code")})  # fmt: skip
+"""Pairs that say secret only as a name's last two words: ``2fa.backup.code``, but not
+``backup_code_count``."""
 # Also inside a word (PGPASSWORD, DBPASS_SECRET); "token" only as a word (max_tokens stays).
 _SECRET_STEMS = ("password", "passwd", "secret", "passphrase", "credential", "apikey", "privatekey",
                  "accesskey",
@@ -69,6 +76,8 @@ def is_secret_name(name: str) -> bool:
             return True
     words = [w for w in _WORD_SPLIT.split(_CAMEL.sub("_", name).lower()) if w]
     if any(w in _SECRET_WORDS for w in words):
+        return True
+    if words and (words[-1] in _SECRET_LAST_WORDS or tuple(words[-2:]) in _SECRET_LAST_PAIRS):
         return True
     return any(pair in _SECRET_PAIRS for pair in zip(words, words[1:]))
 
@@ -157,10 +166,13 @@ _MYSQL_CLIENT = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mysqlsh|mariadb|mar
 _P_FLAG = re.compile(r"[ \t]-p(?=\S)")
 _LOGIN = re.compile(r"(?i)\blogin\b")
 _LOGIN_P_FLAG = re.compile(r"[ \t]-p(?:[ \t]+|=)(?=[^\s\[])")  # a login's -p is its password
-# "the login for staging is admin / Tr0ub4dor&3": a user, then "/" or ":", then a password.
+# "the login for staging is admin / Tr0ub4dor&3": "login" (for one place at most), is/was,
+# a user name that starts with a letter, then ":" or "/" close to it or " / " spaced on both
+# sides, then the password. "The login endpoint is POST /api/login" or "last login was
+# 10:15:32" are no such thing.
 _LOGIN_PAIR = re.compile(
-    r"(?i)(\b(?:login|logon|sign[- ]?in)\b[^\n.]{0,40}?\b(?:is|are|was)[ \t]*:?[ \t]+[^\s/:]{1,64}[ \t]*[/:][ \t]*)"
-    r"(?![/\[])(\S+)")
+    r"(?i)(\b(?:login|logon|sign[- ]?in)(?:[ \t]+(?:for|to|on|of)[ \t]+[^\s:/]{1,40})?[ \t]+(?:is|was)[ \t]*:?[ \t]+"
+    r"[A-Za-z_][^\s/:]{0,63}(?::|/|[ \t]+/[ \t]+))(?![/\[])(\S+)")
 _COMMAND_END = re.compile(r"[\n|;&]")
 _NON_SPACE = re.compile(r"\S+")
 

@@ -287,3 +287,16 @@ def test_the_summary_still_lists_a_call_that_is_still_pending(service: EmbeddedS
     _write_file_thread(service, "x = 1\n" * 40_000, answered=False)
     text = "\n".join(m.get("content") or "" for m in context_for(service, "t1", 8000)["messages"])
     assert "Pending: call c1 (write_file)" in text
+
+
+def test_the_pending_filter_drops_only_jobs_it_can_read_that_the_state_has_closed() -> None:
+    from agentlog.processors.context import _still_pending  # noqa: PLC0415
+
+    summary = {"pending_jobs": ["call c1 (bash)", "call the DBA to approve the migration", "task review the PR with Bob",
+                                "task t9: write docs", "call my id (bash)", "call c2 (x)", "approval a1: deploy",
+                                "task t8:"]}  # fmt: skip
+    state = {"pending_calls": [{"call_id": "c1"}, {"call_id": "my id"}], "pending_approvals": [],
+             "tasks": [{"task_id": "t9", "status": "running"}, {"task_id": "t8", "status": "done"}]}  # fmt: skip
+    assert _still_pending(summary, state)["pending_jobs"] == [
+        "call c1 (bash)", "call the DBA to approve the migration", "task review the PR with Bob",
+        "task t9: write docs", "call my id (bash)"]  # fmt: skip

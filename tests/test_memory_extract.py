@@ -102,6 +102,10 @@ def test_a_statement_whose_subject_ends_in_a_steering_noun_is_no_fact(text: str)
 @pytest.mark.parametrize(("text", "key"), [
     ("Our build system is gradle.", "build.system"),
     ("The release rules repo for this project is acme/rules.", "release.rules.repo"),
+    # A system's own policy, rules or behavior is a fact about it, not a rule for the agent.
+    ("Our log retention policy is 30 days.", "log.retention.policy"), ("Our cache eviction policy is LRU.", "cache.eviction.policy"),
+    ("Our firewall rules are managed in terraform.", "firewall.rules"), ("Our mfa provider is Duo.", "mfa.provider"),
+    ("Remember: the login endpoint is POST /api/v2/login.", "login.endpoint"), ("Our login service is auth-svc:8443.", "login.service"),
 ])  # fmt: skip
 def test_a_steering_word_that_is_not_the_subjects_last_noun_still_makes_a_fact(text: str, key: str) -> None:
     assert [c.key for c in memory.extract([say("m1", text)]).candidates] == [key]

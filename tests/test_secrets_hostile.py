@@ -225,7 +225,10 @@ def test_every_planted_payload_loses_its_secret_to_the_pure_redaction() -> None:
 
 
 def test_redaction_keeps_ordinary_text_whole() -> None:
-    for text in ["max_tokens=500", "PWD=/home/dev", "Basic authentication is enabled", "KeyError: 'user'",
+    for text in ["The login endpoint is POST /api/login", "The login service is auth-svc:8443",
+                 "Last login was 10:15:32 from 192.168.0.5", "Login times are 9:00-17:00 daily",
+                 "The login handler is auth/login_v2.py now",
+                 "max_tokens=500", "PWD=/home/dev", "Basic authentication is enabled", "KeyError: 'user'",
                  "3 tests passed, 1 failed", "mkdir -p build && docker run -p 8080:80 app",
                  "sha256 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
                  "see https://example.com/path?q=1", "the token count is 12",
@@ -235,6 +238,14 @@ def test_redaction_keeps_ordinary_text_whole() -> None:
                  "docker login registry.example.com", "send the token to the server", "<key>name</key>",
                  "git config set user.name bob", "the secret to success is tests"]:  # fmt: skip
         assert redact(text) == text
+
+
+def test_a_setting_named_after_a_second_factor_keeps_its_value_the_code_itself_does_not() -> None:
+    settings = {"otp_length": 6, "totp_period": 30, "mfa_enabled": True, "2fa_required": True,
+                "backup_code_count": 10, "bearer_format": "JWT"}  # fmt: skip
+    assert redact_value(settings) == settings
+    codes = {"github_otp": "482913", "recovery_codes": "1234-5678", "bearer": "abc.def.ghi", "mfa_code": "123456"}
+    assert set(redact_value(codes).values()) == {"[REDACTED]"}
 
 
 @pytest.fixture

@@ -115,21 +115,30 @@ def privileged(key: str) -> bool:
 
 
 STEERING_NOUNS = frozenset({
-    "policy", "policies", "rule", "rules", "permission", "permissions", "approval", "approvals", "instruction",
-    "instructions", "guideline", "guidelines", "guardrail", "guardrails", "prompt", "override", "preference",
-    "preferences", "behavior", "behaviour",
+    "permission", "permissions", "approval", "approvals", "instruction", "instructions", "guideline", "guidelines",
+    "guardrail", "guardrails", "prompt", "override", "preference", "preferences",
 })  # fmt: skip
-"""Last words a fact's key may not end with: "our security policy is ..." or "the deploy
-approval is ..." or "our default behavior is ..." name what steers an agent as surely as
-"policy.security" does. ("system"
-is not here: "our build system is gradle" is a plain fact.)"""
+"""Last words a fact's key may not end with: "the agent permissions are ..." or "the deploy
+approval is ..." name what steers an agent as surely as "permission.agent" does."""
+STEERING_WHEN_GENERAL = frozenset({"policy", "policies", "rule", "rules", "behavior", "behaviour"})
+"""Last words that steer when what comes before them is the agent's work in general
+("our security policy", "the merge rules", "our default behavior"), not a system's own
+setting ("the log retention policy", "the eslint rules", "the retry behavior" are facts)."""
+GENERAL_SUBJECTS = frozenset({
+    "security", "agent", "agents", "assistant", "ai", "model", "default", "deploy", "deployment", "release",
+    "merge", "review", "coding", "code", "approval", "tool", "tools", "access", "usage", "safety", "team",
+    "company", "general", "operating", "bot", "our", "the", "project",
+})  # fmt: skip
 
 
 def names_steering(key: str) -> bool:
-    """Whether a fact's key names what steers an agent: by its first word (:func:`privileged`)
-    or by the noun it ends with ("security.policy", "agent.permissions")."""
+    """Whether a fact's key names what steers an agent: by its first word (:func:`privileged`),
+    by the noun it ends with ("agent.permissions"), or by "policy", "rules" or "behavior"
+    after a word for the agent's work in general ("security.policy", "default.behavior")."""
     words = [w for w in re.split(r"[._\s]+", skeleton(key)) if w]
-    return privileged(key) or bool(words) and words[-1] in STEERING_NOUNS
+    if privileged(key) or (words and words[-1] in STEERING_NOUNS):
+        return True
+    return len(words) >= 1 and words[-1] in STEERING_WHEN_GENERAL and (len(words) == 1 or words[-2] in GENERAL_SUBJECTS)
 
 
 def clean_value(value: str) -> str:
@@ -142,6 +151,6 @@ def clean_value(value: str) -> str:
 
 
 __all__ = [
-    "PRIVILEGED_WORDS", "STEERING_NOUNS", "clean_value", "is_hedged", "is_hostile", "is_question", "names_steering", "plain", "privileged", "sentences", "skeleton",
+    "GENERAL_SUBJECTS", "PRIVILEGED_WORDS", "STEERING_NOUNS", "STEERING_WHEN_GENERAL", "clean_value", "is_hedged", "is_hostile", "is_question", "names_steering", "plain", "privileged", "sentences", "skeleton",
     "slug",
 ]  # fmt: skip
