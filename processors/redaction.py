@@ -39,7 +39,7 @@ REDACTED = "[REDACTED]"
 _SECRET_WORDS = frozenset({
     "secret", "secrets", "token", "password", "passwd", "passphrase", "pwd", "credential",
     "credentials", "authorization", "apikey", "privatekey", "accesskey", "secretkey",
-    "cookie", "passcode", "passphrase",
+    "cookie", "passcode",
 })  # fmt: skip
 _SECRET_LAST_WORDS = frozenset({"bearer", "otp", "totp", "hotp"})
 """Words that say secret only as a name's last word: ``BEARER``, ``github_otp``; but
@@ -166,12 +166,12 @@ _MYSQL_CLIENT = re.compile(r"\b(?:mysql|mysqldump|mysqladmin|mysqlsh|mariadb|mar
 _P_FLAG = re.compile(r"[ \t]-p(?=\S)")
 _LOGIN = re.compile(r"(?i)\blogin\b")
 _LOGIN_P_FLAG = re.compile(r"[ \t]-p(?:[ \t]+|=)(?=[^\s\[])")  # a login's -p is its password
-# "the login for staging is admin / Tr0ub4dor&3": "login" (for one place at most), is/was,
+# "the login for staging is admin / Tr0ub4dor&3": "login" (for a place of up to three words), is/was,
 # a user name that starts with a letter, then ":" or "/" close to it or " / " spaced on both
 # sides, then the password. "The login endpoint is POST /api/login" or "last login was
 # 10:15:32" are no such thing.
 _LOGIN_PAIR = re.compile(
-    r"(?i)(\b(?:login|logon|sign[- ]?in)(?:[ \t]+(?:for|to|on|of)[ \t]+[^\s:/]{1,40})?[ \t]+(?:is|was)[ \t]*:?[ \t]+"
+    r"(?i)(\b(?:login|logon|sign[- ]?in)(?:[ \t]+(?:for|to|on|of)(?:[ \t]+[^\s:/]{1,40}){1,3}?)?[ \t]+(?:is|was)[ \t]*:?[ \t]+"
     r"[A-Za-z_][^\s/:]{0,63}(?::|/|[ \t]+/[ \t]+))(?![/\[])(\S+)")
 _COMMAND_END = re.compile(r"[\n|;&]")
 _NON_SPACE = re.compile(r"\S+")
@@ -466,6 +466,7 @@ def redact(text: str) -> str:
         text = _mysql_passwords(text)
     if "login" in lowered:  # docker login -u me -p X
         text = _login_passwords(text)
+    if "login" in lowered or "logon" in lowered or "sign" in lowered:  # the login for X is user / pw
         text = _LOGIN_PAIR.sub(_prose_value, text)
     if "bearer" in lowered or "token" in lowered:
         text = _BEARER.sub(_keep_prefix, text)

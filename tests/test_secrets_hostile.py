@@ -96,6 +96,8 @@ TEXT_FORMATS: list[tuple[str, Callable[[int, str], tuple[str, str]]]] = [
     ("prose", lambda n, s: (f"TOKEN IS: {s}", s)),
     ("prose", lambda n, s: (f"I set the admin password to {s} for now", s)),
     ("prose", lambda n, s: (f"the login for staging is admin / {s} until friday", s)),
+    ("prose", lambda n, s: (f"the sign-in for the vpn is ops:{s} for now", s)),
+    ("prose", lambda n, s: (f"the logon was admin / {s} yesterday", s)),
     ("cli_flag", lambda n, s: (f"curl -u admin:{s} https://api.internal/v1", s)),
     ("cli_flag", lambda n, s: (f"docker login -u deploy -p {s} registry.example.com", s)),
     ("cli_flag", lambda n, s: (f"aws configure set aws_secret_access_key {s}", s)),
