@@ -138,7 +138,7 @@ def names_steering(key: str) -> bool:
     words = [w for w in re.split(r"[._\s]+", skeleton(key)) if w]
     if privileged(key) or (words and words[-1] in STEERING_NOUNS):
         return True
-    return len(words) >= 1 and words[-1] in STEERING_WHEN_GENERAL and (len(words) == 1 or words[-2] in GENERAL_SUBJECTS)
+    return bool(words) and words[-1] in STEERING_WHEN_GENERAL and (len(words) == 1 or words[-2] in GENERAL_SUBJECTS)
 
 
 def clean_value(value: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from agentlog.processors.memory_extract import approvals, origin, tool_observations, user_statements
+from agentlog.processors.redaction import is_secret_name, redact_value
 from agentlog.schemas.events import Envelope
 
 _GIT_HEAD = re.compile(r"^\s*git\s+(?:rev-parse\s+(?:--short\s+)?HEAD|log\s+-1\b.*(?:%H|%h))")
@@ -166,4 +167,19 @@ def context(events: Sequence[Envelope]) -> list[int]:
     return sorted(keep)
 
 
-__all__ = ["Finding", "Scan", "context", "scan"]
+def kept_record(record: bytes) -> bytes:
+    """A record of :func:`context` as a run keeps it for the next one, redacted: memory
+    holds no secret a thread's events carried (the topic and the log keep the originals).
+    What the next run makes of a redacted value (a "[REDACTED]" in a fact) it refuses as a
+    secret. The envelope and the payload's ids (``call_id``, ``approval_id``) stay as they
+    were: later results and decisions find their call and request by them."""
+    event = orjson.loads(record)
+    payload = event.get("payload")
+    if isinstance(payload, dict):
+        masked = redact_value(payload)
+        ids = {k: v for k, v in payload.items() if k.endswith("_id") and isinstance(v, str) and not is_secret_name(k)}
+        event = {**event, "payload": {**masked, **ids}}
+    return orjson.dumps(event)
+
+
+__all__ = ["Finding", "Scan", "context", "kept_record", "scan"]

@@ -53,9 +53,9 @@ holds :func:`web_session` of the token, not the token."""
 
 
 def web_session(token: str) -> str:
-    """The cookie's value for ``token``: a keyed hash of it. A copied cookie opens the web
-    view but is no Bearer token for the API, and a new AGENTLOG_API_TOKEN ends every
-    session at once."""
+    """The cookie's value for ``token``: a keyed hash of it, from which the token cannot be
+    read back and which is no ``Authorization: Bearer`` value. Sent as the cookie, it counts
+    like the token until a new AGENTLOG_API_TOKEN ends every session at once."""
     return hmac.new(token.encode(), b"agentlog web session v1", hashlib.sha256).hexdigest()
 
 

@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 
 from agentlog.processors import memory
-from agentlog.processors.memory_extract.thread import context
+from agentlog.processors.memory_extract.thread import context, kept_record
 from agentlog.processors.pipeline import Record
-from agentlog.processors.redaction import is_secret_name, redact_value
+from agentlog.processors.redaction import redact_value
 from agentlog.processors.validation import validate
 from agentlog.schemas.events import Envelope
 from agentlog.sinks.base import StaleToken, Topic
@@ -78,21 +78,6 @@ class ThreadRead:
 
 COPY_FILE = "kafka_events.db"
 """Where a Kafka deployment's memory keeps its copy of the events topic (``kafka_feed``)."""
-
-
-def redacted_record(record: bytes) -> bytes:
-    """A record kept in memory.db as the next run's context, redacted: memory holds no
-    secret a thread's events carried (the topic and the log keep the originals). What the
-    next run makes of a redacted value (a "[REDACTED]" in a fact) it refuses as a secret.
-    The envelope and the payload's ids (``call_id``, ``approval_id``) stay as they were:
-    later results and decisions find their call and request by them."""
-    event = orjson.loads(record)
-    payload = event.get("payload")
-    if isinstance(payload, dict):
-        masked = redact_value(payload)
-        ids = {k: v for k, v in payload.items() if k.endswith("_id") and isinstance(v, str) and not is_secret_name(k)}
-        event = {**event, "payload": {**masked, **ids}}
-    return orjson.dumps(event)
 
 
 class Memory:
@@ -153,7 +138,7 @@ class Memory:
                 committed = self.store.commit_extraction(
                     thread_id, report.owner, latest, found.candidates, found.revocations,
                     found.file_touches, self.clock(), found.refused, found.commits,
-                    [redacted_record(read.records[i]) for i in context(events)],
+                    [kept_record(read.records[i]) for i in context(events)],
                 )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, retried with backoff
                 attempts = self.store.fail_extraction(thread_id, report.owner, repr(error), self.clock())
