@@ -334,16 +334,16 @@ def test_agentlog_run_writes_the_sinks_in_a_process_of_its_own_that_never_holds_
 def test_in_process_recall_s_scan_of_events_not_yet_indexed_stays_bounded_however_long_the_loop(
     settings: Settings,
 ) -> None:
-    from agentlog.streams.embedded.service import ACTIVE_SCAN_LIMIT
+    from agentlog.streams.embedded.service import INLINE_WRITE_AFTER
 
     svc = EmbeddedService(settings)
     try:
         svc.publish(b"\n".join(goal(i) for i in range(1, 11)))
         svc.context("step", 4000)
         assert svc.health()["sink_lag"] == 10  # a short backlog: the context read wrote nothing
-        svc.publish(b"\n".join(goal(i) for i in range(11, ACTIVE_SCAN_LIMIT + 12)))
+        svc.publish(b"\n".join(goal(i) for i in range(11, INLINE_WRITE_AFTER + 12)))
         svc.context("step", 4000)  # past the limit: the backlog is written before the scan
-        assert svc.health()["sink_lag"] == 0 and svc.log.count_events() == ACTIVE_SCAN_LIMIT + 11
+        assert svc.health()["sink_lag"] == 0 and svc.log.count_events() == INLINE_WRITE_AFTER + 11
     finally:
         svc.close()
 

@@ -57,13 +57,19 @@ from agentlog.streams.wiring import open_log_store, open_search_index
 log = logging.getLogger("agentlog.service")
 
 ACTIVE_SCAN_LIMIT = 1000
+"""How many of a thread's newest unindexed events read-your-writes scans at most: under
+``agentlog run`` the sink process keeps the backlog far shorter, and in-process the
+backlog is written before it grows past ``INLINE_WRITE_AFTER``, so none is past its reach."""
+
+INLINE_WRITE_AFTER = 500
 """In-process (no server, so no sink stage running beside), a search that would not drain
 (a context's recall) still writes the sinks first once more events than this wait for the
-index: read-your-writes scans those events on every search, so an agent loop that only
-publishes and reads contexts would otherwise pay for a backlog that only grows. Under
-``agentlog run`` the sink process keeps the backlog short and no read ever writes. It is
-also how many of a thread's newest unindexed events that scan reads, so in-process none
-is ever past its reach."""
+index: read-your-writes scores those events, and a new question (a new recall query)
+scores all of them, so an agent loop that only publishes and reads contexts would
+otherwise pay for a backlog that only grows. Smaller, more frequent group commits: a
+step that writes stalls half as long as at 1,000, and a new question's scan is half as
+long; the writing costs the same per event (``agentlog bench --only step``). Under
+``agentlog run`` the sink process writes and no read ever does."""
 
 STEP_RECORDS = 64
 """What an agent step publishes before it reads, at most: applied inline by a read that
@@ -476,7 +482,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         index did not show when it began (read-your-writes) scored then. A caller that
         knows its query early (a context's recall) begins it before its other work."""
         check_search_limit(limit)  # the index allocates for limit up front
-        if not self.serving and (drain or self._unindexed() > ACTIVE_SCAN_LIMIT):
+        if not self.serving and (drain or self._unindexed() > INLINE_WRITE_AFTER):
             self._drain()
         own_thread = filters.thread_id
         if after is not None:
@@ -528,7 +534,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         holders = getattr(self.index, "exact_holders", None)
         if holders is None or len(query_words(query)) * MAX_TERM_SCORE >= EXACT_BOOST:
             return None
-        if not self.serving and self._unindexed() > ACTIVE_SCAN_LIMIT:
+        if not self.serving and self._unindexed() > INLINE_WRITE_AFTER:
             return None  # the search writes the index first
         filters = SearchFilters(thread_id, None, kind, None, project, None, None)
         shown = self.index.visible_offsets().get(0, 0)  # as ``search``: what the index shows first
