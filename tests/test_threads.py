@@ -269,8 +269,10 @@ def test_get_threads_lists_right_after_post_events_filters_and_refuses_bad_param
     assert ids(listed) == ["old"] and listed["threads"][0]["project"] == "b"
     limited = agentlog(env, "threads", "--limit", "1")
     assert "(3 threads match; --limit shows more)" in limited.stdout
-    refused = agentlog(env, "threads", "--limit", "0")
-    assert refused.returncode == 1 and "limit" in refused.stderr
+    for bad in ("0", "5000", "ten"):
+        refused = agentlog(env, "threads", "--limit", bad)  # a usage error, in the option's words
+        assert refused.returncode == 2 and "--limit" in refused.stderr and "route" not in refused.stderr
+    assert "between 1 and 1000" in agentlog(env, "threads", "--limit", "5000").stderr
 
 
 def test_agentlog_threads_works_without_a_server_and_explains_itself_in_help(cli_env: dict[str, str]) -> None:

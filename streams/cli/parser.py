@@ -54,6 +54,14 @@ def _positive(text: str) -> int:
     return value
 
 
+def _thread_limit(text: str) -> int:
+    """``threads --limit``: what the HTTP route takes, refused here in the option's words."""
+    value = _parsed(text, int, "a number")
+    if not 1 <= value <= MAX_THREAD_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_THREAD_LIMIT}: {text!r}")
+    return value
+
+
 MAX_WORKERS = 64
 """Extraction processes one command may start: each is a whole interpreter with its stores."""
 
@@ -123,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
             "failing (a failure within 5 minutes of the last activity), else active")
     p.add_argument("--project", help="only this project's threads")
     p.add_argument("--status", choices=THREAD_STATUSES, help="only threads with this status")
-    p.add_argument("--limit", type=int, default=DEFAULT_THREAD_LIMIT,
+    p.add_argument("--limit", type=_thread_limit, default=DEFAULT_THREAD_LIMIT,
                    help=f"at most this many threads (1..{MAX_THREAD_LIMIT}, default {DEFAULT_THREAD_LIMIT})")
     p = add("context", cmd_context, "assemble a thread's context under a token budget")
     p.add_argument("thread", metavar="THREAD", type=_id, help="the thread id (`agentlog threads` lists them)")
