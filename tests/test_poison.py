@@ -262,6 +262,9 @@ def test_a_file_whose_every_record_is_rejected_exits_one_and_a_partly_rejected_o
     all_rejected = agentlog(cli_env, "publish", str(bad))
     assert all_rejected.returncode == 1
     assert b"accepted 0, rejected 6" in all_rejected.stdout
+    # Each rejection is said once, in the report (the log's line is the server's, and -v's).
+    assert all_rejected.stderr.count(b"record 1:") == 1 and b"WARNING" not in all_rejected.stderr
+    assert b"rejected record" in agentlog(cli_env, "-v", "publish", str(bad)).stderr
     partly = tmp_path / "partly.jsonl"
     partly.write_bytes(bad.read_bytes() + b"\n" + raw("fine", "goal", {"text": "g"}))
     assert agentlog(cli_env, "publish", str(partly)).returncode == 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 from collections.abc import Callable
@@ -29,6 +30,8 @@ class UsageError(Exception):
 
 def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    if not args.verbose:  # the report below says each rejection; the log's line is for a server's log
+        logging.getLogger("agentlog.publish").setLevel(logging.ERROR)
     report = publish(settings, data)
     render.show(report, args.json, render.print_publish)
     # Some rejected is a normal day (they are dead-lettered); none accepted is a mistake.
