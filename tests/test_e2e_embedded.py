@@ -102,6 +102,8 @@ def test_while_run_serves_other_commands_go_through_its_http_api_without_lock_er
     rows = json.loads(agentlog(env, "sql", "SELECT count() AS n FROM events", "--json").stdout)
     assert rows == [{"n": 1}]
     assert httpx.get(f"{url}/metrics").text.count("agentlog_events_applied_total") >= 1
+    second = agentlog({**env, "AGENTLOG_HTTP_PORT": "1"}, "run", check=False)  # the directory is taken
+    assert second.returncode == 1 and f"already served at {url}".encode() in second.stderr
 
 
 def test_read_your_writes_a_search_naming_the_last_event_never_misses_it(server) -> None:

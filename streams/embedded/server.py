@@ -13,7 +13,7 @@ from types import FrameType
 
 import uvicorn
 
-from agentlog.streams.api.client import SERVER_FILE, data_dir_identity
+from agentlog.streams.api.client import SERVER_FILE, data_dir_identity, server_url
 from agentlog.streams.api.http_parser import BoundedHttpToolsProtocol
 from agentlog.streams.config import Settings
 from agentlog.streams.api.http import build_app
@@ -43,8 +43,10 @@ def serve(settings: Settings, host: str, port: int) -> int:
         return 2
     lock = DataDirLock(settings)
     if not lock.acquire(timeout=5):
-        print(f"agentlog: {settings.data_dir} is already served or in use by another agentlog process",
-              file=sys.stderr)  # fmt: skip
+        url = server_url(settings)
+        where = f"already served at {url} (commands on this directory go to it)" if url else \
+            "already served or in use by another agentlog process"  # fmt: skip
+        print(f"agentlog: {settings.data_dir} is {where}", file=sys.stderr)
         return 1
     # A thread waiting for the interpreter lock (a request, while the processor's loop
     # applies or checkpoints) gets it after 1 ms instead of Python's 5: the agent step's
