@@ -77,6 +77,10 @@ def test_publish_run_then_state_search_read_and_sql_give_the_right_answers(cli_e
     missing = agentlog(cli_env, "read", "nope", check=False)
     assert missing.returncode == 1 and b"never accepted" in missing.stderr
 
+    text = agentlog(cli_env, "context", "t1", "--budget", "4000").stdout.decode()
+    # A tool call reads as one: its id, tool and arguments, not the request's JSON list.
+    assert '--- assistant\ncall c1: pytest {"k":"login"}\n--- tool c1\n' in text and '"function"' not in text
+
     rebuilt = json.loads(agentlog(cli_env, "rebuild", "--json").stdout)
     assert rebuilt["events"] == 10
     assert json.loads(agentlog(cli_env, "state", "t1", "--json").stdout) == state

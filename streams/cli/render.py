@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import sys
 from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
@@ -146,8 +145,17 @@ def print_context(result: dict[str, Any]) -> None:
     if meta.get("encoding_note"):
         print(f"agentlog: note: {meta['encoding_note']}", file=sys.stderr)
     for m in result["messages"]:
-        content = m.get("content") or json.dumps(m.get("tool_calls"))
-        print(f"--- {m['role']}{' ' + m['tool_call_id'] if m.get('tool_call_id') else ''}\n{content}")
+        lines = [m["content"]] if m.get("content") else []
+        lines += [_call_line(call) for call in m.get("tool_calls") or []]
+        print(f"--- {m['role']}{' ' + m['tool_call_id'] if m.get('tool_call_id') else ''}")
+        print("\n".join(lines))
+
+
+def _call_line(call: dict[str, Any]) -> str:
+    """A tool call as a person reads it: ``call <id>: <tool> <arguments>`` (``--json`` and
+    ``--format openai`` keep the request's own shape)."""
+    function = call.get("function") or {}
+    return f"call {call.get('id', '')}: {function.get('name', '')} {function.get('arguments', '')}"
 
 
 def print_payload(result: dict[str, Any]) -> None:
