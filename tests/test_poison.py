@@ -265,6 +265,8 @@ def test_a_file_whose_every_record_is_rejected_exits_one_and_a_partly_rejected_o
     # Each rejection is said once, in the report (the log's line is the server's, and -v's).
     assert all_rejected.stderr.count(b"record 1:") == 1 and b"WARNING" not in all_rejected.stderr
     assert b"rejected record" in agentlog(cli_env, "-v", "publish", str(bad)).stderr
+    drained = agentlog(cli_env, "run", "--until-idle")  # the dead letters are records processed: it says so
+    assert b"processed 12 records (12 rejected, logged in rejected_events)" in drained.stdout, drained.stdout
     partly = tmp_path / "partly.jsonl"
     partly.write_bytes(bad.read_bytes() + b"\n" + raw("fine", "goal", {"text": "g"}))
     assert agentlog(cli_env, "publish", str(partly)).returncode == 0

@@ -62,7 +62,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         if args.json:
             render.print_json(result)
         else:
-            print(f"processed {result.get('processed', 0)} records; all sinks flushed")
+            rejected = result.get("rejected", 0)
+            of_them = f" ({rejected:,} rejected, logged in rejected_events)" if rejected else ""
+            print(f"processed {render.counted(result.get('processed', 0), 'record')}{of_them}; all sinks flushed")
         return 0
     from agentlog.streams.embedded.server import serve  # noqa: PLC0415
 

@@ -179,8 +179,9 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         policy = FlushPolicy(s.sink_flush_rows, s.sink_flush_ms / 1000.0, s.refresh_seconds, s.max_event_bytes)
         return SinkStage(self.sink_queue, self.reader, self.log, self.index, policy, legacy=self.states)
 
-    def _run_until_idle(self, on_progress: Callable[[int, int], None] | None = None) -> int:
-        """Apply everything pending, write it through every sink, checkpoint and commit."""
+    def _run_until_idle(self, on_progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+        """Apply everything pending, write it through every sink, checkpoint and commit:
+        how many records were applied, and how many dead letters were logged."""
         with self.lock, self.sink_lock:
             total = self.driver.pending() + max(0, self.bus.end_offsets()[1] - self.sinks.dlq_pos)
             letters = self.sinks.letters_read
@@ -192,7 +193,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
                     on_progress(done, max(total, done))
             self.driver.checkpoint()
             self.sinks.drain()
-        return done + self.sinks.letters_read - letters
+        return done, self.sinks.letters_read - letters
 
     def _heal(self, notes: list[str], on_progress: Callable[[int, int], None] | None) -> None:
         """Rebuild the derived stores from the topic when one was lost or corrupt; a topic
@@ -225,7 +226,7 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         self.log.truncate_derived()
         self.driver = self._new_driver()
         self.sinks = self._new_sinks()
-        done = self._run_until_idle(on_progress)
+        done = sum(self._run_until_idle(on_progress))
         print(f"agentlog: {'; '.join(notes)}; rebuilt from the topic ({done:,} records)", file=sys.stderr)
 
     def _sink_counts(self) -> tuple[int, int | None]:
@@ -246,12 +247,12 @@ class EmbeddedService(MemoryOperations, SinkSupervision, LiveLoops):
         if self.serving:
             self._wait_sinks(committed=True)
             return {"ok": True}
-        processed = self._run_until_idle(on_progress)
+        applied, letters = self._run_until_idle(on_progress)
         with self.sink_lock:
             mirrored = self.mirror_memory()
         if self._frozen:  # the threads it built are long-lived: out of full collections too
             gc_heap.settle()
-        return {"processed": processed, "memory_mirrored": mirrored}
+        return {"processed": applied + letters, "rejected": letters, "memory_mirrored": mirrored}
 
     def _settle(self) -> None:
         """Apply what the topic holds before answering from the state. Only the processor
