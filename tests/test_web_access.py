@@ -81,6 +81,12 @@ def test_log_out_clears_the_session_and_every_page_offers_it(guarded: TestClient
     assert refused.status_code == 403
 
 
+def test_without_a_token_there_is_no_session_and_no_page_offers_to_log_out(open_client: TestClient) -> None:
+    for path in ("/", "/ui/memory", "/ui/search", "/ui/analytics", "/ui/threads/nope"):
+        page = open_client.get(path)
+        assert "<header>" in page.text and "/ui/logout" not in page.text, path
+
+
 def test_the_token_never_travels_in_a_url_a_login_by_get_logs_no_one_in_and_the_form_posts_it(guarded: TestClient) -> None:
     form = guarded.get("/ui/login?next=%2Fui%2Fmemory")
     assert re.search(r'<form method="post" action="/ui/login">', form.text), form.text

@@ -31,7 +31,7 @@ from agentlog.sinks.sql_sandbox import SqlBusy
 from agentlog.streams.api.guard import FORM, LOGOUT_PATH, TOKEN_COOKIE, Policy, over_https, web_session
 from agentlog.streams.api.service import NotFound, Service, Unavailable
 from agentlog.streams.web import pages
-from agentlog.streams.web.html import CSP
+from agentlog.streams.web.html import CSP, LOGOUT
 from agentlog.streams.web.queries import CHARTS, events_after, timeline, tool_calls
 
 log = logging.getLogger("agentlog.web")
@@ -65,25 +65,30 @@ def _thread_id(request: Request, given: dict[str, str]) -> str:
     return parse_path(ThreadPath, {"thread_id": raw}).thread_id
 
 
-def _failure(error: Exception, what: str) -> HTMLResponse:
+def _problem(error: Exception, what: str) -> tuple[str, int, dict[str, str] | None]:
+    """The page (its HTML, status and headers) that answers a page's failure."""
     if isinstance(error, RequestError):
-        return _html(pages.problem_page(error.status, str(error.body.get("error", error))), error.status)
+        return pages.problem_page(error.status, str(error.body.get("error", error))), error.status, None
     if isinstance(error, NotFound):
-        return _html(pages.problem_page(404, str(error)), 404)
+        return pages.problem_page(404, str(error)), 404, None
     if isinstance(error, (Unavailable, SqlBusy)):
-        return _html(pages.problem_page(503, f"{error}; this page reloads when asked again"), 503, {"Retry-After": "2"})
+        return pages.problem_page(503, f"{error}; this page reloads when asked again"), 503, {"Retry-After": "2"}
     if isinstance(error, (ValueError, StoreError)):
-        return _html(pages.problem_page(400, str(error)), 400)
+        return pages.problem_page(400, str(error)), 400, None
     log.error("page %s failed", what, exc_info=error)
-    return _html(pages.problem_page(500, f"{what} failed unexpectedly; the server logged why"), 500)
+    return pages.problem_page(500, f"{what} failed unexpectedly; the server logged why"), 500, None
 
 
-def _page(render: Callable[[Request], str], what: str) -> Callable[[Request], Response]:
+def _page(render: Callable[[Request], str], what: str, signed_in: bool) -> Callable[[Request], Response]:
+    """A page's route; ``signed_in``: the API takes a token, so a browser holds a session
+    its page can end (without one there is nothing to log out of: no button)."""
+
     def answer(request: Request) -> Response:
         try:
-            return _html(render(request))
+            text, status, headers = render(request), 200, None
         except Exception as error:  # noqa: BLE001 - a page answers every failure as a page
-            return _failure(error, what)
+            text, status, headers = _problem(error, what)
+        return _html(text if signed_in else text.replace(LOGOUT, "", 1), status, headers)
 
     return answer
 
@@ -236,24 +241,25 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
                              secure=over_https(policy, request.url.scheme, request.headers))  # fmt: skip
         return answer
 
+    signed_in = bool(policy.token)
     for path, endpoint, summary, takes, answers in (
-        ("/", _page(thread_list, "the thread list"), "web view: the thread list (HTML)",
+        ("/", _page(thread_list, "the thread list", signed_in), "web view: the thread list (HTML)",
          ("q", "project", "status"), (400,)),
-        ("/ui/threads/{thread_id}", _page(thread, "the thread page"),
+        ("/ui/threads/{thread_id}", _page(thread, "the thread page", signed_in),
          "web view: a thread's timeline, tool calls, working state and context preview (HTML)",
          ("thread_id", "before", "budget", "model", "query"), (400, 404)),
         ("/ui/threads/{thread_id}/poll", poll, "web view: what an open thread page has not shown yet (JSON)",
          ("thread_id", "after", "turn", "window"), (400,)),
-        ("/ui/thread", _page(thread, "the thread page"),
+        ("/ui/thread", _page(thread, "the thread page", signed_in),
          "web view: the thread page for any thread id, \".\" and \"..\" too (HTML)",
          ("id", "before", "budget", "model", "query"), (400, 404)),
         ("/ui/thread/poll", poll, "web view: what an open thread page has not shown yet, for any thread id (JSON)",
          ("id", "after", "turn", "window"), (400,)),
-        ("/ui/search", _page(search, "the search page"), "web view: search across threads (HTML)",
+        ("/ui/search", _page(search, "the search page", signed_in), "web view: search across threads (HTML)",
          pages.SEARCH_FIELDS, (400,)),
-        ("/ui/analytics", _page(analytics, "the analytics page"), "web view: charts and the SQL console (HTML)",
+        ("/ui/analytics", _page(analytics, "the analytics page", signed_in), "web view: charts and the SQL console (HTML)",
          ("sql",), (400,)),
-        ("/ui/memory", _page(memory, "the memory page"), "web view: the published memory (HTML)",
+        ("/ui/memory", _page(memory, "the memory page", signed_in), "web view: the published memory (HTML)",
          ("project", "key"), (400,)),
         ("/ui/static/{name}", static, "web view: its stylesheet and script (no token needed)", (), (404, *OPEN)),
         ("/ui/login", login, "web view: the login form (no token needed; a token in the URL is refused)",
