@@ -523,8 +523,9 @@ def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def _pinned_text(state: dict[str, Any]) -> str:
-    """Goal, constraints and the approval decisions: what the model must never lose."""
+def pinned_text(state: dict[str, Any]) -> str:
+    """Goal, constraints and the approval decisions: what the model must never lose (the
+    context's pinned message; a pinned section's fields give it back, as the web view shows it)."""
     lines: list[str] = []
     if state.get("goal"):
         lines.append(f"Goal: {state['goal']['text']}")
@@ -807,7 +808,7 @@ def assemble(
         # Only the fields shown are redacted (a hit holds a dozen): the same text as the whole.
         recall = [redact_fields(h, _HIT_FIELDS) for h in recall] if recall else recall
         memory = redact_value(memory, redaction_memo)  # a fact keyed db.password loses its value (a key/value pair)
-    pinned = {"role": "system", "content": _pinned_text(state)}
+    pinned = {"role": "system", "content": pinned_text(state)}
     if output_budget_chars is None:
         output_budget_chars = output_budget(budget)
     units = _window_units(window, orphans or set(), output_budget_chars, redact_secrets, memo, counter, derived)
@@ -1156,5 +1157,5 @@ def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
 __all__ = [
     "BudgetTooSmall", "ContextResult", "FailureGroup", "MEMORY_HEADER", "RECALL_SHARE", "STATE_SHARE",
     "SUMMARY_SHARE", "TextMemo", "Unit", "WindowParts", "as_block_record", "as_data", "assemble", "build_units", "cited_ids", "failure_groups",
-    "memory_block", "memory_record", "message_tokens", "output_budget", "render_memory", "render_summary",
+    "memory_block", "memory_record", "message_tokens", "output_budget", "pinned_text", "render_memory", "render_summary",
 ]

@@ -8,7 +8,7 @@ Models are strict: ``"3"`` is not an integer and ``1`` is not a boolean.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import cached_property, lru_cache
 from typing import Annotated, Any, Literal, Union
 
@@ -76,6 +76,14 @@ def epoch_ms_of(ts: str) -> float:
     need it again for the same event, one batch later at most.
     """
     return parse_ts(ts).timestamp() * 1000.0
+
+
+def utc_text(epoch_s: float | None) -> str:
+    """``epoch_ms_of``'s way back, for people: epoch seconds as RFC 3339 UTC to the second
+    (``2026-11-30T10:00:00Z``); ``-`` for none."""
+    if not epoch_s:
+        return "-"
+    return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 TS_MIN_MS = -2_208_988_800_000.0  # 1900-01-01T00:00:00Z
@@ -386,6 +394,6 @@ EVENT_ADAPTER: TypeAdapter[Envelope] = TypeAdapter(Event)
 
 __all__ = [
     "EVENT_ADAPTER", "EVENT_CLASSES", "Envelope", "Event", "EvidenceType", "ID_PATTERN",
-    "KINDS", "MAX_EVENT_BYTES", "STATUS_RANK", "TERMINAL_STATUSES", "WorkStatus",
+    "KINDS", "MAX_EVENT_BYTES", "STATUS_RANK", "TERMINAL_STATUSES", "WorkStatus", "utc_text",
     *(cls.__name__ for cls in EVENT_CLASSES),
 ]  # fmt: skip

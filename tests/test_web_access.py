@@ -202,6 +202,19 @@ def test_the_memory_page_shows_each_fact_with_status_evidence_and_sources_and_a_
     row = re.search(r'<tr class="fact s-needs_refresh">(.*?)</tr>', page, re.S)
     assert row is not None and ">8<" in row[1] and "user-17" in row[1], page
     assert '<span class="st st-needs_refresh">needs_refresh</span>' in row[1]
+    # Its jobs read as the CLI's status does: a row per phase, times in UTC, no JSON.
+    jobs = page[page.index("<h2>Jobs</h2>"):]
+    assert re.search(r"<tr><td>extract</td>(<td[^>]*>\d+</td>){6}<td[^>]*>\d{4}-\d\d-\d\dT[\d:]{8}Z</td>", jobs), jobs
+    assert "lease: free" in jobs and "{" not in jobs and "&#x27;" not in jobs
+
+
+def test_the_context_preview_shows_the_pinned_section_as_the_model_reads_it(open_client: TestClient) -> None:
+    pinned = [raw("g1", "goal", {"text": "ship the release"}, 0, "pin"),
+              raw("c1", "constraint", {"constraint_id": "db", "text": "never touch prod"}, 1, "pin")]  # fmt: skip
+    assert open_client.post("/events", content=b"\n".join(pinned), headers=JSON).json()["accepted"] == 2
+    page = open_client.get("/ui/threads/pin").text
+    row = re.search(r'<tr class="section" data-section="pinned">(.*?)</tr>', page, re.S)
+    assert row is not None and "<pre>Goal: ship the release\nConstraints:\n- never touch prod</pre>" in row[1], page
 
 
 def test_a_long_threads_timeline_pages_back_without_losing_or_repeating_an_event(open_client: TestClient) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, redirect_stdout
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import orjson
 from rich.progress import Progress
 
+from agentlog.schemas.events import utc_text
 from agentlog.sinks.base import QueryResult
 
 
@@ -213,19 +213,13 @@ def _print_memory_status(r: dict[str, Any]) -> None:
     for phase, p in r["phases"].items():
         last = f", last error: {p['last_error']}" if p["last_error"] else ""
         print(f"{phase}: {p['pending']} pending, {p['running']} running, {p['failed']} failing; {p['runs']} runs, "
-              f"{p['failures']} failed, {p['fenced']} fenced; last ok {_when(p['last_ok'])}{last}")  # fmt: skip
+              f"{p['failures']} failed, {p['fenced']} fenced; last ok {utc_text(p['last_ok'])}{last}")  # fmt: skip
     lease = r["lease"]
     held = lease is not None and lease.get("owner") and not lease.get("expired")
-    print(f"lease: held by {lease['owner']} until {_when(lease['expires_at'])}" if held else "lease: free")
+    print(f"lease: held by {lease['owner']} until {utc_text(lease['expires_at'])}" if held else "lease: free")
     for thread, f in sorted(r["failing"].items()):
         print(f"failing {thread}: attempt {f['attempts']}: {f['error']}")
     print(f"refused statements: {r['refused']}; `--json` shows the recent ones and every field")
-
-
-def _when(epoch_s: float | None) -> str:
-    if not epoch_s:
-        return "-"
-    return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _print_view(result: dict[str, Any]) -> None:

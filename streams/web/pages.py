@@ -10,7 +10,8 @@ from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
-from agentlog.schemas.events import KINDS
+from agentlog.processors.context import pinned_text
+from agentlog.schemas.events import KINDS, utc_text
 from agentlog.streams.web.html import Html, bar_chart, e, href, number, page, table, xy_chart
 from agentlog.streams.web.queries import OUTPUT_CHARS, Timeline
 
@@ -222,7 +223,7 @@ def context_panel(ctx: dict[str, Any] | None, error: str | None, budget: int, mo
     for s in ctx["sections"]:
         content = s.get("content")
         if content is None and s["name"] == "pinned":
-            content = _compact({k: s.get(k) for k in ("goal", "constraints", "decided_approvals")})
+            content = pinned_text(s)  # as the model reads it
         if content is None:
             ids = s.get("event_ids") or s.get("hits") or []
             content = f"{len(ids)} events: " + ", ".join(ids)
@@ -382,14 +383,33 @@ def memory_page(view: dict[str, Any] | None, status: dict[str, Any] | None, proj
         groups.append(f'<h2>Project {e(proj)}</h2><table class="facts"><thead><tr>{head}</tr></thead>'
                       f'<tbody>{"".join(rows)}</tbody></table>')  # fmt: skip
     listing = "".join(groups) or '<p class="empty">no published facts</p>'
-    jobs = ""
-    if status:
-        shown = {k: v for k, v in status.items() if v not in (None, [], {}, 0)}
-        jobs = "<h2>Jobs</h2>" + table(["what", "value"], [(k, _compact(v) if isinstance(v, (dict, list)) else v)
-                                                           for k, v in shown.items()], "status")  # fmt: skip
+    jobs = _memory_jobs(status) if status else ""
     body = (f'<h1>Memory</h1>{form}<p class="meta">published view version {e(view.get("version"))}; '
             f"{len(facts)} facts</p>{listing}{jobs}")
     return page("memory", body, "/ui/memory")
+
+
+PHASE_COLUMNS = ["phase", "pending", "running", "failing", "runs", "failed", "fenced", "last ok", "last error"]
+
+
+def _memory_jobs(status: dict[str, Any]) -> str:
+    """Memory's jobs as people read them (``agentlog memory status`` says the same): one
+    row per phase, then who holds the lease, the threads failing and the refusals."""
+    phases = [(name, p.get("pending"), p.get("running"), p.get("failed"), p.get("runs"), p.get("failures"),
+               p.get("fenced"), utc_text(p.get("last_ok")), p.get("last_error") or "")
+              for name, p in (status.get("phases") or {}).items()]  # fmt: skip
+    lease = status.get("lease") or {}
+    held = lease.get("owner") and not lease.get("expired")
+    lines = [
+        f"{number(status.get('threads', 0))} threads: {len(status.get('not_extracted') or [])} with events not "
+        f"extracted yet, {len(status.get('extracted_not_consolidated') or [])} extracted but not consolidated",
+        f"lease: held by {lease['owner']} until {utc_text(lease.get('expires_at'))}" if held else "lease: free",
+        *(f"failing {thread}: attempt {f.get('attempts')}: {f.get('error')}"
+          for thread, f in sorted((status.get("failing") or {}).items())),
+        f"refused statements: {status.get('refused', 0)}",
+    ]  # fmt: skip
+    notes = "".join(f"<li>{e(line)}</li>" for line in lines)
+    return f'<h2>Jobs</h2>{table(PHASE_COLUMNS, phases, "status")}<ul class="meta">{notes}</ul>'
 
 
 def problem_page(status: int, message: str) -> str:
