@@ -354,3 +354,13 @@ def test_agentlog_run_never_prints_the_token_of_a_login_or_of_a_refused_url(tmp_
         server.stop()
     said = server.proc.stderr.read().decode()  # type: ignore[union-attr]
     assert "serving" in said and secret not in said
+
+
+def test_the_events_per_minute_table_names_each_minute_as_a_utc_time(open_client: TestClient) -> None:
+    events = [raw(f"m{i}", "message", {"role": "user", "text": "hi"}, 60 * i, "minutes") for i in range(3)]
+    assert open_client.post("/events", content=b"\n".join(events), headers=JSON).json()["accepted"] == 3
+    open_client.post("/flush", headers=JSON)
+    page = open_client.get("/ui/analytics").text
+    card = page[page.index("events per minute by kind"):]
+    card = card[:card.index("</section>")]
+    assert "<td>2026-01-01T12:01:00Z</td><td>message</td>" in card, card
