@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -202,6 +202,10 @@ class MemoryStore(Protocol):
     def resume(self, thread_id: str) -> tuple[int, list[bytes]] | None:
         """The last extraction's position in the thread (the offset it parsed through) and its
         context records, if stored."""
+
+    def rewrite_contexts(self, rewrite: Callable[[bytes], bytes], version: int) -> int:
+        """Every stored context record through ``rewrite``, once per ``version`` (a store
+        already at it is left as it is): how many threads' contexts were rewritten."""
 
     def fail_extraction(self, thread_id: str, owner: str, error: str, now: float,
                         base_s: float = 1.0, max_attempts: int = 5) -> int:  # fmt: skip

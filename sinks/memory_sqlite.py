@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
@@ -156,6 +156,29 @@ class SqliteMemoryStore(MemoryStore):
             row = self._db.execute("SELECT upto, records FROM extraction_context WHERE thread_id = ?",
                                    (thread_id,)).fetchone()  # fmt: skip
         return None if row is None else (int(row[0]), [r.encode() for r in orjson.loads(row[1])])
+
+    def rewrite_contexts(self, rewrite: Callable[[bytes], bytes], version: int) -> int:
+        """``MemoryStore.rewrite_contexts``; the version is the database's ``user_version``,
+        moved in the same transaction as the rows. What the rows held before is overwritten
+        on disk too (``secure_delete``, then the write-ahead log emptied): a redaction that
+        left the old bytes in a free page would hold the secret still."""
+        with self._lock:
+            if self._db.execute("PRAGMA user_version").fetchone()[0] >= version:
+                return 0
+        self._db.execute("PRAGMA secure_delete = ON")
+        try:
+            with self._tx() as db:
+                rows = db.execute("SELECT thread_id, records FROM extraction_context").fetchall()
+                for thread_id, records in rows:
+                    kept = [rewrite(r.encode()).decode() for r in orjson.loads(records)]
+                    db.execute("UPDATE extraction_context SET records = ? WHERE thread_id = ?",
+                               (orjson.dumps(kept), thread_id))  # fmt: skip
+                db.execute(f"PRAGMA user_version = {int(version)}")
+            with self._lock:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self._db.execute("PRAGMA secure_delete = OFF")
+        return len(rows)
 
     def fail_extraction(self, thread_id: str, owner: str, error: str, now: float,
                         base_s: float = 1.0, max_attempts: int = 5) -> int:  # fmt: skip

@@ -187,3 +187,34 @@ def test_the_context_kept_for_the_next_run_holds_no_secret_and_a_confirmed_secre
     stored = b"".join(p.read_bytes() for p in settings.data_dir.rglob("memory*") if p.is_file())
     assert stored and secret.encode() not in stored
     assert [f["key"] for f in facts] == ["approval.deploy_with_db_password_redacted"]
+
+
+def test_a_context_kept_in_clear_by_an_older_version_is_redacted_by_the_next_extraction_run(tmp_path: Path) -> None:
+    import sqlite3  # noqa: PLC0415
+
+    settings = Settings(data_dir=tmp_path / "d")
+    secret = "Tr0ub4dor-x9Q"
+    job = Memory(settings)
+    try:
+        _publish(settings, [_call("c1", "k1", f"mysql -uroot -p{secret} prod", 0)])
+        job.extract()
+    finally:
+        job.close()
+    memory_db = next(p for p in settings.data_dir.rglob("memory*.db") if p.is_file())
+    with sqlite3.connect(memory_db) as db:  # as a version before redaction left it: the record in clear
+        (records,) = db.execute("SELECT records FROM extraction_context").fetchone()
+        clear = orjson.loads(records)
+        clear[0] = clear[0].replace("[REDACTED]", secret)
+        db.execute("UPDATE extraction_context SET records = ?", (orjson.dumps(clear),))
+        db.execute("PRAGMA user_version = 0")
+    assert secret.encode() in b"".join(p.read_bytes() for p in settings.data_dir.rglob("memory*") if p.is_file())
+    again = Memory(settings)
+    try:
+        again.extract()  # no new event in the thread: its context is rewritten all the same
+    finally:
+        again.close()
+    with sqlite3.connect(memory_db) as db:
+        (records,) = db.execute("SELECT records FROM extraction_context").fetchone()
+    records = "".join(orjson.loads(records))
+    assert secret not in records and "[REDACTED]" in records and '"call_id":"k1"' in records
+    assert secret.encode() not in b"".join(p.read_bytes() for p in settings.data_dir.rglob("memory*") if p.is_file())

@@ -167,6 +167,12 @@ def context(events: Sequence[Envelope]) -> list[int]:
     return sorted(keep)
 
 
+KEPT_RULE = 1
+"""The version of ``kept_record``'s rule. Contexts kept by an older one (before it redacted:
+version 0) are rewritten by the next extraction run, every thread's at once, not only
+those with new events (``MemoryStore.rewrite_contexts``)."""
+
+
 def kept_record(record: bytes) -> bytes:
     """A record of :func:`context` as a run keeps it for the next one, redacted: memory
     holds no secret a thread's events carried (the topic and the log keep the originals).
@@ -182,4 +188,4 @@ def kept_record(record: bytes) -> bytes:
     return orjson.dumps(event)
 
 
-__all__ = ["Finding", "Scan", "context", "kept_record", "scan"]
+__all__ = ["KEPT_RULE", "Finding", "Scan", "context", "kept_record", "scan"]

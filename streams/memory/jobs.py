@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from agentlog.processors import memory
-from agentlog.processors.memory_extract.thread import context, kept_record
+from agentlog.processors.memory_extract.thread import KEPT_RULE, context, kept_record
 from agentlog.processors.pipeline import Record
 from agentlog.processors.redaction import redact_value
 from agentlog.processors.validation import validate
@@ -107,6 +107,7 @@ class Memory:
         report = ExtractReport(owner or default_owner("extractor"))
         self.store.run_started("extract", self.clock())
         try:
+            self.store.rewrite_contexts(kept_record, KEPT_RULE)  # kept by an older rule: redacted now
             self._extract(report, lease_s, fail, only)
         except BaseException as error:
             self.store.run_finished("extract", self.clock(), repr(error))
