@@ -165,7 +165,7 @@ class SqliteMemoryStore(MemoryStore):
         with self._lock:
             if self._db.execute("PRAGMA user_version").fetchone()[0] >= version:
                 return 0
-        self._db.execute("PRAGMA secure_delete = ON")
+            self._db.execute("PRAGMA secure_delete = ON")
         try:
             with self._tx() as db:
                 rows = db.execute("SELECT thread_id, records FROM extraction_context").fetchall()
@@ -177,7 +177,8 @@ class SqliteMemoryStore(MemoryStore):
             with self._lock:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
-            self._db.execute("PRAGMA secure_delete = OFF")
+            with self._lock:
+                self._db.execute("PRAGMA secure_delete = OFF")
         return len(rows)
 
     def fail_extraction(self, thread_id: str, owner: str, error: str, now: float,
