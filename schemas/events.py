@@ -80,8 +80,8 @@ def epoch_ms_of(ts: str) -> float:
 
 def utc_text(epoch_s: float | None) -> str:
     """``epoch_ms_of``'s way back, for people: epoch seconds as RFC 3339 UTC to the second
-    (``2026-11-30T10:00:00Z``); ``-`` for none."""
-    if not epoch_s:
+    (``2026-11-30T10:00:00Z``); ``-`` for none (0 is a time: the epoch's first second)."""
+    if epoch_s is None:
         return "-"
     return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 

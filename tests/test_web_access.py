@@ -364,3 +364,6 @@ def test_the_events_per_minute_table_names_each_minute_as_a_utc_time(open_client
     card = page[page.index("events per minute by kind"):]
     card = card[:card.index("</section>")]
     assert "<td>2026-01-01T12:01:00Z</td><td>message</td>" in card, card
+    from agentlog.schemas.events import utc_text  # noqa: PLC0415
+
+    assert (utc_text(0), utc_text(-60), utc_text(None)) == ("1970-01-01T00:00:00Z", "1969-12-31T23:59:00Z", "-")
