@@ -330,10 +330,10 @@ def analytics_page(charts: list[tuple[str, str, str, Any]], sql: str, result: An
             inner = f'<p class="warn">{e(answer)}</p>'
         else:
             # A time series' x is epoch seconds for the chart, a UTC time for people.
-            shown = [(utc_text(r[0]), *r[1:]) for r in answer.rows] if shape == "lines" else answer.rows
+            listed = [(utc_text(r[0]), *r[1:]) for r in answer.rows] if shape == "lines" else answer.rows
             inner = (chart_for(shape, answer.columns, answer.rows)
                      + f"<details><summary>rows and query</summary><pre>{e(query)}</pre>"
-                     + result_table(answer.columns, shown) + "</details>")  # fmt: skip
+                     + result_table(answer.columns, listed) + "</details>")  # fmt: skip
         blocks.append(f'<section class="card"><h3>{e(title)}</h3>{inner}</section>')
     console = (f'<form method="get" action="/ui/analytics#console" class="console"><textarea name="sql" rows="4">'
                f'{e(sql)}</textarea><button>run</button></form>')  # fmt: skip
