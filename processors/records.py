@@ -116,11 +116,15 @@ def search_doc(
         tool_name = getattr(event.payload, "tool_name", None) or tool_name or ""
     else:
         tool_name = ""
+    role, status, exit_code = outcome_of(event)
     return {
         "event_id": event.event_id,
         "thread_id": event.thread_id,
         "window_id": window_id,
         "kind": event.kind,
+        "role": role,
+        "status": status,
+        "exit_code": exit_code,
         "tool_name": tool_name,
         "project": event.project,
         "agent_id": event.agent_id,
@@ -133,6 +137,17 @@ def search_doc(
         "text": text,
         "terms": exact_terms(event, text, path, error),
     }
+
+
+def outcome_of(event: Envelope) -> tuple[str, str, str]:
+    """``(role, status, exit_code)`` of a search document: a message's role, a tool
+    result's status and exit code (decimal text); empty for what the event has not."""
+    p: Any = event.payload
+    if event.kind == "message":
+        return p.role, "", ""
+    if event.kind == "tool_result":
+        return "", p.status, "" if p.exit_code is None else str(p.exit_code)
+    return "", "", ""
 
 
 def exact_terms(event: Envelope, text: str, path: str, error: str) -> list[str]:
@@ -257,4 +272,4 @@ def active_hits(events: Iterable[tuple[Envelope, int]], terms: list[str], filter
     return [hit_of(doc, terms, score) for score, doc in best_of(matches_of(prepared, terms, filters, exact), keep)]
 
 
-__all__ = ["MAX_INDEXED_CHARS", "Match", "Prepared", "active_hits", "best_of", "matches_of", "prepare", "prepared_doc", "tool_of", "exact_terms", "windows_of", "log_row", "log_rows", "search_doc", "search_docs", "searchable"]
+__all__ = ["MAX_INDEXED_CHARS", "Match", "Prepared", "active_hits", "best_of", "matches_of", "prepare", "prepared_doc", "tool_of", "exact_terms", "windows_of", "log_row", "log_rows", "outcome_of", "search_doc", "search_docs", "searchable"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlog.processors.words import MAX_QUERY_WORDS, tokenize, word_counts
-from agentlog.schemas.search import Hit, SearchFilters
+from agentlog.schemas.search import Hit, SearchFilters, exit_code_of
 
 SNIPPET_CHARS = 160
 
@@ -189,6 +189,7 @@ def hit_of(doc: dict[str, Any], terms: list[str], score: float) -> Hit:
         event_id=doc["event_id"], thread_id=doc["thread_id"], window_id=doc["window_id"],
         kind=doc["kind"], tool_name=doc["tool_name"], ts=doc["ts"], repo_commit=doc["repo_commit"],
         score=score, snippet=snippet(terms, doc["text"]), source="active", offset=doc["offset"],
+        role=doc["role"], status=doc["status"], exit_code=exit_code_of(doc["exit_code"]),
     )  # fmt: skip
 
 

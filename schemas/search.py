@@ -24,7 +24,9 @@ class SearchFilters:
 
 @dataclass(slots=True)
 class Hit:
-    """One search hit, with stable identifiers and where it came from (``index``/``active``)."""
+    """One search hit, with stable identifiers and where it came from (``index``/``active``).
+    ``role``: a message's; ``status`` and ``exit_code``: a tool result's (empty, ``None``
+    for other kinds, and for a hit from an index built before they were kept)."""
 
     event_id: str
     thread_id: str
@@ -37,6 +39,9 @@ class Hit:
     snippet: str
     source: str = "index"
     offset: int = 0
+    role: str = ""
+    status: str = ""
+    exit_code: int | None = None
 
     def as_dict(self) -> dict[str, object]:
         """``dataclasses.asdict`` without its deep copy (every field is a scalar)."""
@@ -46,10 +51,19 @@ class Hit:
         """``dataclasses.replace(self)``, field by field (``replace`` checks every field
         first: several times slower, for the 16 hits a remembered answer hands out)."""
         return Hit(self.event_id, self.thread_id, self.window_id, self.kind, self.tool_name, self.ts,
-                   self.repo_commit, self.score, self.snippet, self.source, self.offset)  # fmt: skip
+                   self.repo_commit, self.score, self.snippet, self.source, self.offset,
+                   self.role, self.status, self.exit_code)  # fmt: skip
 
 
 _HIT_FIELDS = tuple(f.name for f in fields(Hit))
+
+
+def exit_code_of(text: str | None) -> int | None:
+    """A stored ``exit_code`` (decimal text, empty for none) as the event gave it."""
+    try:
+        return int(text) if text else None
+    except ValueError:  # not written by this version: as if it were not kept
+        return None
 
 
 def time_bound_ms(value: str | None) -> int | None:
@@ -73,4 +87,4 @@ def time_bounds(params: Mapping[str, str]) -> tuple[int | None, int | None]:
             time_bound_ms(params.get("until") or params.get("until_ms")))  # fmt: skip
 
 
-__all__ = ["Hit", "SearchFilters", "time_bound_ms", "time_bounds"]
+__all__ = ["Hit", "SearchFilters", "exit_code_of", "time_bound_ms", "time_bounds"]

@@ -152,6 +152,9 @@ SEARCH_FIELDS: tuple[IndexField, ...] = (
     IndexField("thread_id", "keyword"),
     IndexField("window_id", "keyword"),
     IndexField("kind", "keyword"),
+    IndexField("role", "keyword"),
+    IndexField("status", "keyword"),
+    IndexField("exit_code", "keyword"),
     IndexField("tool_name", "keyword"),
     IndexField("project", "keyword"),
     IndexField("agent_id", "keyword"),
@@ -166,6 +169,9 @@ SEARCH_FIELDS: tuple[IndexField, ...] = (
 )
 """The search document. ``text`` holds the searchable body (message text, tool output,
 arguments, paths, error codes, tool names); keyword fields are exact-match filters.
+``role`` (a message's), ``status`` and ``exit_code`` (a tool result's, the code as
+decimal text; empty when it has none) let a hit say whether it is a fact or a guess and
+whether a tool failed without reading its event (recall ranks on them every step).
 ``terms`` (many values) holds the text's identifiers, paths and error codes as written
 (``agentlog.processors.textsearch.identifiers``): a query naming one matches it exactly
 and ranks that hit first."""

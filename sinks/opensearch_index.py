@@ -21,7 +21,7 @@ from opensearchpy.exceptions import OpenSearchException
 
 from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet
 from agentlog.processors.words import JAVA_WORD, MAX_WORD_BYTES, WORDS_VERSION, query_words
-from agentlog.schemas.search import Hit, SearchFilters
+from agentlog.schemas.search import Hit, SearchFilters, exit_code_of
 from agentlog.schemas.tables import SEARCH_FIELDS, SEARCH_INDEX_NAME
 from agentlog.sinks.base import SearchIndex, StoreError, redact_url
 
@@ -186,7 +186,8 @@ class OpenSearchIndex(SearchIndex):
                 event_id=d["event_id"], thread_id=d["thread_id"], window_id=d["window_id"], kind=d["kind"],
                 tool_name=d["tool_name"], ts=d["ts"], repo_commit=d["repo_commit"],
                 score=round(float(h["_score"] or 0.0), 6), snippet=snippet(terms, d.get("text", "")),
-                source="index", offset=int(d["offset"]),
+                source="index", offset=int(d["offset"]), role=d.get("role") or "",
+                status=d.get("status") or "", exit_code=exit_code_of(d.get("exit_code")),
             ))  # fmt: skip
         return hits
 

@@ -21,7 +21,7 @@ import tantivy
 from agentlog.processors.textsearch import EXACT_BOOST, identifiers, snippet
 from agentlog.processors.words import MAX_WORD_BYTES, RUST_WORD, WORDS_VERSION, query_words
 from agentlog.schemas.tables import SEARCH_FIELDS
-from agentlog.schemas.search import Hit, SearchFilters
+from agentlog.schemas.search import Hit, SearchFilters, exit_code_of
 from agentlog.sinks.base import OutdatedStore, SearchIndex, StoreError
 
 SEARCH_THREADS = 4
@@ -354,7 +354,8 @@ class _TantivySearching:
                 window_id=first["window_id"], kind=first["kind"], tool_name=first["tool_name"],
                 ts=first["ts"], repo_commit=first["repo_commit"], score=round(float(score), 6),
                 snippet=snippet(terms, first.get("text", "")), source="index",
-                offset=int(first["offset"] or 0),
+                offset=int(first["offset"] or 0), role=first["role"], status=first["status"],
+                exit_code=exit_code_of(first["exit_code"]),
             ))  # fmt: skip
         return hits
 

@@ -37,14 +37,17 @@ def test_opensearch_and_the_embedded_index_give_the_same_hits(tmp_path: Path, os
             service.publish(b"\n".join(lines))
             service.catch_up()
             results.append([
-                {h["event_id"] for h in service.search(q, limit=50, **{k: v for k, v in f.items()})["hits"]}
+                {h["event_id"]: (h["role"], h["status"], h["exit_code"])
+                 for h in service.search(q, limit=50, **{k: v for k, v in f.items()})["hits"]}
                 for q, f in QUERIES
             ])
         finally:
             service.close()
     embedded, opensearch = results
     assert all(embedded), "every query should hit something"
-    assert opensearch == embedded
+    assert opensearch == embedded  # the same events, each with the same role, status and exit code
+    outcomes = {o for found in embedded for o in found.values()}
+    assert {"user", "assistant"} <= {role for role, _, _ in outcomes} and "ok" in {s for _, s, _ in outcomes}
 
 
 def test_indexing_is_an_upsert_by_event_id_so_replays_never_duplicate(os_settings: Settings) -> None:
