@@ -155,17 +155,35 @@ def evidence_class(event: Envelope | None, about_failure: bool, what_failed: boo
     if event is None:  # a tool call (what its result says is not known here)
         return 1
     guess = event.kind == "message" and getattr(event.payload, "role", None) != "user"
+    return _evidence(guess, _failed(event), about_failure, what_failed)
+
+
+def _evidence(guess: bool, failed: bool, about_failure: bool, what_failed: bool) -> int:
     if about_failure:
-        return 0 if what_failed and _failed(event) else 2 if guess else 1
+        return 0 if what_failed and failed else 2 if guess else 1
     return 1 if guess else 0
+
+
+def needs_event(hit: Mapping[str, Any]) -> bool:
+    """Whether a hit's class takes its event: a message or tool result whose hit does not
+    carry its role or status (an index built before they were kept)."""
+    kind = hit["kind"]
+    return (kind == "message" and not hit.get("role")) or (kind == "tool_result" and not hit.get("status"))
 
 
 def hit_class(hit: Mapping[str, Any], event: Envelope | None, about_failure: bool, what_failed: bool = True) -> int:
     """``evidence_class`` of a hit: an ``error`` is a failed fact by its kind alone; a
-    message's role and a result's status take its ``event``."""
-    if hit["kind"] == "error":
+    message's role and a result's status and exit code are the hit's own when it carries
+    them (``event`` is then not looked at), else ``event``'s."""
+    kind = hit["kind"]
+    if kind == "error":
         return 0 if what_failed or not about_failure else 1
-    return evidence_class(event, about_failure, what_failed)
+    if needs_event(hit) or kind not in ("message", "tool_result"):
+        return evidence_class(event, about_failure, what_failed)
+    if kind == "message":
+        return _evidence(hit["role"] != "user", False, about_failure, what_failed)
+    failed = hit["status"] != "ok" or hit.get("exit_code") not in (None, 0)
+    return _evidence(False, failed, about_failure, what_failed)
 
 
 def prefer(hits: list[dict[str, Any]], events: Mapping[str, Envelope | None], about_failure: bool,
@@ -282,6 +300,6 @@ def fresh(entries: Iterable[dict[str, Any] | None], held: set[str], orphans: set
 
 
 __all__ = [
-    "FAILURE_SNIPPET_CHARS", "FAILURE_WORDS", "asks_about_failure", "evidence_class", "hit_class", "prefer", "MAX_CHILD_THREADS", "RECALL_LIMIT", "STOP_WORDS", "error_entry", "family_threads", "first_partner", "fresh", "held_ids",
+    "FAILURE_SNIPPET_CHARS", "FAILURE_WORDS", "asks_about_failure", "evidence_class", "hit_class", "needs_event", "prefer", "MAX_CHILD_THREADS", "RECALL_LIMIT", "STOP_WORDS", "error_entry", "family_threads", "first_partner", "fresh", "held_ids",
     "is_partner", "partner_kind", "rank", "recall_query", "recall_searches", "unit_entry",
 ]  # fmt: skip

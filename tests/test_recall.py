@@ -7,18 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import tantivy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlog.processors.context import assemble
 from agentlog.processors.pipeline import Pipeline, Record
-from agentlog.processors.recall import held_ids, recall_query
-from agentlog.processors.records import active_hits
-from agentlog.processors.textsearch import identifiers, tokenize
+from agentlog.processors.recall import held_ids, hit_class, needs_event, recall_query
+from agentlog.processors.records import active_hits, search_doc
+from agentlog.processors.textsearch import hit_of, identifiers, tokenize
 from agentlog.processors.tokens import counter
 from agentlog.schemas.search import SearchFilters
 from agentlog.streams.api.context import context_for
 from agentlog.streams.config import Settings
 from agentlog.streams.embedded.service import EmbeddedService
-from tests.helpers import raw
+from agentlog.streams.api import recall as recall_adapter
+from tests.helpers import ev, raw
 
 LOOSE = [f"the cache had a miss, err {i}: cache miss cache miss err" for i in range(12)]
 
@@ -361,3 +364,57 @@ def test_the_cli_prints_a_search_s_warning_as_it_is_and_the_hits_on_stdout(cli_e
     assert proc.returncode == 0 and b"deploy the build" in proc.stdout
     assert b"agentlog: warning: the query '\"' holds no word to search for" in proc.stderr, proc.stderr
     assert b"stale" not in proc.stderr  # no store is failing
+
+
+OUTCOMES = st.one_of(
+    st.sampled_from(["user", "assistant", "system", "developer"]).map(
+        lambda role: ("message", {"role": role, "text": "the deploy"})),
+    st.tuples(st.sampled_from(["ok", "error", "timeout", "cancelled"]), st.none() | st.integers(-2**31, 2**31 - 1)).map(
+        lambda se: ("tool_result", {"call_id": "k", "output": "the deploy", "status": se[0], "exit_code": se[1]})),
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(OUTCOMES, st.booleans(), st.booleans())
+def test_a_hit_ranks_by_its_own_role_and_status_exactly_as_by_its_event(
+    outcome: tuple[str, dict[str, Any]], about_failure: bool, what_failed: bool
+) -> None:
+    kind, payload = outcome
+    event = ev("e", kind, payload)
+    hit = hit_of(search_doc(event, 1, "w0"), ["deploy"], 1.0).as_dict()
+    older = {**hit, "role": "", "status": "", "exit_code": None}  # a hit of an index built before they were kept
+    assert not needs_event(hit) and needs_event(older)
+    assert hit_class(hit, None, about_failure, what_failed) == hit_class(older, event, about_failure, what_failed)
+
+
+def test_a_hit_says_a_messages_role_and_a_results_status_and_exit_code_from_the_index_and_the_active_state(
+    service: EmbeddedService,
+) -> None:
+    service.publish(b"\n".join([
+        raw("m", "message", {"role": "assistant", "text": "the deploy looks fine"}, 1),
+        raw("c", "tool_call", {"call_id": "k", "tool_name": "bash", "arguments": {"cmd": "deploy"}}, 2),
+        raw("r", "tool_result", {"call_id": "k", "output": "deploy failed", "status": "error", "exit_code": 3}, 3),
+    ]))  # fmt: skip
+    expected = {"m": ("assistant", "", None), "c": ("", "", None), "r": ("", "error", 3)}
+    active = service.search("deploy", thread_id="t1", drain=False)["hits"]
+    service.catch_up()
+    indexed = service.search("deploy", thread_id="t1")["hits"]
+    for hits, source in ((active, "active"), (indexed, "index")):
+        assert {h["event_id"]: (h["role"], h["status"], h["exit_code"]) for h in hits} == expected
+        assert {h["source"] for h in hits} == {source}
+
+
+def test_ranking_recalled_hits_reads_no_event_when_the_hits_carry_role_and_status(
+    service: EmbeddedService, monkeypatch: Any
+) -> None:
+    reads: list[list[str]] = []
+    read_all = recall_adapter._read_all
+    monkeypatch.setattr(recall_adapter, "_read_all", lambda source, ids: reads.append(ids) or read_all(source, ids))
+    lines = [raw("m1", "message", {"role": "user", "text": "If anything breaks, page Aiko, she is on-call."}, 1),
+             *[raw(f"a{i}", "message", {"role": "assistant", "text": f"I'll check the on-call {i}."}, 2 + i)
+               for i in range(12)],
+             *_switch_then_ask("who did I say is on-call?", 30)]  # fmt: skip
+    _publish(service, lines)
+    hits, text = _recall(context_for(service, "t1", 4000))
+    assert hits[0] == "m1" and "page Aiko" in text  # the user's words first: ranked by the hits' roles
+    assert reads == [[]]  # and not one event read to rank them

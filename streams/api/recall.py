@@ -6,8 +6,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from agentlog.processors.recall import (
-    RECALL_LIMIT, asks_about_failure, error_entry, family_threads, first_partner, fresh, held_ids, partner_kind,
-    prefer, rank, recall_searches, unit_entry,
+    RECALL_LIMIT, asks_about_failure, error_entry, family_threads, first_partner, fresh, held_ids, needs_event,
+    partner_kind, prefer, rank, recall_searches, unit_entry,
 )  # fmt: skip
 from agentlog.processors.textsearch import EXACT_BOOST, pair_term
 from agentlog.schemas.events import Envelope
@@ -76,9 +76,9 @@ def recall_for(service: RecallSource, state: dict[str, Any], window: Sequence[En
     if query:  # the caller's own query: its ranking as the engine gives it
         return fresh(_entries(service, list(candidates.values()), held, project, query, {}), held, orphans)
     # Facts before guesses, failures first when asked about one: a message's role and a
-    # result's status take a read (a call and an error are what their kind says).
+    # result's status are the hit's own (an older index's hit takes a read of its event).
     ranked = list(candidates.values())[:RERANK_DEPTH]
-    events = _read_all(service, [h["event_id"] for h in ranked if h["kind"] in ("message", "tool_result")])
+    events = _read_all(service, [h["event_id"] for h in ranked if needs_event(h)])
     ranked = prefer(ranked, events, asks_about_failure(text), what_failed)
     return fresh(_entries(service, ranked, held, project, searches[0][0], events), held, orphans)
 
