@@ -62,6 +62,10 @@ def test_publish_run_then_state_search_read_and_sql_give_the_right_answers(cli_e
 
     hits = json.loads(agentlog(cli_env, "search", "AssertionError login", "--json").stdout)["hits"]
     assert hits[0]["event_id"] == "e5" and hits[0]["source"] == "index"
+    first = hits[0]
+    assert (first["kind"], first["status"], first["exit_code"], first["role"]) == ("tool_result", "error", None, "")
+    said = agentlog(cli_env, "search", "AssertionError login").stdout.decode()
+    assert " e5 t1 tool_result(error) pytest " in said  # the text output says what failed
     assert all(h["thread_id"] == "t1" for h in hits)
     tool_hits = json.loads(agentlog(cli_env, "search", "src", "--tool", "grep", "--json").stdout)["hits"]
     assert {h["event_id"] for h in tool_hits} == {"e7", "e9"}
