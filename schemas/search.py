@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass, fields
 
 from agentlog.schemas.events import RFC3339_PATTERN, epoch_ms_of
@@ -58,6 +59,16 @@ class Hit:
 _HIT_FIELDS = tuple(f.name for f in fields(Hit))
 
 
+def kind_said(hit: Mapping[str, Any]) -> str:
+    """A hit's kind as a person reads it: with a message's role or a result's status and
+    exit code when the hit says them (``message(user)``, ``tool_result(error, exit 2)``)."""
+    said = [str(hit.get("role") or ""), str(hit.get("status") or "")]
+    if hit.get("exit_code") is not None:
+        said.append(f"exit {hit['exit_code']}")
+    said = [s for s in said if s]
+    return f"{hit['kind']}({', '.join(said)})" if said else str(hit["kind"])
+
+
 def exit_code_of(text: str | None) -> int | None:
     """A stored ``exit_code`` (decimal text, empty for none) as the event gave it."""
     try:
@@ -87,4 +98,4 @@ def time_bounds(params: Mapping[str, str]) -> tuple[int | None, int | None]:
             time_bound_ms(params.get("until") or params.get("until_ms")))  # fmt: skip
 
 
-__all__ = ["Hit", "SearchFilters", "exit_code_of", "time_bound_ms", "time_bounds"]
+__all__ = ["Hit", "SearchFilters", "exit_code_of", "kind_said", "time_bound_ms", "time_bounds"]

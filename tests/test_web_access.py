@@ -367,3 +367,14 @@ def test_the_events_per_minute_table_names_each_minute_as_a_utc_time(open_client
     from agentlog.schemas.events import utc_text  # noqa: PLC0415
 
     assert (utc_text(0), utc_text(-60), utc_text(None)) == ("1970-01-01T00:00:00Z", "1969-12-31T23:59:00Z", "-")
+
+
+def test_the_search_page_says_each_hits_role_or_status_and_exit_code(open_client: TestClient) -> None:
+    open_client.post("/events", content=b"\n".join([
+        raw("q1", "message", {"role": "user", "text": "why does the deploy fail"}, 0, "x1"),
+        raw("q2", "tool_call", {"call_id": "k", "tool_name": "bash", "arguments": {"cmd": "deploy"}}, 1, "x1"),
+        raw("q3", "tool_result", {"call_id": "k", "output": "deploy refused", "status": "error", "exit_code": 2}, 2, "x1"),
+    ]), headers={"Content-Type": "application/x-ndjson"})  # fmt: skip
+    page = open_client.get("/ui/search?q=deploy&thread=x1").text
+    cells = dict(re.findall(r'#ev-(q\d)">q\d</a></td><td>([^<]*)</td>', page))
+    assert cells == {"q1": "message(user)", "q2": "tool_call", "q3": "tool_result(error, exit 2)"}

@@ -14,6 +14,7 @@ import orjson
 from rich.progress import Progress
 
 from agentlog.schemas.events import utc_text
+from agentlog.schemas.search import kind_said
 from agentlog.sinks.base import QueryResult
 
 
@@ -166,20 +167,10 @@ def print_payload(result: dict[str, Any]) -> None:
 
 def print_search(result: dict[str, Any]) -> None:
     for h in result["hits"]:
-        print(f"{h['score']:7.3f} [{h['source']}] {h['event_id']} {h['thread_id']} {_what(h)} "
+        print(f"{h['score']:7.3f} [{h['source']}] {h['event_id']} {h['thread_id']} {kind_said(h)} "
               f"{h['tool_name']} {h['ts']}\n        {h['snippet']}")  # fmt: skip
     if not result["hits"]:
         print("no hits")
-
-
-def _what(hit: dict[str, Any]) -> str:
-    """A hit's kind, with a message's role or a result's status and exit code when the
-    hit says them (``message(user)``, ``tool_result(error, exit 2)``)."""
-    said = [hit.get("role") or "", hit.get("status") or ""]
-    if hit.get("exit_code") is not None:
-        said.append(f"exit {hit['exit_code']}")
-    said = [s for s in said if s]
-    return f"{hit['kind']}({', '.join(said)})" if said else str(hit["kind"])
 
 
 def print_read(result: dict[str, Any]) -> None:

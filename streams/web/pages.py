@@ -12,6 +12,7 @@ import orjson
 
 from agentlog.processors.context import pinned_text
 from agentlog.schemas.events import KINDS, utc_text
+from agentlog.schemas.search import kind_said
 from agentlog.streams.web.html import Html, bar_chart, e, href, number, page, table, xy_chart
 from agentlog.streams.web.queries import OUTPUT_CHARS, Timeline
 
@@ -288,7 +289,7 @@ def search_page(params: dict[str, str], answer: dict[str, Any] | None, error: st
             rows.append(f'<tr class="hit"><td><span class="src src-{e(h["source"])}">{e(h["source"])}</span></td>'
                         f'<td><a href="{e(thread_link(h["thread_id"]))}">{e(h["thread_id"])}</a></td>'
                         f'<td><a class="hit-link" href="{target}#ev-{e(h["event_id"])}">{e(h["event_id"])}</a></td>'
-                        f'<td>{e(h["kind"])}</td><td>{e(h.get("tool_name"))}</td><td>{e(h["ts"])}</td>'
+                        f'<td>{e(kind_said(h))}</td><td>{e(h.get("tool_name"))}</td><td>{e(h["ts"])}</td>'
                         f'<td>{e(h.get("snippet"))}</td></tr>')  # fmt: skip
         head = "".join(f"<th>{c}</th>" for c in ("source", "thread", "event", "kind", "tool", "time", "snippet"))
         out = (f'<table class="hits"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
