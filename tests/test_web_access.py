@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Iterator
 from urllib.parse import unquote, urlencode, urlsplit
 
 import pytest
 from starlette.testclient import TestClient
 
-from agentlog.streams.api.guard import Policy
+from agentlog.streams.api.guard import WEB_SESSION_SECONDS, Policy, web_session
 from agentlog.streams.api.http import build_app
 from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
@@ -65,6 +66,30 @@ def test_the_cookie_holds_a_session_not_the_token_and_is_no_bearer_token_for_the
     assert guarded.get("/threads").status_code == 200  # the browser's own requests still pass
     guarded.cookies.clear()
     assert guarded.get("/threads", headers={"Authorization": f"Bearer {session}"}).status_code == 401
+
+
+def test_a_web_session_lasts_twelve_hours_and_a_copy_of_its_cookie_stops_working_then_too(
+    guarded: TestClient,
+) -> None:
+    answer = guarded.post("/ui/login", data={"token": TOKEN, "next": "/"})
+    assert f"max-age={WEB_SESSION_SECONDS}" in answer.headers["set-cookie"].lower()  # the browser forgets it then
+    issued, _, _ = guarded.cookies["agentlog_token"].partition(".")
+    assert abs(int(issued) - time.time()) < 60
+    now = int(time.time())
+    for stamped, opens in ((now - 60, True), (now - WEB_SESSION_SECONDS + 120, True),
+                           (now - WEB_SESSION_SECONDS - 1, False), (now + 3600, False)):  # fmt: skip
+        guarded.cookies.clear()
+        guarded.cookies.set("agentlog_token", web_session(TOKEN, stamped))
+        assert (guarded.get("/threads").status_code == 200) is opens, stamped
+    old = web_session(TOKEN, now - WEB_SESSION_SECONDS - 60)
+    moved = f"{now}.{old.partition('.')[2]}"  # its time altered to extend it: the hash no longer matches
+    for forged in (moved, f"{now}", f"{now}.", ".abc", f"{'9' * 40}.{old.partition('.')[2]}", f"-{now}.x"):
+        guarded.cookies.clear()
+        guarded.cookies.set("agentlog_token", forged)
+        assert guarded.get("/threads").status_code == 401, forged
+    guarded.cookies.clear()
+    guarded.cookies.set("agentlog_token", web_session("another token", now))
+    assert guarded.get("/threads").status_code == 401
 
 
 def test_log_out_clears_the_session_and_every_page_offers_it(guarded: TestClient) -> None:

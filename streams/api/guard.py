@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
@@ -52,11 +53,33 @@ TOKEN_COOKIE = "agentlog_token"
 holds :func:`web_session` of the token, not the token."""
 
 
-def web_session(token: str) -> str:
-    """The cookie's value for ``token``: a keyed hash of it, from which the token cannot be
-    read back and which is no ``Authorization: Bearer`` value. Sent as the cookie, it counts
-    like the token until a new AGENTLOG_API_TOKEN ends every session at once."""
-    return hmac.new(token.encode(), b"agentlog web session v1", hashlib.sha256).hexdigest()
+WEB_SESSION_SECONDS = 12 * 3600
+"""How long a web view login lasts: a copy of the cookie taken from a browser stops
+working then too (a server cannot take back a cookie it set; it can make it expire)."""
+_SESSION_SKEW_S = 300
+"""A session stamped this far in the future still counts (clocks of one host agree)."""
+
+
+def web_session(token: str, issued: int) -> str:
+    """The cookie's value for ``token`` from ``issued`` (epoch seconds): the time, and a
+    keyed hash of the token and that time, from which the token cannot be read back and
+    which is no ``Authorization: Bearer`` value. It counts like the token for
+    ``WEB_SESSION_SECONDS``, or until a new AGENTLOG_API_TOKEN ends every session at once."""
+    mac = hmac.new(token.encode(), f"agentlog web session v2|{issued}".encode(), hashlib.sha256).hexdigest()
+    return f"{issued}.{mac}"
+
+
+def session_valid(session: str, token: str, now: float) -> bool:
+    """Whether a cookie's ``session`` is one :func:`web_session` made for ``token`` that has
+    not expired at ``now``: its time is read back and its hash made again (a time altered
+    to extend it no longer matches)."""
+    issued_text, _, _mac = session.partition(".")
+    if not issued_text.isdigit() or len(issued_text) > 12:
+        return False
+    issued = int(issued_text)
+    if not (now - WEB_SESSION_SECONDS < issued <= now + _SESSION_SKEW_S):
+        return False
+    return hmac.compare_digest(session.encode(), web_session(token, issued).encode())
 
 
 def is_loopback(host: str) -> bool:
@@ -249,8 +272,8 @@ class Guard:
                 # without it through to here.
                 refused = refused or RequestError(400, "an HTTP/1.1 request must name its Host header")
             session = _cookie(headers.get("cookie", ""), TOKEN_COOKIE)
-            if "authorization" not in headers and session and self.policy.token and hmac.compare_digest(
-                    session.encode(), web_session(self.policy.token).encode()):  # fmt: skip
+            if "authorization" not in headers and session and self.policy.token and session_valid(
+                    session, self.policy.token, time.time()):  # fmt: skip
                 headers["authorization"] = f"Bearer {self.policy.token}"
             refused = refused or refusal(self.policy, scope["method"], scope["path"], headers)
             if refused is not None and refused.status == 401 and _is_page(scope):
@@ -266,5 +289,6 @@ class Guard:
 
 __all__ = [
     "FORM", "Guard", "LOGIN_PATH", "LOGOUT_PATH", "OPEN_PATHS", "Policy", "TOKEN_COOKIE", "bind_refusal", "check_content_type", "check_host", "check_length",
-    "check_token", "host_name", "is_loopback", "over_https", "read_body", "refusal", "web_session",
+    "check_token", "host_name", "is_loopback", "over_https", "read_body", "refusal", "session_valid", "web_session",
+    "WEB_SESSION_SECONDS",
 ]  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Callable
 from importlib.resources import files
 from typing import Any
@@ -28,7 +29,9 @@ from agentlog.schemas.requests import (
 from agentlog.schemas.responses import READS, errors
 from agentlog.sinks.base import StoreError
 from agentlog.sinks.sql_sandbox import SqlBusy
-from agentlog.streams.api.guard import FORM, LOGOUT_PATH, TOKEN_COOKIE, Policy, over_https, web_session
+from agentlog.streams.api.guard import (
+    FORM, LOGOUT_PATH, TOKEN_COOKIE, WEB_SESSION_SECONDS, Policy, over_https, web_session,
+)  # fmt: skip
 from agentlog.streams.api.service import NotFound, Service, Unavailable
 from agentlog.streams.web import pages
 from agentlog.streams.web.html import CSP, LOGOUT
@@ -228,7 +231,8 @@ def add_pages(app: FastAPI, service: Service, policy: Policy) -> None:
             return RedirectResponse(target, status_code=303)
         if token and hmac.compare_digest(token.encode(), policy.token.encode()):
             answer = RedirectResponse(target, status_code=303)
-            answer.set_cookie(TOKEN_COOKIE, web_session(token), httponly=True, samesite="strict", path="/",
+            answer.set_cookie(TOKEN_COOKIE, web_session(token, int(time.time())), max_age=WEB_SESSION_SECONDS,
+                              httponly=True, samesite="strict", path="/",
                               secure=over_https(policy, request.url.scheme, request.headers))  # fmt: skip
             return answer
         said = "<p class=warn>that token is wrong</p>" if token else "<p class=warn>type the token</p>"
