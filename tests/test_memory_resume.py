@@ -196,7 +196,9 @@ def test_a_context_kept_in_clear_by_an_older_version_is_redacted_by_the_next_ext
     secret = "Tr0ub4dor-x9Q"
     job = Memory(settings)
     try:
-        _publish(settings, [_call("c1", "k1", f"mysql -uroot -p{secret} prod", 0)])
+        # A record longer than a page: its old overflow pages are freed, not rewritten, and
+        # only secure_delete overwrites them (without it the secret stays on disk).
+        _publish(settings, [_call("c1", "k1", "echo " + "x " * 6000 + f"; mysql -uroot -p{secret} prod", 0)])
         job.extract()
     finally:
         job.close()
