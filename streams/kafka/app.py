@@ -32,7 +32,7 @@ from agentlog.streams.config import Settings
 from agentlog.streams.kafka.processor import KafkaProcessor, changelog_key
 from agentlog.streams.kafka.service import WorkerService
 from agentlog.streams.memory import runner as memory_runner
-from agentlog.streams.kafka.topics import (ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, ready_to_serve,
+from agentlog.streams.kafka.topics import (ACCEPTED, DLQ, MAX_MESSAGE_BYTES, OWNERSHIP, ensure_topics, may_serve,
                                           topic, worker_group)
 from agentlog.streams.wiring import outdated_index
 
@@ -153,9 +153,9 @@ def run_worker(settings: Settings, loglevel: str = "warn", role: str = "all") ->
         print(f"agentlog: {outdated}: stop the workers and run `agentlog rebuild`, which makes it again "
               "from the log", file=sys.stderr)  # fmt: skip
         return 2
-    if not ready_to_serve(settings):
+    if not may_serve(settings):
         return 2
-    app = create_app(settings, role)
+    app = create_app(settings, role)  # connects to no broker: the topics are made first, next
     ensure_topics(settings.kafka_bootstrap or "", settings.partitions, settings.kafka_namespace,
                   settings.kafka_security, also=faust_topics(app))  # fmt: skip
     # The index sink logs one line per failed attempt with the reason; the client's own

@@ -110,17 +110,24 @@ def _led(described: dict) -> bool:
     return described.get("error_code") == 0 and bool(partitions) and all(p["leader_id"] >= 0 for p in partitions)
 
 
-def ready_to_serve(settings: Settings) -> bool:
-    """Before a worker or sink process starts: its address is allowed (a token beyond
-    loopback; else the reason on stderr and ``False``), and the topics exist."""
+def may_serve(settings: Settings) -> bool:
+    """Whether a worker or sink process may listen at its address (a token beyond
+    loopback); else the reason on stderr and ``False``."""
     refused = bind_refusal(settings.http_host, settings.api_token)
     if refused:
         print(f"agentlog: {refused}", file=sys.stderr)
+    return refused is None
+
+
+def ready_to_serve(settings: Settings) -> bool:
+    """Before a sink process starts: ``may_serve``, and the topics exist (a worker creates
+    them with faust's own, in one look at the broker's topics: ``run_worker``)."""
+    if not may_serve(settings):
         return False
     ensure_topics(settings.kafka_bootstrap or "", settings.partitions, settings.kafka_namespace,
                   settings.kafka_security)  # fmt: skip
     return True
 
 
-__all__ = ["ACCEPTED", "DLQ", "EVENTS", "MAX_MESSAGE_BYTES", "OWNERSHIP", "ensure_topics", "plain_consumer",
+__all__ = ["ACCEPTED", "DLQ", "EVENTS", "MAX_MESSAGE_BYTES", "OWNERSHIP", "ensure_topics", "may_serve", "plain_consumer",
            "processor_group", "ready_to_serve", "topic", "worker_group"]
