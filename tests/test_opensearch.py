@@ -134,7 +134,8 @@ def test_an_opensearch_index_created_before_the_terms_field_gains_it_and_keeps_w
 
     url, name = os_settings.opensearch_url, os_settings.opensearch_index
     old = index_body()
-    del old["mappings"]["properties"]["terms"]  # the mapping an older version created
+    for later in ("terms", "role", "status", "exit_code"):  # the mapping an older version created
+        del old["mappings"]["properties"][later]
     client = OpenSearchIndex(url, name)._client
     client.indices.delete(index=name)
     client.indices.create(index=name, body=old)
@@ -142,13 +143,19 @@ def test_an_opensearch_index_created_before_the_terms_field_gains_it_and_keeps_w
            "project": "p", "agent_id": "main", "repo_commit": "", "error_code": "", "ts": "2026-01-01T00:00:00Z",
            "ts_ms": 1767225600000, "offset": 1, "path": "", "text": "an old ERR_CACHE_MISS note"}  # fmt: skip
     client.index(index=name, id="old", body=doc, refresh=True)
-    index = OpenSearchIndex(url, name)  # opening it adds the field
-    assert "terms" in client.indices.get_mapping(index=name)[name]["mappings"]["properties"]
+    index = OpenSearchIndex(url, name)  # opening it adds the fields
+    mapped = client.indices.get_mapping(index=name)[name]["mappings"]["properties"]
+    assert {"terms", "role", "status", "exit_code"} <= set(mapped)
     index.add([{**doc, "event_id": "new", "offset": 2, "text": "a new ERR_CACHE_MISS", "terms": ["ERR_CACHE_MISS"]},
                {**doc, "event_id": "loose", "offset": 3, "text": "err cache miss, cache miss err"}])  # fmt: skip
     index.refresh()
     hits = [h.event_id for h in index.search("ERR_CACHE_MISS", SearchFilters())]
     assert hits[0] == "new" and set(hits) == {"new", "old", "loose"}  # the old document is still found
+    index.add([{**doc, "event_id": "said", "offset": 4, "text": "ERR_CACHE_MISS said", "role": "user", "status": "",
+                "exit_code": ""}])  # fmt: skip
+    index.refresh()
+    roles = {h.event_id: (h.role, h.exit_code) for h in index.search("ERR_CACHE_MISS", SearchFilters())}
+    assert roles["said"] == ("user", None) and roles["old"] == ("", None)  # an old document's hit says none
 
 
 def test_a_path_too_long_for_a_keyword_term_is_indexed_without_its_exact_term(os_settings: Settings) -> None:
