@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlencode, urlsplit
 import pytest
 from starlette.testclient import TestClient
 
-from agentlog.streams.api.guard import WEB_SESSION_SECONDS, Policy, web_session
+from agentlog.streams.api.guard import WEB_SESSION_SECONDS, Policy, session_valid, web_session
 from agentlog.streams.api.http import build_app
 from agentlog.streams.embedded.service import EmbeddedService
 from tests.helpers import raw
@@ -83,13 +83,18 @@ def test_a_web_session_lasts_twelve_hours_and_a_copy_of_its_cookie_stops_working
         assert (guarded.get("/threads").status_code == 200) is opens, stamped
     old = web_session(TOKEN, now - WEB_SESSION_SECONDS - 60)
     moved = f"{now}.{old.partition('.')[2]}"  # its time altered to extend it: the hash no longer matches
-    for forged in (moved, f"{now}", f"{now}.", ".abc", f"{'9' * 40}.{old.partition('.')[2]}", f"-{now}.x"):
+    for forged in (moved, f"{now}", f"{now}.", ".abc", f"{'9' * 40}.{old.partition('.')[2]}", f"-{now}.x",
+                   f" {now}.x"):
         guarded.cookies.clear()
         guarded.cookies.set("agentlog_token", forged)
         assert guarded.get("/threads").status_code == 401, forged
     guarded.cookies.clear()
     guarded.cookies.set("agentlog_token", web_session("another token", now))
     assert guarded.get("/threads").status_code == 401
+    guarded.cookies.clear()  # a header is read as Latin-1: byte 0xb2 is "²", a digit to str.isdigit, not to int
+    superscript = [(b"cookie", b"agentlog_token=" + str(now).encode() + b"\xb2.x")]
+    assert guarded.get("/threads", headers=superscript).status_code == 401
+    assert not session_valid(f"{now}\u00b2.x", TOKEN, now)  # the check itself never raises on it
 
 
 def test_log_out_clears_the_session_and_every_page_offers_it(guarded: TestClient) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ WEB_SESSION_SECONDS = 12 * 3600
 """How long a web view login lasts: a copy of the cookie taken from a browser stops
 working then too (a server cannot take back a cookie it set; it can make it expire)."""
 _SESSION_SKEW_S = 300
+_SECONDS = re.compile(r"[0-9]{1,12}")
 """A session stamped this far in the future still counts (clocks of one host agree)."""
 
 
@@ -74,7 +76,7 @@ def session_valid(session: str, token: str, now: float) -> bool:
     not expired at ``now``: its time is read back and its hash made again (a time altered
     to extend it no longer matches)."""
     issued_text, _, _mac = session.partition(".")
-    if not issued_text.isdigit() or len(issued_text) > 12:
+    if not _SECONDS.fullmatch(issued_text):  # ASCII digits only: "²" is a digit to isdigit, not to int
         return False
     issued = int(issued_text)
     if not (now - WEB_SESSION_SECONDS < issued <= now + _SESSION_SKEW_S):
