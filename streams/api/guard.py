@@ -58,8 +58,8 @@ WEB_SESSION_SECONDS = 12 * 3600
 """How long a web view login lasts: a copy of the cookie taken from a browser stops
 working then too (a server cannot take back a cookie it set; it can make it expire)."""
 _SESSION_SKEW_S = 300
-_SECONDS = re.compile(r"[0-9]{1,12}")
 """A session stamped this far in the future still counts (clocks of one host agree)."""
+_SECONDS = re.compile(r"[0-9]{1,12}")
 
 
 def web_session(token: str, issued: int) -> str:
