@@ -482,3 +482,17 @@ def test_the_async_client_over_http_is_sent_only_what_changed_and_keeps_the_rest
         fresh.service.kept_states = KeptStates(threads=0)
         assert third == fresh.thread("async-kept").state()
     assert "async-kept" in kept._kept  # noqa: SLF001
+
+
+def test_a_search_answer_or_thread_list_with_fields_a_newer_server_adds_is_read_not_refused() -> None:
+    from agentlog.client.results import search_from, threads_from  # noqa: PLC0415
+
+    hit = {"event_id": "e1", "thread_id": "t1", "window_id": "w0", "kind": "message", "tool_name": "",
+           "ts": "2026-01-01T00:00:00Z", "repo_commit": "", "score": 1.0, "snippet": "hi", "source": "index",
+           "offset": 1, "role": "user", "status": "", "exit_code": None}  # fmt: skip
+    answer = search_from({"query": "hi", "hits": [{**hit, "later_field": 1}], "warnings": [], "later": True})
+    assert answer.hits[0].event_id == "e1" and answer.hits[0].role == "user"
+    row = {"thread_id": "t1", "project": "p", "event_count": 1, "last_activity": None, "open_calls": 0,
+           "failures": 0, "pending_approvals": 0, "status": None, "window_id": "w0", "goal": None}  # fmt: skip
+    listed = threads_from({"threads": [{**row, "later": 2}], "total": 1, "partial": False, "warnings": [], "x": 3})
+    assert listed.threads[0].thread_id == "t1" and listed.total == 1

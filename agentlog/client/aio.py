@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 from agentlog.client.aio_http import AsyncHttpReads
 from agentlog.client.client import TIMEOUT_OUTPUT, Client
 from agentlog.client.errors import ClientError, DeliveryFailed, transient
-from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList, state_from
+from agentlog.client.results import (
+    Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList, search_from, state_from, threads_from,
+)  # fmt: skip
 from agentlog.client.thread import ThreadBase, ToolCallBase
 from agentlog.streams.api.client import RemoteService
 from agentlog.streams.api.service import Service
@@ -128,7 +130,7 @@ class AsyncClient:
 
     async def search(self, query: str, **filters: Any) -> SearchAnswer:
         """``Client.search``, awaited."""
-        return SearchAnswer.model_validate(await self._read("search", query, **filters))
+        return search_from(await self._read("search", query, **filters))
 
     async def read(self, event_id: str) -> LoggedEvent:
         """``Client.read``, awaited."""
@@ -140,7 +142,7 @@ class AsyncClient:
 
     async def threads(self, project: str | None = None, status: str | None = None, limit: int = 100) -> ThreadList:
         """``Client.threads``, awaited."""
-        return ThreadList.model_validate(await self._read("threads", project, status, limit))
+        return threads_from(await self._read("threads", project, status, limit))
 
 
 class AsyncThread(ThreadBase[Awaitable[str]]):

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 from agentlog.client.buffer import BatchPolicy, Buffer
 from agentlog.client.errors import ClientError, DeliveryFailed, transient
 from agentlog.client.events import EventIds
-from agentlog.client.results import Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList, state_from
+from agentlog.client.results import (
+    Context, LoggedEvent, SearchAnswer, SqlResult, State, ThreadList, search_from, state_from, threads_from,
+)  # fmt: skip
 from agentlog.client.targets import connect
 from agentlog.client.thread import Thread, ToolCallBase
 from agentlog.schemas.events import MAX_EVENT_BYTES
@@ -153,7 +155,7 @@ class Client:
         """Full-text search (``filters``: ``window_id``, ``after``, ``since_ms``, ``until_ms``)."""
         answer = self._read(lambda: self.service.search(query, thread_id=thread_id, kind=kind, tool_name=tool_name,
                                                         project=project, limit=limit, **filters))  # fmt: skip
-        return SearchAnswer.model_validate(answer)
+        return search_from(answer)
 
     def read(self, event_id: str) -> LoggedEvent:
         """One event as logged (``NotFound`` if it was never accepted)."""
@@ -166,7 +168,7 @@ class Client:
 
     def threads(self, project: str | None = None, status: str | None = None, limit: int = 100) -> ThreadList:
         """The threads, newest activity first (``agentlog threads``)."""
-        return ThreadList.model_validate(self._read(lambda: self.service.thread_list(project, status, limit)))
+        return threads_from(self._read(lambda: self.service.thread_list(project, status, limit)))
 
 
 __all__ = ["Client"]

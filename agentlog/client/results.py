@@ -5,12 +5,14 @@ field the deployment sends kept (``extra``)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from agentlog.processors.read_only import ReadOnlyDict, ReadOnlyList
-from agentlog.schemas.responses import SearchAnswer, SqlAnswer, ThreadList
+from agentlog.schemas.responses import SearchAnswer, SqlAnswer, ThreadList, ThreadRow
+from agentlog.schemas.search import Hit
 
 
 class _Open(BaseModel):
@@ -104,4 +106,25 @@ class SqlResult(SqlAnswer):
         return self.rows[0][0] if self.rows and self.rows[0] else None
 
 
-__all__ = ["Context", "LoggedEvent", "SearchAnswer", "SqlResult", "State", "ThreadList", "state_from"]
+_HIT_FIELDS = frozenset(f.name for f in fields(Hit))
+
+
+def search_from(answer: dict[str, Any]) -> SearchAnswer:
+    """A search answer as this client knows it: the API's own model is strict (its
+    document promises exactly what the server sends), so fields a newer server adds to
+    the answer or to its hits are left out here, not refused."""
+    hits = [{k: v for k, v in h.items() if k in _HIT_FIELDS} for h in answer.get("hits", [])]
+    return SearchAnswer.model_validate({**_known(SearchAnswer, answer), "hits": hits})
+
+
+def threads_from(answer: dict[str, Any]) -> ThreadList:
+    """A thread list as this client knows it (a newer server's added fields left out)."""
+    rows = [_known(ThreadRow, r) for r in answer.get("threads", [])]
+    return ThreadList.model_validate({**_known(ThreadList, answer), "threads": rows})
+
+
+def _known(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in model.model_fields}
+
+
+__all__ = ["search_from", "threads_from", "Context", "LoggedEvent", "SearchAnswer", "SqlResult", "State", "ThreadList", "state_from"]
