@@ -43,7 +43,10 @@ DEFAULT_BUDGET = 4000
 OPEN = (403, 421, 500)
 """What a route that needs no token may answer (the Host and Origin rules still hold)."""
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+# "same-origin", not "no-referrer": under no-referrer a browser sends "Origin: null" with
+# the page's own form posts (the login, the logout), which the Origin rule must refuse.
+# No other site is told which page linked to it either way.
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
            "Cache-Control": "no-store", "X-Frame-Options": "DENY"}  # fmt: skip
 
 
