@@ -237,3 +237,22 @@ def test_threads_named_dot_and_dot_dot_open_from_the_list_and_stay_live(server: 
         assert httpx.post(f"{url}/events", content=fresh, headers=JSON, timeout=10).json()["accepted"] == 1
         WebDriverWait(browser, 5, poll_frequency=0.05).until(lambda d: d.find_elements(By.ID, f"ev-dot-live{len(tid)}"))
         assert [f for f in browser.get_log("browser") if f["level"] == "SEVERE"] == []
+
+
+def test_an_open_thread_page_whose_login_ends_goes_to_the_login_form_and_back(
+        tmp_path: Path, browser: Any) -> None:  # fmt: skip
+    running = Server(tmp_path / "guarded", free_port(), token="web-s3cret").start()
+    try:
+        url = running.url
+        event = raw("g1", "goal", {"text": "a guarded goal"}, 0, "guarded-t")
+        assert httpx.post(f"{url}/events", content=event, headers={**JSON, **running.auth}, timeout=30).status_code == 200
+        _open(browser, f"{url}/ui/threads/guarded-t")
+        browser.find_element(By.NAME, "token").send_keys("web-s3cret")
+        browser.find_element(By.TAG_NAME, "button").click()
+        # The form posts with the page's own Origin (a no-referrer policy made it "null": refused).
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "ev-g1"))
+        browser.delete_cookie("agentlog_token")  # as when its 12 hours end
+        WebDriverWait(browser, 10).until(lambda d: "/ui/login" in d.current_url)
+        assert "next=%2Fui%2Fthreads%2Fguarded-t" in browser.current_url  # back to the page after the login
+    finally:
+        running.stop()

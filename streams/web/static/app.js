@@ -22,9 +22,13 @@
     busy = true;
     var q = new URLSearchParams({ after: table.dataset.after, turn: table.dataset.turn, window: table.dataset.window });
     fetch(url + "&" + q.toString(), { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
+      .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, code: r.status, body: body }; }); })
       .then(function (answer) {
         var body = answer.body;
+        if (answer.code === 401) {  // the login expired (or the token changed): log in again, then back here
+          location.assign("/ui/login?" + new URLSearchParams({ next: location.pathname + location.search }).toString());
+          return;
+        }
         if (!answer.ok) { status.textContent = "live: " + (body.error || "the server did not answer"); return; }
         if (body.rows) {
           var tbody = table.tBodies[0];
