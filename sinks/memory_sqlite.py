@@ -170,7 +170,13 @@ class SqliteMemoryStore(MemoryStore):
             with self._tx() as db:
                 rows = db.execute("SELECT thread_id, records FROM extraction_context").fetchall()
                 for thread_id, records in rows:
-                    kept = [rewrite(r.encode()).decode() for r in orjson.loads(records)]
+                    try:
+                        kept = [rewrite(r.encode()).decode() for r in orjson.loads(records)]
+                    except (ValueError, TypeError, AttributeError):
+                        # Not a context this store wrote (a damaged or edited file): dropped,
+                        # never kept in clear, and no other thread's extraction waits on it.
+                        db.execute("DELETE FROM extraction_context WHERE thread_id = ?", (thread_id,))
+                        continue
                     db.execute("UPDATE extraction_context SET records = ? WHERE thread_id = ?",
                                (orjson.dumps(kept), thread_id))  # fmt: skip
                 db.execute(f"PRAGMA user_version = {int(version)}")

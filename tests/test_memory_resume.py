@@ -220,3 +220,34 @@ def test_a_context_kept_in_clear_by_an_older_version_is_redacted_by_the_next_ext
     records = "".join(orjson.loads(records))
     assert secret not in records and "[REDACTED]" in records and '"call_id":"k1"' in records
     assert secret.encode() not in b"".join(p.read_bytes() for p in settings.data_dir.rglob("memory*") if p.is_file())
+
+
+def test_a_damaged_kept_context_is_dropped_by_the_rewrite_and_blocks_no_other_thread(tmp_path: Path) -> None:
+    import sqlite3  # noqa: PLC0415
+
+    settings = Settings(data_dir=tmp_path / "d")
+    job = Memory(settings)
+    try:
+        _publish(settings, [_call("c1", "k1", "make build", 0), _call("c2", "k2", "make test", 1, thread_id="t2")])
+        job.extract()
+    finally:
+        job.close()
+    memory_db = next(p for p in settings.data_dir.rglob("memory*.db") if p.is_file())
+    with sqlite3.connect(memory_db) as db:
+        threads = [t for (t,) in db.execute("SELECT thread_id FROM extraction_context ORDER BY thread_id")]
+        assert len(threads) == 2
+        for damaged, thread in zip(('["not json {", 5]', "[[1]]"), threads):  # neither a context this store wrote
+            db.execute("UPDATE extraction_context SET records = ? WHERE thread_id = ?", (damaged, thread))
+        db.execute("INSERT INTO extraction_context SELECT 'bad', upto, 'garbage' FROM extraction_context LIMIT 1")
+        db.execute("PRAGMA user_version = 0")
+    again = Memory(settings)
+    try:
+        again.extract()  # runs: the damaged rows are dropped, not a failure of every run
+        _publish(settings, [_call("c3", "k3", "make lint", 2)])
+        again.extract()
+    finally:
+        again.close()
+    with sqlite3.connect(memory_db) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] >= 1
+        kept = dict(db.execute("SELECT thread_id, records FROM extraction_context").fetchall())
+    assert "bad" not in kept and all(isinstance(r, str) for r in orjson.loads(kept["t1"]))
