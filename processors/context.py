@@ -390,12 +390,30 @@ class _SummaryCut:
 
 
 def _cut_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int) -> _SummaryCut:
-    """``render_summary`` with its tokens, its limits and what it leaves out.
+    """``render_summary`` with its tokens, its limits and what it leaves out."""
+    return _cut(_summary_lines(summary, counter), counter, max_tokens)
 
-    A line costs what it costs with its newline: every line starts with a title's letter
+
+@dataclass(frozen=True, slots=True)
+class _SummaryLines:
+    """A summary's lines, each with what it costs with its newline (``_summary_lines``):
+    made and counted once, however many limits it is cut to."""
+
+    head: list[tuple[str, int]]
+    sections: list[tuple[str, int, str, list[tuple[str, int, str]]]]
+    """Per heading: its title, the title's cost, the section's key and its items' lines,
+    costs and source event ids, oldest first."""
+
+
+_SUMMARY_SECTIONS = (("Observations (with source events):", "observations"), ("Done:", "done"),
+                     ("Hypotheses (unverified):", "hypotheses"))  # fmt: skip
+
+
+def _summary_lines(summary: dict[str, Any], counter: TokenCounter) -> _SummaryLines:
+    """A line costs what it costs with its newline: every line starts with a title's letter
     or an item's ``-``, so the text's count is the sum of its lines' with their newlines
     (``tokens.pieces``), less the newline the last line does not have. The lines' counts
-    are the ones each cut asks again, kept by the counter."""
+    are kept by the counter."""
     head = ["Summary of earlier work (handoff record):"]
     if summary.get("next_action"):
         head.append(f"Next action: {summary['next_action']}")
@@ -403,38 +421,45 @@ def _cut_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int
     head += [f"Unknown: {u}" for u in summary.get("unknowns", [])]
     if summary.get("modified_files"):
         head.append("Modified files: " + ", ".join(summary["modified_files"]))
-    lines, used, refused_at = [], 0, _NO_LIMIT
-    for line in head:
-        cost = counter.count(line + "\n")
+    sections = []
+    for title, key in _SUMMARY_SECTIONS:
+        lines = []
+        for item in summary.get(key, []):
+            seen = f" (x{item['count']})" if item.get("count", 1) > 1 else ""
+            line = f"- {item['text']}{seen} [{', '.join(item.get('source_event_ids') or [item['source_event_id']])}]"
+            lines.append((line, counter.count(line + "\n"), item["source_event_id"]))
+        sections.append((title, counter.count(title + "\n"), key, lines))
+    return _SummaryLines([(line, counter.count(line + "\n")) for line in head], sections)
+
+
+def _cut(lines: _SummaryLines, counter: TokenCounter, max_tokens: int) -> _SummaryCut:
+    """The summary's lines under ``max_tokens``: the head first, then each section's
+    newest items while they fit (a section stops at its first item refused)."""
+    shown, used, refused_at = [], 0, _NO_LIMIT
+    for line, cost in lines.head:
         if used + cost > max_tokens:
             refused_at = used + cost
             break
-        lines.append(line)
+        shown.append(line)
         used += cost
     left_out: list[str] = []
-    for title, key in (("Observations (with source events):", "observations"), ("Done:", "done"),
-                       ("Hypotheses (unverified):", "hypotheses")):  # fmt: skip
-        items = summary.get(key, [])
+    for title, title_cost, key, items in lines.sections:
         chosen: list[str] = []
-        title_cost = counter.count(title + "\n")
         for at in range(len(items) - 1, -1, -1):  # newest first
-            item = items[at]
-            seen = f" (x{item['count']})" if item.get("count", 1) > 1 else ""
-            line = f"- {item['text']}{seen} [{', '.join(item.get('source_event_ids') or [item['source_event_id']])}]"
-            cost = counter.count(line + "\n")
+            line, cost, _ = items[at]
             if used + title_cost + cost > max_tokens:
                 refused_at = min(refused_at, used + title_cost + cost)
                 if key != "done":
-                    left_out += (i["source_event_id"] for i in items[: at + 1])
+                    left_out += (source for _, _, source in items[: at + 1])
                 break
             chosen.append(line)
             used += cost
         if chosen:
-            lines.append(title)
+            shown.append(title)
             used += title_cost
-            lines += reversed(chosen)
-    tokens = used - counter.count(lines[-1] + "\n") + counter.count(lines[-1]) if lines else 0
-    return _SummaryCut("\n".join(lines), tokens, range(used, refused_at), tuple(left_out))
+            shown += reversed(chosen)
+    tokens = used - counter.count(shown[-1] + "\n") + counter.count(shown[-1]) if shown else 0
+    return _SummaryCut("\n".join(shown), tokens, range(used, refused_at), tuple(left_out))
 
 
 _NO_LIMIT = 1 << 62
@@ -970,8 +995,10 @@ def _point_failures_at_window(sections: list[dict[str, Any]], system: list[tuple
     if derived is None:
         shorter, tokens = _pointed_with_tokens(msg["content"], listed, counter)
     else:
+        # A line the window does not show is the section's own (in its text); one it shows
+        # points at the window by the group's label, status and events.
         key = ("pointed", counter.encoding_name, msg["content"],
-               tuple((g.label, g.status, g.message, tuple(g.event_ids), seen) for g, seen in listed))  # fmt: skip
+               tuple((g.label, g.status, tuple(g.event_ids)) if seen else None for g, seen in listed))  # fmt: skip
         found = derived.get(key)
         if found is None:
             found = derived[key] = _pointed_with_tokens(msg["content"], listed, counter)
@@ -991,9 +1018,14 @@ def _pointed(content: str, listed: list[tuple[FailureGroup, bool]], counter: Tok
     """The failures section's text with each group's line pointing at the window where
     that is shorter; ``""`` when the whole would not take fewer tokens."""
     lines = content.split("\n")
-    body = [_failure_line(g, seen) for g, seen in listed]
-    new = [min(old, line, key=counter.count) for old, line in zip(lines[1:], body)]
-    shorter = "\n".join([lines[0], *new])
+    # Only a group the window shows gets another line: every other line is the section's
+    # own (``_failure_line(g, False)``), so it is neither made nor counted again.
+    for at, (g, seen) in zip(range(1, len(lines)), listed):  # one line per group, after the title
+        if seen:
+            pointing = _failure_line(g, True)
+            if counter.count(pointing) < counter.count(lines[at]):
+                lines[at] = pointing
+    shorter = "\n".join(lines)
     if message_tokens(counter, {"content": shorter}) <= message_tokens(counter, {"content": content}):
         return shorter
     return ""
@@ -1075,7 +1107,11 @@ def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_toke
     of a serialisation and a hash of it on every request."""
     if derived is None:
         return _summary(summary, counter, max_tokens, covered)[0]
-    summary_json = _by_identity(derived, ("summary_json", thread), [summary], lambda: orjson.dumps(summary))
+    summary_json, observed = _by_identity(derived, ("summary_json", thread), [summary],
+                                          lambda: (orjson.dumps(summary), _observed(summary)))  # fmt: skip
+    # Only the failures shown that the summary's observations cite change its text: a new
+    # failure (never in the summary yet) leaves the cut as it was.
+    covered = covered & observed
     key = ("summary", counter.encoding_name, summary_json, tuple(sorted(covered)))
     max_tokens = max(0, max_tokens)  # no line fits under 0 either: one cut for all of them
     cuts: tuple[tuple[range, tuple[str, list[str], int, int]], ...] = derived.get(key) or ()
@@ -1085,6 +1121,13 @@ def _remembered_summary(summary: dict[str, Any], counter: TokenCounter, max_toke
         derived[key] = (*cuts[-(SUMMARY_CUTS - 1):], (limits, found))
     text, items, lost, tokens = found
     return text, list(items), lost, tokens
+
+
+def _observed(summary: dict[str, Any]) -> frozenset[str]:
+    """The source event ids the summary's observations cite: the only ones whose showing
+    in the failures section hides an observation (``_summary``)."""
+    return frozenset(i for o in summary.get("observations", [])
+                     for i in (o.get("source_event_id"), *o.get("source_event_ids", ())) if i is not None)  # fmt: skip
 
 
 def _summary_now(state: dict[str, Any], derived: MutableMapping[Any, Any] | None, thread: Any) -> dict[str, Any]:
@@ -1148,7 +1191,8 @@ def _summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int,
         return not (ids - {None}) <= covered or not ids - {None}
 
     record = {**summary, "observations": [o for o in summary.get("observations", []) if shown(o)]}
-    cut, whole = _cut_summary(record, counter, max_tokens), _cut_summary(record, counter, _NO_LIMIT)
+    lines = _summary_lines(record, counter)
+    cut, whole = _cut(lines, counter, max_tokens), _cut(lines, counter, _NO_LIMIT)
     lost = whole.tokens - cut.tokens + (MESSAGE_OVERHEAD if whole.text and not cut.text else 0)
     tokens = MESSAGE_OVERHEAD + cut.tokens if cut.text else 0
     return (cut.text, list(cut.left_out), max(0, lost), tokens), cut.limits

@@ -255,3 +255,20 @@ def test_the_units_the_budget_leaves_out_are_counted_but_their_messages_never_ma
     assert shown and left and {i for ids in made for i in ids} == set(shown)  # only the shown units' messages
     cold = assemble(_state(), events, counter(), 1200, None, set(), None, state_redacted=True)
     assert orjson.dumps(ctx.as_dict()) == orjson.dumps(cold.as_dict())
+
+
+def test_pointing_failures_at_the_window_makes_lines_only_for_the_groups_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new failure changes the failures section on its step: its text is pointed at the
+    window again, and every line the window does not show is the section's own already."""
+    groups = [context.FailureGroup("pytest", "error", f"assertion {i} failed " * 8, [f"e{i}"]) for i in range(12)]
+    content = "\n".join(["Recent failures (identical ones once, with a count):",
+                         *(context._failure_line(g, False) for g in groups)])  # fmt: skip
+    listed = [(g, i in (3, 11)) for i, g in enumerate(groups)]
+    made: list[str] = []
+    line = context._failure_line
+    monkeypatch.setattr(context, "_failure_line", lambda g, seen: made.append(g.event_ids[-1]) or line(g, seen))
+    shorter = context._pointed(content, listed, TokenCounter())
+    assert sorted(made) == ["e11", "e3"]
+    lines = shorter.split("\n")
+    assert lines[4].endswith("output in the conversation below (e3)") and lines[12].endswith("(e11)")
+    assert [x for i, x in enumerate(lines) if i not in (4, 12)] == [x for i, x in enumerate(content.split("\n")) if i not in (4, 12)]

@@ -86,3 +86,22 @@ def test_a_summary_cut_is_remembered_for_every_limit_that_gives_it(monkeypatch: 
     assert made == [120]  # rendered once for the three limits
     assert context._remembered_summary(summary, counter, limits.stop, set(), derived) != first
     assert made == [120, limits.stop]
+
+
+def test_a_failure_shown_that_the_summary_does_not_cite_leaves_its_cut_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new failure enters the failures section on its step, never cited by the summary
+    yet: only the shown failures the observations cite can change the summary's text."""
+    from agentlog.processors import context  # noqa: PLC0415
+
+    made: list[frozenset[str]] = []
+    summarise = context._summary
+    monkeypatch.setattr(context, "_summary", lambda s, c, limit, covered: made.append(frozenset(covered)) or summarise(s, c, limit, covered))
+    summary = {"observations": [{"text": f"pytest -> error {i} (exit 1)", "source_event_id": f"e{i}"} for i in range(6)]}
+    counter, derived = TokenCounter(), {}
+    first = context._remembered_summary(summary, counter, 500, {"e1", "new1"}, derived)
+    assert context._remembered_summary(summary, counter, 500, {"e1", "new2", "new3"}, derived) == first
+    assert made == [frozenset({"e1"})]  # rendered once: the new failures are not the summary's
+    hidden = context._remembered_summary(summary, counter, 500, {"e1", "e2"}, derived)
+    assert hidden != first and "error 2 " not in hidden[0] and "error 3 " in hidden[0]
+    assert hidden == context._remembered_summary(summary, counter, 500, {"e1", "e2"}, None)  # as with nothing remembered
+    assert made[-1] == frozenset({"e1", "e2"})
