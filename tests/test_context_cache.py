@@ -129,6 +129,20 @@ def test_the_cache_bound_counts_a_large_event_and_a_search_document_by_their_tex
     assert len(cache) == 1 and cache.bytes <= 300_000  # the second pushed the first out
 
 
+
+def test_a_parsed_record_counts_its_bytes_and_its_event_in_the_bound() -> None:
+    """Each record the window parses is remembered by its bytes, sized from them (not by
+    serialising the event again on every step): a large one still pushes others out."""
+    from agentlog.streams.api.context_cache import ContextCache
+    from agentlog.processors.validation import validate
+
+    cache = ContextCache(max_entries=100, max_bytes=500_000)
+    big = raw("big", "message", {"role": "user", "text": "x" * 200_000}, 0)
+    assert cache.parse(big, validate).event_id == "big"
+    assert cache.parsed.bytes >= 2 * 200_000  # the record's bytes and its event
+    cache.parse(raw("big2", "message", {"role": "user", "text": "y" * 200_000}, 1), validate)
+    assert len(cache.parsed) == 1 and cache.parsed.bytes <= 500_000
+
 def test_the_caches_on_or_off_benchmark_runs_and_both_sides_answer_the_same() -> None:
     from agentlog.bench import context_cache as bench
 

@@ -62,7 +62,10 @@ class BoundedCache(MutableMapping[Any, V], Generic[V]):
             return value
 
     def __setitem__(self, key: Any, value: V) -> None:
-        size = self._size_of(key) + self._size_of(value)
+        self.put(key, value, self._size_of(key) + self._size_of(value))
+
+    def put(self, key: Any, value: V, size: int) -> None:
+        """``self[key] = value``, its size (key and value) known to the caller."""
         with self._lock:
             if key in self._items:
                 self.bytes -= self._items.pop(key)[1]
@@ -187,8 +190,8 @@ class ContextCache:
         event = self.parsed.get(raw)
         if event is None:
             event = validate(raw)
-            if isinstance(event, Envelope):
-                self.parsed[raw] = event
+            if isinstance(event, Envelope):  # as large as the JSON it was read from (sized so
+                self.parsed.put(raw, event, 2 * len(raw) + 320)  # instead of dumping it again)
         return event
 
     def read_event(self, source: Any, event_id: str) -> Envelope | None:
