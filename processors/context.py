@@ -827,11 +827,56 @@ def assemble(
     therefore replace, never edit in place, as ``PublicView`` does) let a caller keep that
     work between calls: the result is the same. ``redaction_memo`` is ``redact_value``'s memo for the
     memory facts (the same list on every request; recalled hits are not kept: a new
-    question brings new hits, and keeping them costs that step more than it saves others)."""
+    question brings new hits, and keeping them costs that step more than it saves others).
+
+    ``draft`` then ``finish``: a caller that searches for the recalled hits meanwhile (on
+    another core) drafts the rest while they are found."""
+    return finish(draft(state, window, counter, budget, latest_user, orphans, output_budget_chars, memory,
+                        redact_secrets, memo, state_redacted, derived, redaction_memo), recall)  # fmt: skip
+
+
+@dataclass
+class Draft:
+    """A context as far as recall leaves it unchanged (``draft``): the pinned items, the
+    state's sections, the summary and memory measured, the window's units shaped. Only
+    ``finish`` reads it, once."""
+
+    counter: TokenCounter
+    budget: int
+    orphans: set[str]
+    redact_secrets: bool
+    derived: MutableMapping[Any, Any] | None
+    pinned: dict[str, Any]
+    units: list[Unit]
+    latest_unit: Unit | None
+    latest_id: str | None
+    groups: list[FailureGroup]
+    measure: Measure
+    left: Budget
+    sections: list[dict[str, Any]]
+    system: list[tuple[str, dict[str, Any]]]
+    memory_msg: dict[str, Any] | None
+    cited: frozenset[str]
+
+
+def draft(
+    state: dict[str, Any],
+    window: list[Envelope],
+    counter: TokenCounter,
+    budget: int,
+    latest_user: Envelope | None = None,
+    orphans: set[str] | None = None,
+    output_budget_chars: int | None = None,
+    memory: list[dict[str, Any]] | None = None,
+    redact_secrets: bool = True,
+    memo: TextMemo | None = None,
+    state_redacted: bool = False,
+    derived: MutableMapping[Any, Any] | None = None,
+    redaction_memo: MutableMapping[bytes, bytes] | None = None,
+) -> Draft:
+    """``assemble``'s work up to the recalled evidence (its arguments, without ``recall``)."""
     if redact_secrets:
         state = state if state_redacted else redact_value(state)
-        # Only the fields shown are redacted (a hit holds a dozen): the same text as the whole.
-        recall = [redact_fields(h, _HIT_FIELDS) for h in recall] if recall else recall
         memory = redact_value(memory, redaction_memo)  # a fact keyed db.password loses its value (a key/value pair)
     pinned = {"role": "system", "content": pinned_text(state)}
     if output_budget_chars is None:
@@ -918,10 +963,21 @@ def assemble(
             memory_msg = {"role": "user", "content": text}
             b.remaining -= measure(memory_msg)
             sections.append({"name": "memory", "tokens": measure(memory_msg), "content": text})
+    return Draft(counter, budget, orphans or set(), redact_secrets, derived, pinned, units, latest_unit, latest_id,
+                 groups, measure, b, sections, system, memory_msg, cited)  # fmt: skip
+
+
+def finish(d: Draft, recall: list[dict[str, Any]] | None) -> ContextResult:
+    """The drafted context with the recalled evidence, and the raw window in what is left."""
+    counter, budget, orphans, b, sections = d.counter, d.budget, d.orphans, d.left, d.sections
+    units, latest_unit, measure, system, memory_msg = d.units, d.latest_unit, d.measure, d.system, d.memory_msg
+    if d.redact_secrets:
+        # Only the fields shown are redacted (a hit holds a dozen): the same text as the whole.
+        recall = [redact_fields(h, _HIT_FIELDS) for h in recall] if recall else recall
     recall_msg, recall_section = None, None
     # Search finds orphans too (the log keeps them searchable); a model never sees one.
     recall = [h for h in recall or [] if h["event_id"] not in (orphans or ())
-              and not cited.intersection(h.get("event_ids") or (h["event_id"],))]  # fmt: skip
+              and not d.cited.intersection(h.get("event_ids") or (h["event_id"],))]  # fmt: skip
     if recall:
         lines, used, left = [], 0, []
         for hit in recall:
@@ -956,7 +1012,7 @@ def assemble(
     left_units.reverse()
     b.drop("recent", [i for u in left_units for i in u.event_ids], sum(u.tokens for u in left_units))
     in_window = {i for u in chosen for i in u.event_ids}
-    _point_failures_at_window(sections, system, groups, in_window, counter, derived, measure)
+    _point_failures_at_window(sections, system, d.groups, in_window, counter, d.derived, measure)
     recent = [m for u in chosen for m in u.messages]
     sections.append({"name": "recent", "tokens": sum(u.tokens for u in chosen),
                      "event_ids": [i for u in chosen for i in u.event_ids]})  # fmt: skip
@@ -964,17 +1020,17 @@ def assemble(
         sections.append(recall_section)  # SPEC §4's order: pinned, state, summary, recent, recall
     # System context first (recalled evidence last of it), then the memory data block as a
     # user-role message, then the conversation, its newest turn last.
-    messages = [pinned, *(m for _, m in system), *([recall_msg] if recall_msg else []),
+    messages = [d.pinned, *(m for _, m in system), *([recall_msg] if recall_msg else []),
                 *([memory_msg] if memory_msg else []), *recent]  # fmt: skip
     # The conversation's messages are the chosen units': their tokens are counted already.
     used = sum(map(measure, messages[: len(messages) - len(recent)]))
     used += sum(u.tokens for u in chosen)
-    dropped = {"sections": b.dropped, "tokens": sum(d["tokens"] for d in b.dropped),
+    dropped = {"sections": b.dropped, "tokens": sum(x["tokens"] for x in b.dropped),
                "units": [i for u in left_units for i in u.event_ids],
-               "recall": next((d["items"] for d in b.dropped if d["name"] == "recall"), [])}  # fmt: skip
+               "recall": next((x["items"] for x in b.dropped if x["name"] == "recall"), [])}  # fmt: skip
     return ContextResult(sections, messages, {
         "budget": budget, "used_tokens": used, "encoding": counter.encoding_name,
-        "dropped": dropped, "latest_user_message_id": latest_id,
+        "dropped": dropped, "latest_user_message_id": d.latest_id,
     })  # fmt: skip
 
 

@@ -227,6 +227,24 @@ def test_a_contexts_recall_searches_begin_before_its_window_is_read_and_answer_r
         assert not [args for name, args, _ in service.calls if name == "search" and args in first], "asked again"
 
 
+
+def test_a_context_is_drafted_while_its_begun_searches_are_scored(split: EmbeddedService,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """All but the recalled evidence is assembled between beginning the searches and taking
+    their answers: the index scores on the other core meanwhile (a new question's step)."""
+    from agentlog.streams.api import context as api_context  # noqa: PLC0415
+
+    order: list[str] = []
+    drafting, answering = api_context.draft, api_context._CachedReads.search
+    monkeypatch.setattr(api_context, "draft", lambda *a, **k: order.append("draft") or drafting(*a, **k))
+    monkeypatch.setattr(api_context._CachedReads, "search",
+                        lambda self, *a, **k: order.append("answer") or answering(self, *a, **k))  # fmt: skip
+    split.publish(raw("ask", "message", {"role": "user", "text": "what did grep find for c1?"}, 50.0))
+    service = _Logged(split)
+    context_for(service, "t1", 4000)
+    assert any(name == "search_begun" for name, _, _ in service.calls)
+    assert order and order[0] == "draft" and "answer" in order, order
+
 def test_contexts_whose_searches_began_early_are_the_contexts_of_searches_asked_in_turn(split: EmbeddedService) -> None:
     split.publish(raw("ws", "window_switch", {"new_window_id": "w2"}, 49.0))
     for i, question in enumerate(QUESTIONS):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from agentlog.processors.context import assemble
+from agentlog.processors.context import draft, finish
 from agentlog.processors.formats.render import render_context
 from agentlog.processors.tokens import counter, encoding_for, known_encoding
 from agentlog.schemas.events import Envelope
@@ -61,14 +61,14 @@ def context_for(service: ContextSource, thread_id: str, budget: int, query: str 
     latest_id = state.get("latest_user_message_id")
     if latest_id and all(e.event_id != latest_id for e in window):
         latest = reads.read_event(latest_id)  # remembered: recall's beginning may have read it
-    # Recall runs on every request: the query, else the latest user message and the goal.
-    recall = recall_for(reads, state, window, latest, orphans, query) or None
     facts = service.memory_facts(state["project"])
     redact = service.settings.redact
-    result = assemble(state, window, tokens, budget, latest, orphans, recall, memory=facts,
-                      redact_secrets=redact, memo=cache.texts, state_redacted=redact, derived=cache.derived,
-                      redaction_memo=cache.items)  # fmt: skip
-    out = result.as_dict()
+    # All but the recalled evidence is drafted while the index scores the searches begun.
+    drafted = draft(state, window, tokens, budget, latest, orphans, memory=facts, redact_secrets=redact,
+                    memo=cache.texts, state_redacted=redact, derived=cache.derived, redaction_memo=cache.items)  # fmt: skip
+    # Recall runs on every request: the query, else the latest user message and the goal.
+    recall = recall_for(reads, state, window, latest, orphans, query) or None
+    out = finish(drafted, recall).as_dict()
     out["thread_id"] = thread_id
     out["meta"]["summary_covers_through"] = state.get("summary_covers_through")
     if model and known_encoding(model) is None:
