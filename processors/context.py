@@ -793,22 +793,9 @@ def _dedup_window_failures(units: list[Unit], groups: list[FailureGroup]) -> Non
                     u.key = None  # its text is no longer its events' alone
 
 
-def assemble(
-    state: dict[str, Any],
-    window: list[Envelope],
-    counter: TokenCounter,
-    budget: int,
-    latest_user: Envelope | None = None,
-    orphans: set[str] | None = None,
-    recall: list[dict[str, Any]] | None = None,
-    output_budget_chars: int | None = None,
-    memory: list[dict[str, Any]] | None = None,
-    redact_secrets: bool = True,
-    memo: TextMemo | None = None,
-    state_redacted: bool = False,
-    derived: MutableMapping[Any, Any] | None = None,
-    redaction_memo: MutableMapping[bytes, bytes] | None = None,
-) -> ContextResult:
+def assemble(state: dict[str, Any], window: list[Envelope], counter: TokenCounter, budget: int,
+             latest_user: Envelope | None = None, orphans: set[str] | None = None,
+             recall: list[dict[str, Any]] | None = None, **options: Any) -> ContextResult:  # fmt: skip
     """Assemble the working set. ``window`` is the bounded recent tail of the thread.
 
     Priority, highest first: pinned (goal, constraints, granted and denied approvals, the
@@ -829,10 +816,11 @@ def assemble(
     memory facts (the same list on every request; recalled hits are not kept: a new
     question brings new hits, and keeping them costs that step more than it saves others).
 
-    ``draft`` then ``finish``: a caller that searches for the recalled hits meanwhile (on
-    another core) drafts the rest while they are found."""
-    return finish(draft(state, window, counter, budget, latest_user, orphans, output_budget_chars, memory,
-                        redact_secrets, memo, state_redacted, derived, redaction_memo), recall)  # fmt: skip
+    ``options``: ``draft``'s (``output_budget_chars``, ``memory``, ``redact_secrets``,
+    ``memo``, ``state_redacted``, ``derived``, ``redaction_memo``). ``draft`` then
+    ``finish``: a caller that searches for the recalled hits meanwhile (on another core)
+    drafts the rest while they are found."""
+    return finish(draft(state, window, counter, budget, latest_user, orphans, **options), recall)
 
 
 @dataclass
