@@ -196,3 +196,16 @@ def test_one_client_used_from_many_threads_gives_each_request_its_own_answer(sta
     remote.close()
     with pytest.raises(RuntimeError, match="closed"):
         remote.state("agent-0")
+
+
+def test_agentlog_run_formats_no_access_log_line_it_would_never_print(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """At log level "warning" uvicorn prints no access line, yet while its access logger
+    has handlers it formats one (client address, quoted path) for every response."""
+    from agentlog.streams.embedded import server  # noqa: PLC0415
+
+    configs: list[object] = []
+    monkeypatch.setattr(server, "_run", lambda _service, config: configs.append(config))
+    assert server.serve(Settings(data_dir=tmp_path), "127.0.0.1", 0) == 0
+    (config,) = configs
+    assert config.access_log is False and config.log_level == "warning"  # type: ignore[attr-defined]

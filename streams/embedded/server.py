@@ -69,8 +69,10 @@ def serve(settings: Settings, host: str, port: int) -> int:
         print(f"agentlog: serving {settings.data_dir} on http://{host}:{port}", file=sys.stderr)
         app = build_app(service, Policy.of(settings, host), identity, background=service.run_forever)
         # A proxy's X-Forwarded-* headers are believed only with AGENTLOG_TRUST_PROXY (guard.over_https).
-        _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False,
-                                           http=BoundedHttpToolsProtocol))
+        # No access log: at "warning" it never prints, yet uvicorn formats its arguments
+        # (client address, quoted path) for every response while the logger has handlers.
+        _run(service, uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                     proxy_headers=False, http=BoundedHttpToolsProtocol))  # fmt: skip
     finally:
         marker.unlink(missing_ok=True)
         service.close()
