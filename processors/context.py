@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from agentlog.processors.handoff_view import shown_record
 from agentlog.processors.public_state import Rendering
 from agentlog.processors.redaction import mask_secret_keys, redact, redact_fields, redact_value
 from agentlog.processors.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -371,7 +372,7 @@ SUMMARY_SHARE = 0.4
 def render_summary(summary: dict[str, Any], counter: TokenCounter, max_tokens: int) -> str:
     """The handoff record as text, most actionable first, newest evidence first, cut to
     ``max_tokens``. Observations, what is done and hypotheses stay under separate headings."""
-    return _cut_summary(summary, counter, max_tokens).text
+    return _cut_summary(dict(shown_record(summary)), counter, max_tokens).text
 
 
 @dataclass(frozen=True)
@@ -583,8 +584,9 @@ def failure_groups(failures: list[dict[str, Any]]) -> list[FailureGroup]:
     """The state's recent failures, identical ones folded together, ordered by their newest."""
     groups: dict[tuple[str, str, str], FailureGroup] = {}
     for f in failures:
-        label = f.get("tool_name") or f["kind"]
-        key = (label, f.get("status") or "", f.get("message") or "")
+        # One line each (a tool's name may hold a newline): a group is one line of its section.
+        label = _one_line(f.get("tool_name") or f["kind"])
+        key = (label, _one_line(f.get("status")), f.get("message") or "")
         group = groups.pop(key, None) or FailureGroup(label, key[1], key[2], [])
         group.event_ids.append(f["event_id"])
         groups[key] = group  # re-inserted: the dict stays ordered by each group's newest failure
@@ -1179,8 +1181,10 @@ def _summary_now(state: dict[str, Any], derived: MutableMapping[Any, Any] | None
     what was pending when the window was folded into it; a call answered, a task finished
     or an approval decided since would otherwise read as pending beside the window that
     shows it done. The same object while nothing it lists has left (the summary's cuts
-    are remembered by its identity)."""
-    summary = state["summary"]
+    are remembered by its identity). Only its parts of the record's shape: a published
+    ``compaction`` may hold any object (``handoff_view.shown_record``)."""
+    published = state["summary"]
+    summary = _by_identity(derived, ("summary shown", thread), [published], lambda: shown_record(published))
     jobs = summary.get("pending_jobs") or []
     if not jobs:
         return summary

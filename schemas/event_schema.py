@@ -123,7 +123,10 @@ PAYLOAD_NOTES: dict[str, dict[str, str]] = {
     },
     "compaction": {
         "summary": "The structured handoff record of what was folded away (goal, constraints, "
-        "observations, hypotheses, done, pending jobs, next action, unknowns, modified files).",
+        "observations, hypotheses, done, pending jobs, next action, unknowns, modified files). Any object "
+        "is accepted and the state shows it as published; a context shows only its parts of the record's "
+        "shape (an observation needs a `text` and a `source_event_id` or `source_event_ids`), and the next "
+        "fold starts a fresh record from a summary of another shape.",
         "covers_through": "The `event_id` of the last event the summary covers.",
     },
     "fact": {
