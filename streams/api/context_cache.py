@@ -159,6 +159,12 @@ class ActiveSets:
             self._sets.clear()
 
 
+PARSED_EXTRA = 512
+"""A parsed record counts its bytes twice (the key, and the event: as large as the JSON it
+was read from, sized so instead of serialising it again on every step) and this: the
+fields left to their defaults that the event holds (an envelope's dozen), and overheads."""
+
+
 class ContextCache:
     """The caches of one service: ``texts`` (event id, part) -> redacted text, for
     ``agentlog.processors.context.build_units``; ``events`` event id -> the accepted
@@ -190,8 +196,8 @@ class ContextCache:
         event = self.parsed.get(raw)
         if event is None:
             event = validate(raw)
-            if isinstance(event, Envelope):  # as large as the JSON it was read from (sized so
-                self.parsed.put(raw, event, 2 * len(raw) + 320)  # instead of dumping it again)
+            if isinstance(event, Envelope):
+                self.parsed.put(raw, event, 2 * len(raw) + PARSED_EXTRA)
         return event
 
     def read_event(self, source: Any, event_id: str) -> Envelope | None:
