@@ -847,6 +847,9 @@ class Draft:
     system: list[tuple[str, dict[str, Any]]]
     memory_msg: dict[str, Any] | None
     cited: frozenset[str]
+    finished: bool = False
+    """``finish`` spends the draft (its budget and sections): a second one would count
+    the window and the recalled evidence twice."""
 
 
 def draft(
@@ -959,6 +962,9 @@ def draft(
 
 def finish(d: Draft, recall: list[dict[str, Any]] | None) -> ContextResult:
     """The drafted context with the recalled evidence, and the raw window in what is left."""
+    if d.finished:
+        raise ValueError("this draft was finished already: draft the context again")
+    d.finished = True
     counter, budget, orphans, b, sections = d.counter, d.budget, d.orphans, d.left, d.sections
     units, latest_unit, measure, system, memory_msg = d.units, d.latest_unit, d.measure, d.system, d.memory_msg
     if d.redact_secrets:

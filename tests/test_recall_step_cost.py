@@ -277,3 +277,14 @@ def test_a_contexts_search_terms_are_worked_out_once_per_text_and_never_remember
     searches = recall.recall_searches(state, long_question, None)
     assert searches[0] == ("ERR_007 component err 007", "error")  # worked out as ever
     assert recall._remembered_terms.cache_info().currsize == size + 0  # only the goal, known already
+
+
+def test_a_drafted_context_is_finished_once() -> None:
+    from agentlog.processors.context import draft, finish  # noqa: PLC0415
+    from agentlog.processors.tokens import counter  # noqa: PLC0415
+
+    drafted = draft({"thread_id": "t1", "goal": {"text": "ship"}}, [], counter(), 400)
+    first = finish(drafted, None)
+    assert first.meta["budget"] == 400
+    with pytest.raises(ValueError, match="finished already"):
+        finish(drafted, None)  # its budget was spent: a second answer would count it twice
