@@ -13,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
+from agentlog.schemas.handoff import HandoffRecord
+
 SOURCED = ("observations", "done", "hypotheses")
 """The record's lists of items, each a text with the events it comes from."""
 TEXTS = ("pending_jobs", "unknowns", "modified_files")
@@ -20,8 +24,8 @@ TEXTS = ("pending_jobs", "unknowns", "modified_files")
 
 
 def shown_record(summary: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``summary`` itself when every part assembly shows has the record's shape (the
-    pipeline's own records: nothing is copied), else a record of its well-formed parts."""
+    """``summary`` itself when it is a handoff record (the pipeline's own records: nothing
+    is copied), else a record of its parts that have the record's shape."""
     if _well_formed(summary):
         return summary
     record = {key: value for key, value in summary.items() if key not in (*SOURCED, *TEXTS, "next_action")}
@@ -36,27 +40,13 @@ def shown_record(summary: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _well_formed(summary: Mapping[str, Any]) -> bool:
-    next_action = summary.get("next_action")
-    return (
-        (next_action is None or isinstance(next_action, str))
-        and all(_strings(summary.get(key, [])) for key in TEXTS)
-        and all(isinstance(items := summary.get(key, []), list) and all(map(_sourced_as_is, items)) for key in SOURCED)
-    )
-
-
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(text, str) for text in value)
-
-
-def _sourced_as_is(item: Any) -> bool:
-    count = item.get("count", 1) if isinstance(item, Mapping) else None
-    return (
-        isinstance(item, Mapping)
-        and isinstance(item.get("text"), str)
-        and isinstance(item.get("source_event_id"), str)
-        and _strings(item.get("source_event_ids", []))
-        and type(count) is int
-    )
+    """Whether ``summary`` is a ``HandoffRecord`` as it stands (strictly: a count that is
+    the text "2" is not one): every record the pipeline folds is."""
+    try:
+        HandoffRecord.model_validate(summary, strict=True)
+    except ValidationError:
+        return False
+    return True
 
 
 def _items(value: Any) -> list[Any]:
