@@ -46,7 +46,7 @@ class Hit:
 
     def as_dict(self) -> dict[str, object]:
         """``dataclasses.asdict`` without its deep copy (every field is a scalar)."""
-        return {name: getattr(self, name) for name in _HIT_FIELDS}
+        return {name: getattr(self, name) for name in HIT_FIELDS}
 
     def copy(self) -> Hit:
         """``dataclasses.replace(self)``, field by field (``replace`` checks every field
@@ -56,7 +56,8 @@ class Hit:
                    self.role, self.status, self.exit_code)  # fmt: skip
 
 
-_HIT_FIELDS = tuple(f.name for f in fields(Hit))
+HIT_FIELDS = tuple(f.name for f in fields(Hit))
+"""A hit's fields, in order: what an answer's hit holds (a client keeps only these)."""
 
 
 def kind_said(hit: Mapping[str, Any]) -> str:
@@ -98,4 +99,4 @@ def time_bounds(params: Mapping[str, str]) -> tuple[int | None, int | None]:
             time_bound_ms(params.get("until") or params.get("until_ms")))  # fmt: skip
 
 
-__all__ = ["Hit", "SearchFilters", "exit_code_of", "kind_said", "time_bound_ms", "time_bounds"]
+__all__ = ["HIT_FIELDS", "Hit", "SearchFilters", "exit_code_of", "kind_said", "time_bound_ms", "time_bounds"]

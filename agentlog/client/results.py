@@ -5,14 +5,13 @@ field the deployment sends kept (``extra``)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from agentlog.processors.read_only import ReadOnlyDict, ReadOnlyList
 from agentlog.schemas.responses import SearchAnswer, SqlAnswer, ThreadList, ThreadRow
-from agentlog.schemas.search import Hit
+from agentlog.schemas.search import HIT_FIELDS
 
 
 class _Open(BaseModel):
@@ -106,14 +105,11 @@ class SqlResult(SqlAnswer):
         return self.rows[0][0] if self.rows and self.rows[0] else None
 
 
-_HIT_FIELDS = frozenset(f.name for f in fields(Hit))
-
-
 def search_from(answer: dict[str, Any]) -> SearchAnswer:
     """A search answer as this client knows it: the API's own model is strict (its
     document promises exactly what the server sends), so fields a newer server adds to
     the answer or to its hits are left out here, not refused."""
-    hits = [{k: v for k, v in h.items() if k in _HIT_FIELDS} for h in answer.get("hits", [])]
+    hits = [{k: v for k, v in h.items() if k in HIT_FIELDS} for h in answer.get("hits", [])]
     return SearchAnswer.model_validate({**_known(SearchAnswer, answer), "hits": hits})
 
 
