@@ -308,11 +308,12 @@ def run_rebuild_section(args: argparse.Namespace) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     from agentlog.bench import context as bench_context, fidelity, kafka as bench_kafka, step as bench_step  # noqa: PLC0415
-    from agentlog.bench import client as bench_client  # noqa: PLC0415
+    from agentlog.bench import client as bench_client, crowd  # noqa: PLC0415
     from agentlog.bench import web as bench_web  # noqa: PLC0415
 
     sections = {"pipeline": run_pipeline_section, "memory": run_memory_section,
                 "context": lambda _args: bench_context.run(), "step": lambda a: bench_step.run(a.step_lengths, a.steps or bench_step.STEPS, a.in_process_only),
+                "crowd": lambda _args: crowd.run(),
                 "fidelity": lambda a: fidelity.run(getattr(a, "json", False)),
                 "kafka": lambda a: bench_kafka.run(a.kafka_events), "rebuild": run_rebuild_section,
                 "client": lambda a: bench_client.run(a.client_events),

@@ -200,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-process-only", action="store_true",
                    help="with --only step: only the in-process series (no server over HTTP, no LangGraph)")
     p.add_argument("--json", action="store_true", help="with --only fidelity or memory: its figures as one JSON object")
-    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "step", "kafka", "rebuild",
-                                         "client", "web"],
+    p.add_argument("--only", choices=["all", "pipeline", "memory", "context", "fidelity", "step", "crowd", "kafka",
+                                         "rebuild", "client", "web"],
                    default="all",
                    help="run one section: pipeline (processors, whole pipeline, state/read), memory "
                         "(extraction precision and recall per origin and language over generated en/ja/zh "
@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "step (publish one event then state, or then context at 8,000 tokens, in-process "
                         "and over HTTP against `agentlog run`, beside LangGraph when installed: "
                         "pip install 'agentlog[bench]'), "
+                        "crowd (a new question's context step in a 2,000-event thread alone and among 10 and "
+                        "50 other threads' events in one data directory), "
                         "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
                         "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
                         "of an --events log, without a server and through one; not part of 'all'), client (publishing "
