@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and over HTTP against `agentlog run`, beside LangGraph when installed: "
                         "pip install 'agentlog[bench]'), "
                         "crowd (a new question's context step in a 2,000-event thread alone and among 10 and "
-                        "50 other threads' events in one data directory), "
+                        "100 other threads' events in one data directory), "
                         "kafka (faust worker vs a bare kafka-python loop, index lag at 2k events/s; needs "
                         "eval \"$(infra/up)\"; part of 'all' when Kafka is configured), rebuild (`agentlog rebuild` "
                         "of an --events log, without a server and through one; not part of 'all'), client (publishing "
