@@ -147,6 +147,13 @@ def _filters_lead(searcher: Any, held: Sequence[tuple[str, str]], narrowest: int
     return FILTER_LEAD_COST * sum(min(count, narrowest) for count in counts) < sum(counts)
 
 
+def _top(searcher: Any, query: Any, limit: int) -> Any:
+    """The best ``limit`` documents of ``query``, without counting every match (tantivy
+    counts by default: a second collector over each matching document; nothing here
+    reads the count, and a search without it took 5-10% less)."""
+    return searcher.search(query, limit, count=False)
+
+
 _OFFSET_KEY = re.compile(rb'"offset":(\d+)[,}]')
 
 
@@ -284,7 +291,7 @@ class _TantivySearching:
         searcher = self._index.searcher()
         q = tantivy.Query.boolean_query([(tantivy.Occur.Must, tantivy.Query.boolean_query(held)),
                                          *self._filter_clauses(filters, searcher)])  # fmt: skip
-        result = searcher.search(q, most + 1)
+        result = _top(searcher, q, most + 1)
         docs = [searcher.doc(a) for _s, a in result.hits] if len(result.hits) <= most else None
         holders = [(d["event_id"][0], int(d["offset"][0])) for d in docs] if docs is not None else None
         with self._memo_lock:
@@ -302,7 +309,7 @@ class _TantivySearching:
         if hits is None:
             searcher = self._index.searcher()
             q, terms = self._query(query, filters, searcher)
-            hits = self._hits(searcher, searcher.search(q, limit), terms)
+            hits = self._hits(searcher, _top(searcher, q, limit), terms)
             self._remember(key, generation, hits)
         return [h.copy() for h in hits]
 
@@ -322,7 +329,7 @@ class _TantivySearching:
         def score() -> Any:
             try:
                 started.set()
-                return searcher.search(q, limit)
+                return _top(searcher, q, limit)
             finally:
                 self._scored()
 
@@ -342,7 +349,7 @@ class _TantivySearching:
             self._scored()
 
         def answer() -> list[Hit]:
-            result = searcher.search(q, limit) if scoring is None else scoring.result()
+            result = _top(searcher, q, limit) if scoring is None else scoring.result()
             hits = self._hits(searcher, result, terms)
             self._remember(key, generation, hits)
             return [h.copy() for h in hits]
@@ -396,7 +403,7 @@ class _TantivySearching:
             return set()
         should = [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "event_id", i)) for i in event_ids]
         searcher = self._index.searcher()
-        result = searcher.search(tantivy.Query.boolean_query(should), len(event_ids))
+        result = _top(searcher, tantivy.Query.boolean_query(should), len(event_ids))
         return {searcher.doc(address).to_dict()["event_id"][0] for _score, address in result.hits}
 
 
