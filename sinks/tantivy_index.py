@@ -264,11 +264,12 @@ class _TantivySearching:
                 clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(
                     tantivy.Query.term_query(self._schema, field, value), 0.0)))  # fmt: skip
         if filters.since_ms is not None or filters.until_ms is not None:
-            clauses.append((tantivy.Occur.Must, tantivy.Query.range_query(
+            # Not scored either: a range query scores 1.0 for each document it selects.
+            clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(tantivy.Query.range_query(
                 self._schema, "ts_ms", tantivy.FieldType.Integer,
                 filters.since_ms if filters.since_ms is not None else -(2**62),
                 filters.until_ms if filters.until_ms is not None else 2**62,
-            )))  # fmt: skip
+            ), 0.0)))  # fmt: skip
         return clauses
 
     def exact_holders(self, query: str, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:

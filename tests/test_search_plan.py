@@ -16,8 +16,11 @@ from agentlog.processors.records import search_docs
 from agentlog.schemas.search import SearchFilters
 from agentlog.sinks import tantivy_index
 from agentlog.sinks.tantivy_index import FILTER_LEAD_COST, TantivySearchIndex, _filters_lead
+from agentlog.streams.cli.demo import BASE_TIME
 
 THREADS, EACH = 12, 150
+MIDDLE_MS = int(BASE_TIME.timestamp() * 1000) + 2_000 * EACH // 2
+"""Half of each thread's events are before this time (the traffic's events are 2 s apart)."""
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +43,8 @@ ASKED = [
     ("read_file component", SearchFilters(thread_id="t7", tool_name="read_file")),
     ("component ok", SearchFilters(project="bench")),  # every document's project: no filter at all
     ("checked and noted", SearchFilters(thread_id="t1", since_ms=0)),
+    ("checked and noted component", SearchFilters(thread_id="t1", since_ms=MIDDLE_MS)),
+    ("what did bash say ERR_012", SearchFilters(thread_id="t6", until_ms=MIDDLE_MS)),
     ("ERR_011", SearchFilters(kind="error")),  # the traffic has no ``error`` events
     ("no such words here", SearchFilters(thread_id="t2")),
     ("!!!", SearchFilters(thread_id="t4")),  # punctuation alone: every document of the thread
@@ -60,6 +65,19 @@ def test_a_filtered_search_answers_the_same_hits_and_scores_whichever_way_it_is_
     assert answers["filters lead"] == answers["union first"]
     # Only the words no event holds, and the kind no event has, find nothing.
     assert sum(map(bool, answers["union first"])) == len(ASKED) - 2
+
+
+def test_a_time_range_selects_hits_and_never_scores_them(tmp_path: Path, crowd_docs: list[dict]) -> None:
+    index = TantivySearchIndex(str(tmp_path))
+    index.add(crowd_docs)
+    index.refresh()
+    query, thread = "checked and noted component", SearchFilters(thread_id="t1")
+    unranged = {h.event_id: h.score for h in index.search(query, thread, limit=400)}
+    for ranged in (SearchFilters(thread_id="t1", since_ms=MIDDLE_MS), SearchFilters(thread_id="t1", until_ms=MIDDLE_MS)):
+        hits = index.search(query, ranged, limit=400)
+        assert 0 < len(hits) < len(unranged)
+        assert {h.event_id: h.score for h in hits} == {h.event_id: unranged[h.event_id] for h in hits}
+    index.close()
 
 
 class Counts:
