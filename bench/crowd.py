@@ -82,7 +82,8 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         ratio = f", {row['p50_ms'] / alone:.1f}x the thread alone" if alone and row["others"] else ""
         lines.append(
             f"crowd: a new question's context step, a {row['thread_events']:,}-event thread among "
-            f"{row['others']:>3} other threads ({row['index_docs']:,} events indexed): p50 {row['p50_ms']:.3f} ms "
+            f"{row['others']:>3} other threads ({row['index_docs']:,} events indexed): "
+            f"p50 {row['p50_ms']:.3f} ms "
             f"p99 {row['p99_ms']:.3f} ms max {row['max_ms']:.3f} ms ({row['steps']} steps){ratio}"
         )
     return lines

@@ -128,10 +128,11 @@ def _term_filters(filters: SearchFilters) -> list[tuple[str, str]]:
     return [(field, value) for field, value in named if value is not None]
 
 
-FILTER_LEAD_COST = 2.0
+FILTER_LEAD_COST = 3.0
 """What a posting costs tantivy when a filter leads (a seek into the term's postings for
 each filtered document) against one the union of the query's terms reads in turn: 24-42
-ns against 11-16 ns here, over indexes of 2,000 to 200,000 documents."""
+ns against 11-16 ns here, over indexes of 2,000 to 200,000 documents; the higher end, so
+that a plan led by the filter is taken only where it clearly reads less."""
 
 
 def _filters_lead(searcher: Any, held: Sequence[tuple[str, str]], narrowest: int | None) -> bool:
@@ -235,34 +236,44 @@ class _TantivySearching:
         # An identifier held exactly scores a constant far above any text score.
         clauses += [tantivy.Query.const_score_query(tantivy.Query.term_query(self._schema, "terms", ident), EXACT_BOOST)
                     for ident in idents]  # fmt: skip
-        if narrowing and _filters_lead(searcher, held, self._narrowest(filters, searcher)):
-            # Each clause with the filters: tantivy reads only the filtered documents' postings.
-            return tantivy.Query.boolean_query([
-                (tantivy.Occur.Should, tantivy.Query.boolean_query([(tantivy.Occur.Must, clause), *narrowing]))
+        lead_by = self._narrowest(filters, searcher) if narrowing else None
+        if lead_by is not None and _filters_lead(searcher, held, lead_by[0]):
+            # The narrowest filter with each clause: tantivy reads only its documents'
+            # postings of each word; the other filters then narrow what those find.
+            lead = self._term_filter(*lead_by[1])
+            words = tantivy.Query.boolean_query([
+                (tantivy.Occur.Should, tantivy.Query.boolean_query([(tantivy.Occur.Must, clause), lead]))
                 for clause in clauses
-            ]), terms  # fmt: skip
+            ])  # fmt: skip
+            rest = self._filter_clauses(filters, searcher, leaving=lead_by[1])
+            return tantivy.Query.boolean_query([(tantivy.Occur.Must, words), *rest]), terms
         should = [(tantivy.Occur.Should, clause) for clause in clauses]
         return tantivy.Query.boolean_query([(tantivy.Occur.Must, tantivy.Query.boolean_query(should)), *narrowing]), terms
 
-    def _narrowest(self, filters: SearchFilters, searcher: Any) -> int | None:
-        """How many documents the most selective of ``filters``' terms selects (``None``:
-        no term filter applies, only a time range or nothing)."""
-        counts = [searcher.doc_freq(field, value) for field, value in _term_filters(filters)
-                  if not _everyone_holds(searcher, field, value)]  # fmt: skip
-        return min(counts, default=None)
+    def _narrowest(self, filters: SearchFilters, searcher: Any) -> tuple[int, tuple[str, str]] | None:
+        """The most selective of ``filters``' terms, ``(documents it selects, (field,
+        value))``; ``None``: no term filter applies, only a time range or nothing."""
+        counted = [(searcher.doc_freq(field, value), (field, value))
+                   for field, value in _term_filters(filters) if not _everyone_holds(searcher, field, value)]
+        return min(counted, default=None)
 
-    def _filter_clauses(self, filters: SearchFilters, searcher: Any = None) -> list[tuple[Any, Any]]:
-        """The filters as required term clauses that do not score; with ``searcher``,
-        without those every one of its documents passes (see ``_everyone_holds``)."""
-        clauses: list[tuple[Any, Any]] = []
-        for field, value in _term_filters(filters):
-            if not (searcher is not None and _everyone_holds(searcher, field, value)):
-                # A filter selects and does not score (OpenSearch's ``filter`` context): a
-                # scoring one added BM25 of a term every hit holds (about 1/N each, most of
-                # a hit's score in a small index), so leaving it out would move the index's
-                # hits against the unindexed events' they are merged with.
-                clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(
-                    tantivy.Query.term_query(self._schema, field, value), 0.0)))  # fmt: skip
+    def _term_filter(self, field: str, value: str) -> tuple[Any, Any]:
+        """A required term clause that does not score. A filter selects and does not score
+        (OpenSearch's ``filter`` context): a scoring one added BM25 of a term every hit
+        holds (about 1/N each, most of a hit's score in a small index), so leaving it out
+        would move the index's hits against the unindexed events' they are merged with."""
+        term = tantivy.Query.term_query(self._schema, field, value)
+        return tantivy.Occur.Must, tantivy.Query.const_score_query(term, 0.0)
+
+    def _filter_clauses(self, filters: SearchFilters, searcher: Any = None,
+                        leaving: tuple[str, str] | None = None) -> list[tuple[Any, Any]]:  # fmt: skip
+        """The filters as required clauses that do not score; with ``searcher``, without
+        those every one of its documents passes (see ``_everyone_holds``); ``leaving``: a
+        term filter the caller joined to the query's clauses already."""
+        applied = [(field, value) for field, value in _term_filters(filters) if (field, value) != leaving]
+        if searcher is not None:
+            applied = [(field, value) for field, value in applied if not _everyone_holds(searcher, field, value)]
+        clauses = [self._term_filter(field, value) for field, value in applied]
         if filters.since_ms is not None or filters.until_ms is not None:
             # Not scored either: a range query scores 1.0 for each document it selects.
             clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(tantivy.Query.range_query(

@@ -73,7 +73,8 @@ def test_a_time_range_selects_hits_and_never_scores_them(tmp_path: Path, crowd_d
     index.refresh()
     query, thread = "checked and noted component", SearchFilters(thread_id="t1")
     unranged = {h.event_id: h.score for h in index.search(query, thread, limit=400)}
-    for ranged in (SearchFilters(thread_id="t1", since_ms=MIDDLE_MS), SearchFilters(thread_id="t1", until_ms=MIDDLE_MS)):
+    for ranged in (SearchFilters(thread_id="t1", since_ms=MIDDLE_MS),
+                   SearchFilters(thread_id="t1", until_ms=MIDDLE_MS)):
         hits = index.search(query, ranged, limit=400)
         assert 0 < len(hits) < len(unranged)
         assert {h.event_id: h.score for h in hits} == {h.event_id: unranged[h.event_id] for h in hits}
