@@ -128,6 +128,13 @@ def _term_filters(filters: SearchFilters) -> list[tuple[str, str]]:
     return [(field, value) for field, value in named if value is not None]
 
 
+def _applied(filters: SearchFilters, searcher: Any) -> list[tuple[str, str]]:
+    """The keyword filters that select something out of ``searcher``'s documents: one
+    every document holds only costs (``_everyone_holds``)."""
+    return [(field, value) for field, value in _term_filters(filters)
+            if not _everyone_holds(searcher, field, value)]
+
+
 FILTER_LEAD_COST = 2.0
 """What a posting costs tantivy when a filter leads (a seek into the term's postings for
 each filtered document) against one the union of the query's terms reads in turn: 24-42
@@ -138,12 +145,13 @@ slower led than by the union."""
 
 
 def _filters_lead(searcher: Any, held: Sequence[tuple[str, str]], narrowest: int | None) -> bool:
-    """Whether each text clause should be joined with the filters, rather than the union
-    of all of them scored and then filtered. Tantivy scores a union of terms a window of
-    documents at a time, every posting of every term, and a filter only drops the scored
-    documents it does not select: a thread's search then costs what the whole index holds
-    of its words (a 2,000-event thread alone 0.11 ms, among 99 others 4.8). A filter
-    leading each clause reads at most ``narrowest`` postings of it, each dearer."""
+    """Whether each text clause should be joined with the narrowest filter (``narrowest``:
+    the documents it selects), rather than the union of all of them scored and then
+    filtered. Tantivy scores a union of terms a window of documents at a time, every
+    posting of every term, and a filter only drops the scored documents it does not
+    select: a thread's search then costs what the whole index holds of its words (a
+    2,000-event thread alone 0.11 ms, among 99 others 4.8). A filter leading each clause
+    reads at most ``narrowest`` postings of it, each dearer."""
     if narrowest is None:
         return False
     counts = [searcher.doc_freq(field, value) for field, value in held]
@@ -229,35 +237,33 @@ class _TantivySearching:
         (each word in each text field, each identifier held exactly), one of them required,
         and the filters. Planned by the postings each way would read (``_filters_lead``)."""
         terms, idents = query_words(text), identifiers(text)
-        narrowing = self._filter_clauses(filters, searcher)
+        applied, ranged = _applied(filters, searcher), self._range_clauses(filters)
+        narrowing = [self._term_filter(*f) for f in applied] + ranged
         if not (terms or idents):  # a query of punctuation alone lists everything it filters
-            return tantivy.Query.boolean_query([(tantivy.Occur.Must, tantivy.Query.all_query()), *narrowing]), terms
+            everything = (tantivy.Occur.Must, tantivy.Query.all_query())
+            return tantivy.Query.boolean_query([everything, *narrowing]), terms
         # (a query of one long identifier, a sha256, has no word terms)
-        held = [(field, term) for term in terms for field in _TEXT_FIELDS] + [("terms", i) for i in idents]
-        clauses = [tantivy.Query.term_query(self._schema, field, value) for field, value in held[: len(held) - len(idents)]]
+        words = [(field, term) for term in terms for field in _TEXT_FIELDS]
+        clauses = [tantivy.Query.term_query(self._schema, field, term) for field, term in words]
         # An identifier held exactly scores a constant far above any text score.
         clauses += [tantivy.Query.const_score_query(tantivy.Query.term_query(self._schema, "terms", ident), EXACT_BOOST)
                     for ident in idents]  # fmt: skip
-        lead_by = self._narrowest(filters, searcher) if narrowing else None
-        if lead_by is not None and _filters_lead(searcher, held, lead_by[0]):
+        held = words + [("terms", ident) for ident in idents]
+        lead = min(((searcher.doc_freq(*f), f) for f in applied), default=None)
+        if lead is not None and _filters_lead(searcher, held, lead[0]):
             # The narrowest filter with each clause: tantivy reads only its documents'
             # postings of each word; the other filters then narrow what those find.
-            lead = self._term_filter(*lead_by[1])
-            words = tantivy.Query.boolean_query([
-                (tantivy.Occur.Should, tantivy.Query.boolean_query([(tantivy.Occur.Must, clause), lead]))
-                for clause in clauses
-            ])  # fmt: skip
-            rest = self._filter_clauses(filters, searcher, leaving=lead_by[1])
-            return tantivy.Query.boolean_query([(tantivy.Occur.Must, words), *rest]), terms
-        should = [(tantivy.Occur.Should, clause) for clause in clauses]
-        return tantivy.Query.boolean_query([(tantivy.Occur.Must, tantivy.Query.boolean_query(should)), *narrowing]), terms
+            joined = [tantivy.Query.boolean_query([(tantivy.Occur.Must, clause), self._term_filter(*lead[1])])
+                      for clause in clauses]  # fmt: skip
+            others = [self._term_filter(*f) for f in applied if f != lead[1]] + ranged
+            return self._one_of(joined, others), terms
+        return self._one_of(clauses, narrowing), terms
 
-    def _narrowest(self, filters: SearchFilters, searcher: Any) -> tuple[int, tuple[str, str]] | None:
-        """The most selective of ``filters``' terms, ``(documents it selects, (field,
-        value))``; ``None``: no term filter applies, only a time range or nothing."""
-        counted = [(searcher.doc_freq(field, value), (field, value))
-                   for field, value in _term_filters(filters) if not _everyone_holds(searcher, field, value)]
-        return min(counted, default=None)
+    @staticmethod
+    def _one_of(clauses: list[Any], filters: list[tuple[Any, Any]]) -> Any:
+        """At least one of ``clauses`` (their scores summed), within ``filters``."""
+        union = tantivy.Query.boolean_query([(tantivy.Occur.Should, clause) for clause in clauses])
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, union), *filters])
 
     def _term_filter(self, field: str, value: str) -> tuple[Any, Any]:
         """A required term clause that does not score. A filter selects and does not score
@@ -267,23 +273,23 @@ class _TantivySearching:
         term = tantivy.Query.term_query(self._schema, field, value)
         return tantivy.Occur.Must, tantivy.Query.const_score_query(term, 0.0)
 
-    def _filter_clauses(self, filters: SearchFilters, searcher: Any = None,
-                        leaving: tuple[str, str] | None = None) -> list[tuple[Any, Any]]:  # fmt: skip
+    def _range_clauses(self, filters: SearchFilters) -> list[tuple[Any, Any]]:
+        """The time range, if any, as a required clause that does not score either (a
+        range query scores 1.0 for each document it selects)."""
+        if filters.since_ms is None and filters.until_ms is None:
+            return []
+        ranged = tantivy.Query.range_query(
+            self._schema, "ts_ms", tantivy.FieldType.Integer,
+            filters.since_ms if filters.since_ms is not None else -(2**62),
+            filters.until_ms if filters.until_ms is not None else 2**62,
+        )  # fmt: skip
+        return [(tantivy.Occur.Must, tantivy.Query.const_score_query(ranged, 0.0))]
+
+    def _filter_clauses(self, filters: SearchFilters, searcher: Any = None) -> list[tuple[Any, Any]]:
         """The filters as required clauses that do not score; with ``searcher``, without
-        those every one of its documents passes (see ``_everyone_holds``); ``leaving``: a
-        term filter the caller joined to the query's clauses already."""
-        applied = [(field, value) for field, value in _term_filters(filters) if (field, value) != leaving]
-        if searcher is not None:
-            applied = [(field, value) for field, value in applied if not _everyone_holds(searcher, field, value)]
-        clauses = [self._term_filter(field, value) for field, value in applied]
-        if filters.since_ms is not None or filters.until_ms is not None:
-            # Not scored either: a range query scores 1.0 for each document it selects.
-            clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(tantivy.Query.range_query(
-                self._schema, "ts_ms", tantivy.FieldType.Integer,
-                filters.since_ms if filters.since_ms is not None else -(2**62),
-                filters.until_ms if filters.until_ms is not None else 2**62,
-            ), 0.0)))  # fmt: skip
-        return clauses
+        those every one of its documents passes (see ``_applied``)."""
+        applied = _applied(filters, searcher) if searcher is not None else _term_filters(filters)
+        return [self._term_filter(*f) for f in applied] + self._range_clauses(filters)
 
     def exact_holders(self, query: str, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
         """``(event_id, offset)`` of the documents ``search(query, filters)`` ranks first
