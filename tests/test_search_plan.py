@@ -54,14 +54,25 @@ ASKED = [
 def test_a_filtered_search_answers_the_same_hits_and_scores_whichever_way_it_is_planned(
     tmp_path: Path, crowd_docs: list[dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    answers = {}
+    answers, planned = {}, []
+
+    def planning(*args: object) -> bool:
+        planned.append(led := _filters_lead(*args))  # type: ignore[arg-type]
+        return led
+
+    monkeypatch.setattr(tantivy_index, "_filters_lead", planning)
     for plan, cost in (("filters lead", 0.0), ("union first", 1e12)):
         monkeypatch.setattr(tantivy_index, "FILTER_LEAD_COST", cost)
+        planned.clear()
         index = TantivySearchIndex(str(tmp_path / plan.replace(" ", "-")))
         index.add(crowd_docs)
         index.refresh()
         answers[plan] = [[h.as_dict() for h in index.search(q, f, limit=20)] for q, f in ASKED]
         index.close()
+        # Forced either way: every search with a selective filter and a word some document
+        # holds is led by it (all but the project's, the punctuation's and the unheld
+        # words'), or only the one whose filter selects no document (it reads nothing led).
+        assert planned.count(True) == (len(ASKED) - 3 if plan == "filters lead" else 1)
     assert answers["filters lead"] == answers["union first"]
     # Only the words no event holds, and the kind no event has, find nothing.
     assert sum(map(bool, answers["union first"])) == len(ASKED) - 2
