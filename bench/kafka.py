@@ -52,6 +52,9 @@ class Deployment:
 
     def __init__(self, settings: Settings, split: bool) -> None:
         self.settings, self.split = settings, split
+        # One client for every poll: ``httpx.get`` builds a TLS context per call (about
+        # 19 ms of CPU here), which polling every 50 ms took from the processes under test.
+        self.http = httpx.Client(timeout=2)
         if split:
             self.sinks = replace(settings, data_dir=settings.data_dir / "sinks", sinks_port=free_port())
             self.processor = replace(settings, data_dir=settings.data_dir / "processor",
@@ -67,7 +70,7 @@ class Deployment:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if httpx.get(url, timeout=2).status_code == 200:
+                if self.http.get(url).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -77,7 +80,7 @@ class Deployment:
     def written(self) -> int:
         """Events both in the log and in the index: end to end means through both sinks."""
         try:
-            counts = httpx.get(self.health_url, timeout=2).json()["written"]
+            counts = self.http.get(self.health_url).json()["written"]
         except (httpx.HTTPError, KeyError):
             return -1
         return min(int(counts["events"]), int(counts["indexed"]))
@@ -101,6 +104,7 @@ class Deployment:
     def stop(self) -> None:
         for p in self.processes:
             stop_worker(p)
+        self.http.close()
 
 
 def bare_loop(bootstrap: str, records: list[bytes], ns: str) -> dict[str, Any]:
