@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import faust
 import pytest
@@ -15,12 +16,11 @@ from agentlog.streams.config import Settings
 from agentlog.streams.kafka.app import create_app, quiet_worker
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> faust.App:
-    """One app for the module: chDB opens one data directory per process."""
-    settings = Settings(data_dir=tmp_path_factory.mktemp("worker"), kafka_bootstrap="127.0.0.1:9",
-                        kafka_namespace="quiet")  # fmt: skip
-    return create_app(settings)  # connects to no broker
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[faust.App]:
+    app = create_app(Settings(data_dir=tmp_path, kafka_bootstrap="127.0.0.1:9", kafka_namespace="quiet"))
+    yield app  # connects to no broker
+    app.conf.agentlog_log_store.close()  # chDB holds one data directory per process
 
 
 @pytest.fixture
