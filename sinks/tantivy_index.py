@@ -298,8 +298,8 @@ class _TantivySearching:
         ``None`` when there are more (which of them a search ranks first takes the scores),
         or when the text could score ``EXACT_BOOST`` on its own. Looking up a tool event's
         partner (``call:<call_id>``) needs only these."""
+        # Only the text's clauses score: the filters select and score nothing (``_term_filter``).
         exact, clauses = identifiers(query), len(query_words(query)) * len(_TEXT_FIELDS)
-        clauses += len(self._filter_clauses(filters))
         if not exact or clauses * MAX_CLAUSE_SCORE >= EXACT_BOOST:
             return None
         key = (query, filters, most)
